@@ -1,0 +1,259 @@
+//! The accountant: the per-device budget per horizon, its split into streams,
+//! windows and measurements, and the composition check.
+//!
+//! Privacy argument: a device touches at most `W` windows of a stream per
+//! horizon and, within a window, every measurement once; sequential
+//! composition adds ε (pure DP) or ρ (zCDP). So the per-device loss per
+//! horizon is `Σ_streams W · Σ_measurements spent`, computed exactly and
+//! refused when above the declared budget.
+
+use super::mechanism::Measure;
+use super::rational::{self, exact};
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{Signed, Zero};
+use std::fmt::Write;
+
+/// The operator's declaration: what one device may lose per horizon.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Budget {
+    pub measure: Measure,
+    /// ε (pure) or ρ (zCDP) per device per horizon.
+    pub per_horizon: f64,
+    /// δ for reporting a zCDP guarantee as (ε, δ); 0 under pure DP.
+    pub delta: f64,
+}
+
+/// One stream's claim on the budget.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamClaim {
+    pub name: String,
+    /// Fraction of the horizon budget, in `(0, 1]`.
+    pub share: f64,
+    /// `W`: windows of this stream one device may touch per horizon.
+    pub windows_per_horizon: u32,
+    /// Noisy measurements per window (the per-window budget is split evenly).
+    pub measurements: usize,
+}
+
+/// One stream's actual spending per window, after calibration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamSpend {
+    pub name: String,
+    pub windows_per_horizon: u32,
+    pub per_window: BigRational,
+}
+
+/// A refused budget, with the numbers.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum BudgetError {
+    #[error("privacy budget must be a finite number > 0, got {0}")]
+    Budget(f64),
+    #[error("delta must be in (0, 1) for zcdp, got {0}")]
+    Delta(f64),
+    #[error("stream '{name}': budget_share must be in (0, 1], got {share}")]
+    Share { name: String, share: f64 },
+    #[error("stream '{name}': max_windows_per_device must be ≥ 1")]
+    Windows { name: String },
+    #[error("budget shares add up to {total} > 1: {detail}")]
+    SharesOver { total: f64, detail: String },
+    #[error("plan spends {unit} = {spent:.6} per device per horizon, above the declared {declared}: {detail}")]
+    OverBudget {
+        unit: &'static str,
+        spent: f64,
+        declared: f64,
+        detail: String,
+    },
+}
+
+/// Splits a [`Budget`] and checks that what is spent composes within it.
+#[derive(Debug, Clone)]
+pub struct Accountant {
+    budget: Budget,
+    total: BigRational,
+}
+
+impl Accountant {
+    pub fn new(budget: Budget) -> Result<Self, BudgetError> {
+        let b = budget.per_horizon;
+        if !(b.is_finite() && b > 0.0) {
+            return Err(BudgetError::Budget(b));
+        }
+        if budget.measure == Measure::Zcdp && !(budget.delta > 0.0 && budget.delta < 1.0) {
+            return Err(BudgetError::Delta(budget.delta));
+        }
+        Ok(Self {
+            total: exact(b),
+            budget,
+        })
+    }
+
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// "ε" or "ρ".
+    pub fn unit(&self) -> &'static str {
+        match self.budget.measure {
+            Measure::Pure => "ε",
+            Measure::Zcdp => "ρ",
+        }
+    }
+
+    /// Budget per measurement of each stream: `share · total / W / m`
+    /// (exact; `None` for a stream with no noisy measurement).
+    pub fn allocate(
+        &self,
+        claims: &[StreamClaim],
+    ) -> Result<Vec<Option<BigRational>>, BudgetError> {
+        let mut sum = BigRational::zero();
+        let mut detail = String::new();
+        for c in claims {
+            if !(c.share.is_finite() && c.share > 0.0 && c.share <= 1.0) {
+                return Err(BudgetError::Share {
+                    name: c.name.clone(),
+                    share: c.share,
+                });
+            }
+            if c.windows_per_horizon == 0 {
+                return Err(BudgetError::Windows {
+                    name: c.name.clone(),
+                });
+            }
+            sum += exact(c.share);
+            let _ = write!(detail, "{} {}; ", c.name, c.share);
+        }
+        if sum > rational::int(1) {
+            return Err(BudgetError::SharesOver {
+                total: rational::to_f64(&sum),
+                detail: detail.trim_end_matches("; ").to_string(),
+            });
+        }
+        Ok(claims
+            .iter()
+            .map(|c| {
+                (c.measurements > 0).then(|| {
+                    let den = BigInt::from(c.windows_per_horizon as u64 * c.measurements as u64);
+                    &self.total * exact(c.share) / BigRational::from_integer(den)
+                })
+            })
+            .collect())
+    }
+
+    /// Per-device loss per horizon: `Σ W · per_window`, refused when above
+    /// the declared budget.
+    pub fn compose(&self, spends: &[StreamSpend]) -> Result<BigRational, BudgetError> {
+        let mut total = BigRational::zero();
+        let mut detail = String::new();
+        for s in spends {
+            assert!(!s.per_window.is_negative());
+            let h = &s.per_window * BigRational::from_integer(BigInt::from(s.windows_per_horizon));
+            let _ = write!(
+                detail,
+                "{} {} windows × {:.6} = {:.6}; ",
+                s.name,
+                s.windows_per_horizon,
+                rational::to_f64(&s.per_window),
+                rational::to_f64(&h)
+            );
+            total += h;
+        }
+        if total > self.total {
+            return Err(BudgetError::OverBudget {
+                unit: self.unit(),
+                spent: rational::to_f64(&total),
+                declared: self.budget.per_horizon,
+                detail: detail.trim_end_matches("; ").to_string(),
+            });
+        }
+        Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dp::rational::ratio;
+
+    fn pure(eps: f64) -> Accountant {
+        Accountant::new(Budget {
+            measure: Measure::Pure,
+            per_horizon: eps,
+            delta: 0.0,
+        })
+        .unwrap()
+    }
+
+    fn claim(name: &str, share: f64, w: u32, m: usize) -> StreamClaim {
+        StreamClaim {
+            name: name.into(),
+            share,
+            windows_per_horizon: w,
+            measurements: m,
+        }
+    }
+
+    #[test]
+    fn allocation_matches_hand_computation() {
+        let a = pure(2.0);
+        let got = a
+            .allocate(&[
+                claim("a", 0.5, 4, 2),
+                claim("b", 0.25, 1, 1),
+                claim("c", 0.25, 3, 0),
+            ])
+            .unwrap();
+        // a: 2·0.5/4/2 = 1/8; b: 2·0.25/1/1 = 1/2; c: nothing noisy.
+        assert_eq!(got, vec![Some(ratio(1, 8)), Some(ratio(1, 2)), None]);
+        let total = a
+            .compose(&[
+                StreamSpend {
+                    name: "a".into(),
+                    windows_per_horizon: 4,
+                    per_window: ratio(1, 4),
+                },
+                StreamSpend {
+                    name: "b".into(),
+                    windows_per_horizon: 1,
+                    per_window: ratio(1, 2),
+                },
+            ])
+            .unwrap();
+        assert_eq!(total, ratio(3, 2));
+    }
+
+    #[test]
+    fn over_budget_is_refused_with_numbers() {
+        let a = pure(1.0);
+        let e = a
+            .allocate(&[claim("a", 0.7, 1, 1), claim("b", 0.5, 1, 1)])
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("1.2") && msg.contains("a 0.7") && msg.contains("b 0.5"),
+            "{msg}"
+        );
+        let e = a
+            .compose(&[StreamSpend {
+                name: "a".into(),
+                windows_per_horizon: 24,
+                per_window: ratio(1, 20),
+            }])
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("1.2") && msg.contains("24 windows") && msg.contains("declared 1"),
+            "{msg}"
+        );
+        assert!(matches!(
+            a.allocate(&[claim("a", 0.0, 1, 1)]),
+            Err(BudgetError::Share { .. })
+        ));
+        assert!(Accountant::new(Budget {
+            measure: Measure::Zcdp,
+            per_horizon: 1.0,
+            delta: 0.0
+        })
+        .is_err());
+    }
+}

@@ -1,0 +1,20 @@
+//! The privacy core: top-coding, neighbouring relations, statistics with their
+//! sensitivities, exact samplers, keyed randomness, mechanisms, accounting,
+//! accuracy and the release of one window.
+//!
+//! Privacy argument in short: every private value is an integer on a declared
+//! grid after [`universe::TopCoder`]; every statistic has a proven sensitivity for
+//! the declared relation and `k` ([`stats`]); noise is drawn exactly from the
+//! discrete distribution whose privacy map turns that sensitivity into the ε or ρ
+//! charged by the [`accountant`]. Nothing here does I/O.
+
+pub mod accountant;
+pub mod accuracy;
+pub mod mechanism;
+pub mod rational;
+pub mod relation;
+pub mod release;
+pub mod rng;
+pub mod sampler;
+pub mod stats;
+pub mod universe;

@@ -1,0 +1,916 @@
+//! Window release: from a stream's declaration, a calibrated [`StreamPlan`];
+//! from a window's integer values, every declared statistic with noise,
+//! post-processing and metadata.
+//!
+//! Privacy argument: each noisy *measurement* (centred sum, centred sum of
+//! squares, histogram, each quantile selection, and the count under
+//! add-remove) is calibrated to its sensitivity from [`super::stats`] and
+//! charged by the [`super::accountant`]; every *statistic* (sum, mean,
+//! variance, std, histogram, quantiles) is a post-processing of those
+//! measurements and public parameters, so it costs nothing more.
+
+use super::accountant::{Accountant, Budget, BudgetError, StreamClaim, StreamSpend};
+use super::accuracy;
+use super::mechanism::{Measure, Noise, Selection};
+use super::rational;
+use super::relation::{Neighbouring, Relation};
+use super::rng::{window_digest, window_rng, ReleaseKey, WindowId};
+use super::stats::{self, QuantileLevel, Sensitivity, Statistic};
+use super::universe::{TopCoder, Universe, UniverseError};
+use num_rational::BigRational;
+use num_traits::Zero;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// Statistics a stream may declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatKind {
+    Count,
+    Sum,
+    Mean,
+    Variance,
+    Std,
+    Histogram,
+    Quantiles,
+}
+
+impl StatKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            StatKind::Count => "count",
+            StatKind::Sum => "sum",
+            StatKind::Mean => "mean",
+            StatKind::Variance => "variance",
+            StatKind::Std => "std",
+            StatKind::Histogram => "histogram",
+            StatKind::Quantiles => "quantiles",
+        }
+    }
+}
+
+/// Largest candidate grid built by default for quantiles.
+pub const MAX_DEFAULT_CANDIDATES: u64 = 100_001;
+
+/// A stream as declared (the `[[stream]]` table of the config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamSpec {
+    pub name: String,
+    pub lower: f64,
+    pub upper: f64,
+    pub resolution: f64,
+    /// `n`, public.
+    pub window_size: u64,
+    /// `k`.
+    #[serde(default = "one")]
+    pub max_readings_per_device: u32,
+    /// `W` per horizon.
+    #[serde(default = "one")]
+    pub max_windows_per_device: u32,
+    #[serde(default = "full_share")]
+    pub budget_share: f64,
+    pub statistics: Vec<StatKind>,
+    #[serde(default)]
+    pub histogram_edges: Vec<f64>,
+    #[serde(default)]
+    pub quantiles: Vec<f64>,
+    /// Candidate values for quantiles; default: every grid point (at most
+    /// [`MAX_DEFAULT_CANDIDATES`]).
+    #[serde(default)]
+    pub quantile_candidates: Option<Vec<f64>>,
+    /// Close a window that has waited this long by padding it to `n` with the
+    /// midpoint (humantime, e.g. "5m"); unset: wait for `n` readings.
+    #[serde(default)]
+    pub window_timeout: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+fn full_share() -> f64 {
+    1.0
+}
+
+/// Privacy settings shared by all streams.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrivacySpec {
+    pub relation: Relation,
+    pub budget: Budget,
+}
+
+/// A noisy quantity computed from a window.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Measurement {
+    /// Number of records (noisy only under add-remove).
+    Count,
+    /// `Σ(2x − L − U)`, half units.
+    CentredSum,
+    /// `Σ(2x − L − U)²`, quarter units².
+    CentredSumSq,
+    /// Counts over bins with these edges (units).
+    Histogram { edges: Vec<i64> },
+    /// Selection of a candidate (units) for one level.
+    Quantile {
+        level: QuantileLevel,
+        candidates: Vec<i64>,
+    },
+}
+
+impl Measurement {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Measurement::Count => "count",
+            Measurement::CentredSum => "centred_sum",
+            Measurement::CentredSumSq => "centred_sum_sq",
+            Measurement::Histogram { .. } => "histogram",
+            Measurement::Quantile { .. } => "quantile",
+        }
+    }
+}
+
+/// How a measurement is randomised.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mechanism {
+    Additive(Noise),
+    Select(Selection),
+}
+
+/// One calibrated measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasurementPlan {
+    pub measurement: Measurement,
+    pub sensitivity: Sensitivity,
+    pub mechanism: Mechanism,
+    /// ε or ρ spent per window (exact).
+    pub spent: BigRational,
+    /// 95% half-width of the additive noise, in the measurement's units.
+    pub half_width: u128,
+}
+
+/// A calibrated stream: everything needed to release its windows.
+#[derive(Debug, Clone)]
+pub struct StreamPlan {
+    pub spec: StreamSpec,
+    pub universe: Universe,
+    pub neighbouring: Neighbouring,
+    pub measure: Measure,
+    pub measurements: Vec<MeasurementPlan>,
+    /// ε or ρ per window (exact, all measurements).
+    pub per_window: BigRational,
+}
+
+/// The whole calibrated configuration.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub privacy: PrivacySpec,
+    pub streams: Vec<StreamPlan>,
+    /// ε or ρ per device per horizon, all streams composed (exact).
+    pub per_horizon: BigRational,
+}
+
+/// Why a declaration cannot be planned; names the field at fault.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("stream '{stream}': {field}: {message}")]
+    Field {
+        stream: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error("privacy: {0}")]
+    Budget(#[from] BudgetError),
+}
+
+/// One released statistic with its metadata (metric units).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleasedStatistic {
+    /// `count`, `sum`, `mean`, `variance`, `std`, `histogram`, `quantile`.
+    pub name: String,
+    /// Quantile level, for quantiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
+    /// One value, or one per histogram bin.
+    pub values: Vec<f64>,
+    /// Mechanism of the measurement behind the value.
+    pub mechanism: String,
+    /// Sensitivity the mechanism is calibrated to (L1 for Laplace and
+    /// selection, L2 for Gaussian), in the statistic's units.
+    pub sensitivity: f64,
+    /// Laplace scale, Gaussian σ or selection 2Δu/ε, in the statistic's units.
+    pub scale: f64,
+    /// ε or ρ spent by the measurements this statistic is computed from
+    /// (statistics sharing a measurement report the same spend once each).
+    pub spent: f64,
+    /// Exact 95% interval half-width, where one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_width: Option<f64>,
+}
+
+fn field_err(spec: &StreamSpec, field: &'static str, message: impl Into<String>) -> PlanError {
+    PlanError::Field {
+        stream: spec.name.clone(),
+        field,
+        message: message.into(),
+    }
+}
+
+fn universe_err(spec: &StreamSpec, e: UniverseError) -> PlanError {
+    let field = match &e {
+        UniverseError::Resolution(_) => "resolution",
+        UniverseError::NotFinite { field, .. }
+        | UniverseError::OffGrid { field, .. }
+        | UniverseError::TooLarge { field, .. } => field,
+        UniverseError::Order { .. } => "lower",
+    };
+    field_err(spec, field, e.to_string())
+}
+
+/// The measurements a stream needs, validated.
+fn measurements_for(
+    spec: &StreamSpec,
+    u: &Universe,
+    relation: Relation,
+) -> Result<Vec<Measurement>, PlanError> {
+    use StatKind::*;
+    let has = |k: StatKind| spec.statistics.contains(&k);
+    if spec.statistics.is_empty() {
+        return Err(field_err(
+            spec,
+            "statistics",
+            "declare at least one statistic",
+        ));
+    }
+    let mut out = Vec::new();
+    if relation == Relation::AddRemove
+        && [Count, Sum, Mean, Variance, Std, Histogram]
+            .iter()
+            .any(|&k| has(k))
+    {
+        out.push(Measurement::Count);
+    }
+    if [Sum, Mean, Variance, Std].iter().any(|&k| has(k)) {
+        out.push(Measurement::CentredSum);
+    }
+    if has(Variance) || has(Std) {
+        out.push(Measurement::CentredSumSq);
+    }
+    if has(Histogram) {
+        if spec.histogram_edges.len() < 2 {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                "need at least two edges",
+            ));
+        }
+        let edges = spec
+            .histogram_edges
+            .iter()
+            .map(|&e| u.grid_units("histogram_edges", e))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| universe_err(spec, e))?;
+        if edges.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                "must be strictly increasing",
+            ));
+        }
+        if edges[0] > u.lower() || *edges.last().expect("≥ 2") < u.upper() {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                format!(
+                    "must cover the universe [{}, {}]: first edge ≤ lower, last edge ≥ upper",
+                    spec.lower, spec.upper
+                ),
+            ));
+        }
+        out.push(Measurement::Histogram { edges });
+    } else if !spec.histogram_edges.is_empty() {
+        return Err(field_err(
+            spec,
+            "histogram_edges",
+            "given but \"histogram\" is not among the statistics",
+        ));
+    }
+    if has(Quantiles) {
+        if spec.quantiles.is_empty() {
+            return Err(field_err(
+                spec,
+                "quantiles",
+                "declare at least one level in [0, 1]",
+            ));
+        }
+        let candidates = match &spec.quantile_candidates {
+            Some(c) => {
+                let mut units = c
+                    .iter()
+                    .map(|&v| u.grid_units("quantile_candidates", v))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| universe_err(spec, e))?;
+                units.sort_unstable();
+                units.dedup();
+                if units.is_empty() {
+                    return Err(field_err(spec, "quantile_candidates", "must not be empty"));
+                }
+                units
+            }
+            None => {
+                if u.grid_len() > MAX_DEFAULT_CANDIDATES {
+                    return Err(field_err(
+                        spec,
+                        "quantile_candidates",
+                        format!(
+                            "the universe has {} grid points (more than {MAX_DEFAULT_CANDIDATES}); declare the candidates",
+                            u.grid_len()
+                        ),
+                    ));
+                }
+                (u.lower()..=u.upper()).collect()
+            }
+        };
+        for &q in &spec.quantiles {
+            let level = QuantileLevel::new(q)
+                .ok_or_else(|| field_err(spec, "quantiles", format!("{q} is not in [0, 1]")))?;
+            out.push(Measurement::Quantile {
+                level,
+                candidates: candidates.clone(),
+            });
+        }
+    } else if !spec.quantiles.is_empty() {
+        return Err(field_err(
+            spec,
+            "quantiles",
+            "given but \"quantiles\" is not among the statistics",
+        ));
+    }
+    Ok(out)
+}
+
+fn sensitivity_of(m: &Measurement, nb: Neighbouring, u: &Universe, n: u64) -> Sensitivity {
+    let stat = match m {
+        Measurement::Count => Statistic::Count,
+        Measurement::CentredSum => Statistic::CentredSum,
+        Measurement::CentredSumSq => Statistic::CentredSumSq,
+        Measurement::Histogram { .. } => Statistic::Histogram,
+        Measurement::Quantile { .. } => Statistic::QuantileUtility,
+    };
+    stat.sensitivity(nb, u, n)
+}
+
+fn validate_spec(spec: &StreamSpec) -> Result<Universe, PlanError> {
+    if spec.name.is_empty() {
+        return Err(field_err(spec, "name", "must not be empty"));
+    }
+    let u = Universe::new(spec.lower, spec.upper, spec.resolution)
+        .map_err(|e| universe_err(spec, e))?;
+    let n = spec.window_size;
+    if n == 0 {
+        return Err(field_err(spec, "window_size", "must be ≥ 1"));
+    }
+    let k = spec.max_readings_per_device;
+    if k == 0 || k as u64 > n {
+        return Err(field_err(
+            spec,
+            "max_readings_per_device",
+            format!("must be in [1, window_size = {n}], got {k}"),
+        ));
+    }
+    // Overflow proof for the exact sums: n·(2·max|x|)² < 2^120.
+    let c = 2 * u.max_abs() as u128 + 1;
+    if (n as u128)
+        .checked_mul(c * c)
+        .is_none_or(|v| v >= 1u128 << 120)
+    {
+        return Err(field_err(
+            spec,
+            "window_size",
+            "window_size × (2·max|bound|/resolution)² overflows exact 128-bit sums; use a coarser resolution or smaller windows",
+        ));
+    }
+    if let Some(t) = &spec.window_timeout {
+        humantime::parse_duration(t)
+            .map_err(|e| field_err(spec, "window_timeout", format!("{t:?}: {e}")))?;
+    }
+    Ok(u)
+}
+
+/// Validate every stream, split the budget, calibrate every measurement and
+/// check the composition.
+pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanError> {
+    let accountant = Accountant::new(privacy.budget.clone())?;
+    let measure = privacy.budget.measure;
+    let mut prepared = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|s| s.name == spec.name) {
+            return Err(field_err(spec, "name", "declared twice"));
+        }
+        let u = validate_spec(spec)?;
+        let ms = measurements_for(spec, &u, privacy.relation)?;
+        prepared.push((spec, u, ms));
+    }
+    let claims: Vec<StreamClaim> = prepared
+        .iter()
+        .map(|(s, _, ms)| StreamClaim {
+            name: s.name.clone(),
+            share: s.budget_share,
+            windows_per_horizon: s.max_windows_per_device,
+            measurements: ms.len(),
+        })
+        .collect();
+    let allocations = accountant.allocate(&claims)?;
+    let mut streams = Vec::new();
+    for ((spec, u, ms), alloc) in prepared.into_iter().zip(allocations) {
+        let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
+        let mut measurements = Vec::new();
+        let mut per_window = BigRational::zero();
+        for m in ms {
+            let sensitivity = sensitivity_of(&m, nb, &u, spec.window_size);
+            let budget = alloc
+                .as_ref()
+                .expect("a stream with measurements has a budget");
+            let (mechanism, spent) = match &m {
+                Measurement::Quantile { level, .. } => {
+                    // Utilities are in units of 1/den: scale the sensitivity.
+                    let du = spec.max_readings_per_device as u64 * level.den as u64;
+                    let (sel, spent) = Selection::calibrate(measure, du, budget);
+                    (Mechanism::Select(sel), spent)
+                }
+                _ => {
+                    let (noise, spent) = Noise::calibrate(measure, &sensitivity, budget);
+                    (Mechanism::Additive(noise), spent)
+                }
+            };
+            let half_width = match &mechanism {
+                Mechanism::Additive(n) => accuracy::half_width(n),
+                Mechanism::Select(_) => 0,
+            };
+            per_window += &spent;
+            measurements.push(MeasurementPlan {
+                measurement: m,
+                sensitivity,
+                mechanism,
+                spent,
+                half_width,
+            });
+        }
+        streams.push(StreamPlan {
+            spec: spec.clone(),
+            universe: u,
+            neighbouring: nb,
+            measure,
+            measurements,
+            per_window,
+        });
+    }
+    let spends: Vec<StreamSpend> = streams
+        .iter()
+        .map(|s| StreamSpend {
+            name: s.spec.name.clone(),
+            windows_per_horizon: s.spec.max_windows_per_device,
+            per_window: s.per_window.clone(),
+        })
+        .collect();
+    let per_horizon = accountant.compose(&spends)?;
+    Ok(Plan {
+        privacy: privacy.clone(),
+        streams,
+        per_horizon,
+    })
+}
+
+/// What a measurement produced for one window.
+#[derive(Debug, Clone)]
+enum Measured {
+    Scalar(i128),
+    Vector(Vec<i128>),
+    Choice(i64),
+}
+
+/// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.
+pub fn project_to_simplex(v: &[f64], total: f64) -> Vec<f64> {
+    let mut u = v.to_vec();
+    u.sort_by(|a, b| b.total_cmp(a));
+    let (mut cum, mut theta) = (0.0, 0.0);
+    for (j, &x) in u.iter().enumerate() {
+        cum += x;
+        let t = (cum - total) / (j + 1) as f64;
+        if x - t > 0.0 {
+            theta = t;
+        }
+    }
+    v.iter().map(|&x| (x - theta).max(0.0)).collect()
+}
+
+impl StreamPlan {
+    /// The top-coder of this stream.
+    pub fn top_coder(&self) -> TopCoder {
+        TopCoder::new(self.universe)
+    }
+
+    fn measure<R: Rng + ?Sized>(&self, values: &[i64], mut rng: Option<&mut R>) -> Vec<Measured> {
+        let u = &self.universe;
+        let sorted = self
+            .measurements
+            .iter()
+            .any(|m| matches!(m.measurement, Measurement::Quantile { .. }))
+            .then(|| {
+                let mut s = values.to_vec();
+                s.sort_unstable();
+                s
+            });
+        let mut out = Vec::with_capacity(self.measurements.len());
+        for mp in &self.measurements {
+            let mut noise = |mech: &Mechanism| match (mech, rng.as_deref_mut()) {
+                (Mechanism::Additive(n), Some(r)) => n.sample(r),
+                _ => 0,
+            };
+            let m = match &mp.measurement {
+                Measurement::Count => Measured::Scalar(values.len() as i128 + noise(&mp.mechanism)),
+                Measurement::CentredSum => {
+                    Measured::Scalar(stats::centred_sum(values, u) + noise(&mp.mechanism))
+                }
+                Measurement::CentredSumSq => {
+                    Measured::Scalar(stats::centred_sum_sq(values, u) + noise(&mp.mechanism))
+                }
+                Measurement::Histogram { edges } => Measured::Vector(
+                    stats::histogram(values, edges)
+                        .into_iter()
+                        .map(|c| c as i128 + noise(&mp.mechanism))
+                        .collect(),
+                ),
+                Measurement::Quantile { level, candidates } => {
+                    let util = stats::quantile_utilities(
+                        sorted.as_deref().expect("sorted for quantiles"),
+                        candidates,
+                        *level,
+                    );
+                    let idx = match (&mp.mechanism, rng.as_deref_mut()) {
+                        (Mechanism::Select(sel), Some(r)) => sel.select(r, &util),
+                        _ => util
+                            .iter()
+                            .enumerate()
+                            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
+                            .map(|(i, _)| i)
+                            .expect("candidates"),
+                    };
+                    Measured::Choice(candidates[idx])
+                }
+            };
+            out.push(m);
+        }
+        out
+    }
+
+    fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
+        let total: BigRational = ms.iter().map(|m| m.spent.clone()).sum();
+        rational::to_f64(&total)
+    }
+
+    fn find(&self, pred: impl Fn(&Measurement) -> bool) -> Option<(usize, &MeasurementPlan)> {
+        self.measurements
+            .iter()
+            .enumerate()
+            .find(|(_, m)| pred(&m.measurement))
+    }
+
+    /// Calibrated sensitivity (L1 pure / L2 zCDP) of a measurement, as f64.
+    fn calibrated_sensitivity(&self, m: &MeasurementPlan) -> f64 {
+        match self.measure {
+            Measure::Pure => m.sensitivity.l1_f64(),
+            Measure::Zcdp => m.sensitivity.l2_f64(),
+        }
+    }
+
+    fn evaluate<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: Option<&mut R>,
+    ) -> Vec<ReleasedStatistic> {
+        let u = &self.universe;
+        let res = u.resolution();
+        let (lo, hi) = (u.lower() as f64, u.upper() as f64);
+        let noisy = rng.is_some();
+        let measured = self.measure(values, rng);
+        let change_one = self.neighbouring.relation == Relation::ChangeOne;
+        let scalar = |i: usize| match measured[i] {
+            Measured::Scalar(v) => v as f64,
+            _ => unreachable!("scalar measurement"),
+        };
+        let hw = |m: &MeasurementPlan, per_unit: f64| {
+            (noisy && matches!(m.mechanism, Mechanism::Additive(_)))
+                .then(|| m.half_width as f64 * per_unit)
+        };
+        let stat =
+            |name: &str, values: Vec<f64>, m: &[&MeasurementPlan], per_unit: f64, half_width| {
+                let primary = m[0];
+                ReleasedStatistic {
+                    name: name.to_string(),
+                    level: None,
+                    values,
+                    mechanism: if noisy {
+                        match &primary.mechanism {
+                            Mechanism::Additive(n) => n.name().to_string(),
+                            Mechanism::Select(s) => s.name().to_string(),
+                        }
+                    } else {
+                        "none".to_string()
+                    },
+                    sensitivity: self.calibrated_sensitivity(primary) * per_unit,
+                    scale: match &primary.mechanism {
+                        Mechanism::Additive(n) => n.scale_f64() * per_unit,
+                        Mechanism::Select(s) => {
+                            2.0 * self.calibrated_sensitivity(primary) / s.epsilon_f64()
+                        }
+                    },
+                    spent: self.spent_f64(m),
+                    half_width,
+                }
+            };
+
+        // Window size: public under change-one, noisy under add-remove.
+        let count = self.find(|m| *m == Measurement::Count);
+        let n_hat = match count {
+            Some((i, _)) => scalar(i).max(1.0),
+            None => values.len() as f64,
+        };
+        let sum = self.find(|m| *m == Measurement::CentredSum).map(|(i, m)| {
+            // Σx = (C1 + n(L+U))/2, clamped to [nL, nU].
+            let s = ((scalar(i) + n_hat * (lo + hi)) / 2.0).clamp(n_hat * lo, n_hat * hi);
+            (s, m)
+        });
+        let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
+        let variance = sum.zip(sum_sq).map(|((s, m1), (j, m2))| {
+            let mean_c = (2.0 * s - n_hat * (lo + hi)) / n_hat; // half units
+            let var_c = scalar(j) / n_hat - mean_c * mean_c; // quarter units²
+            let w = u.width() as f64;
+            ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m1, m2])
+        });
+
+        let mut out = Vec::new();
+        for kind in &self.spec.statistics {
+            match kind {
+                StatKind::Count => match count {
+                    Some((i, m)) => out.push(stat(
+                        "count",
+                        vec![scalar(i).max(0.0)],
+                        &[m],
+                        1.0,
+                        hw(m, 1.0),
+                    )),
+                    None => out.push(ReleasedStatistic {
+                        name: "count".into(),
+                        level: None,
+                        values: vec![values.len() as f64],
+                        mechanism: "exact".into(),
+                        sensitivity: 0.0,
+                        scale: 0.0,
+                        spent: 0.0,
+                        half_width: Some(0.0),
+                    }),
+                },
+                StatKind::Sum => {
+                    let (s, m) = sum.expect("planned");
+                    let h = if change_one { hw(m, res / 2.0) } else { None };
+                    out.push(stat("sum", vec![s * res], &[m], res / 2.0, h));
+                }
+                StatKind::Mean => {
+                    let (s, m) = sum.expect("planned");
+                    let per = res / 2.0 / n_hat;
+                    let h = if change_one { hw(m, per) } else { None };
+                    out.push(stat("mean", vec![s / n_hat * res], &[m], per, h));
+                }
+                StatKind::Variance => {
+                    let (v, ms) = variance.expect("planned");
+                    out.push(stat(
+                        "variance",
+                        vec![v * res * res],
+                        &ms,
+                        res * res / 4.0 / n_hat,
+                        None,
+                    ));
+                }
+                StatKind::Std => {
+                    let (v, ms) = variance.expect("planned");
+                    out.push(stat(
+                        "std",
+                        vec![v.sqrt() * res],
+                        &ms,
+                        res * res / 4.0 / n_hat,
+                        None,
+                    ));
+                }
+                StatKind::Histogram => {
+                    let (i, m) = self
+                        .find(|m| matches!(m, Measurement::Histogram { .. }))
+                        .expect("planned");
+                    let Measured::Vector(raw) = &measured[i] else {
+                        unreachable!("histogram is a vector")
+                    };
+                    let raw: Vec<f64> = raw.iter().map(|&c| c as f64).collect();
+                    let counts = project_to_simplex(&raw, n_hat.round());
+                    out.push(stat("histogram", counts, &[m], 1.0, hw(m, 1.0)));
+                }
+                StatKind::Quantiles => {
+                    let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
+                        .measurements
+                        .iter()
+                        .zip(&measured)
+                        .filter_map(|(m, v)| match (&m.measurement, v) {
+                            (Measurement::Quantile { level, .. }, Measured::Choice(c)) => {
+                                Some((level.as_f64(), *c as f64 * res, m))
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    // Quantiles are monotone in the level: sorting is free.
+                    let mut vals: Vec<f64> = qs.iter().map(|q| q.1).collect();
+                    vals.sort_by(f64::total_cmp);
+                    qs.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    for ((level, _, m), v) in qs.into_iter().zip(vals) {
+                        let mut s = stat("quantile", vec![v], &[m], 1.0, None);
+                        s.level = Some(level);
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Release a window with noise from `rng`.
+    pub fn release_with<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: &mut R,
+    ) -> Vec<ReleasedStatistic> {
+        if self.neighbouring.size_is_public() {
+            assert_eq!(
+                values.len() as u64,
+                self.spec.window_size,
+                "a window holds exactly n values"
+            );
+        }
+        self.evaluate(values, Some(rng))
+    }
+
+    /// Release a window with the keyed noise of DESIGN §5: the same key,
+    /// window and values always give the same bits.
+    pub fn release(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+    ) -> Vec<ReleasedStatistic> {
+        let digest = window_digest(values);
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        self.release_with(values, &mut window_rng(key, id, &digest))
+    }
+
+    /// The same statistics without noise (the demo's "true value" and the
+    /// benchmark's baseline). Never publish these.
+    pub fn truth(&self, values: &[i64]) -> Vec<ReleasedStatistic> {
+        self.evaluate::<rand_chacha::ChaCha20Rng>(values, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn spec() -> StreamSpec {
+        StreamSpec {
+            name: "cabin_temp_c".into(),
+            lower: -40.0,
+            upper: 85.0,
+            resolution: 0.1,
+            window_size: 100,
+            max_readings_per_device: 1,
+            max_windows_per_device: 24,
+            budget_share: 1.0,
+            statistics: vec![
+                StatKind::Count,
+                StatKind::Mean,
+                StatKind::Std,
+                StatKind::Histogram,
+                StatKind::Quantiles,
+            ],
+            histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 40.0, 85.0],
+            quantiles: vec![0.5, 0.9],
+            quantile_candidates: None,
+            window_timeout: None,
+        }
+    }
+
+    pub(crate) fn privacy(measure: Measure, relation: Relation) -> PrivacySpec {
+        PrivacySpec {
+            relation,
+            budget: Budget {
+                measure,
+                per_horizon: 1.0,
+                delta: 1e-6,
+            },
+        }
+    }
+
+    #[test]
+    fn projection_onto_simplex() {
+        let p = project_to_simplex(&[5.0, -2.0, 3.0], 6.0);
+        assert!((p.iter().sum::<f64>() - 6.0).abs() < 1e-9);
+        assert_eq!(p[1], 0.0);
+        assert!((p[0] - 4.0).abs() < 1e-9 && (p[2] - 2.0).abs() < 1e-9);
+        assert_eq!(project_to_simplex(&[1.0, 2.0], 3.0), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn field_errors_name_the_field() {
+        let p = privacy(Measure::Pure, Relation::ChangeOne);
+        let cases: Vec<(Box<dyn Fn(&mut StreamSpec)>, &str)> = vec![
+            (Box::new(|s| s.resolution = 0.0), "resolution"),
+            (Box::new(|s| s.upper = 85.05), "upper"),
+            (Box::new(|s| s.window_size = 0), "window_size"),
+            (
+                Box::new(|s| s.max_readings_per_device = 0),
+                "max_readings_per_device",
+            ),
+            (
+                Box::new(|s| s.histogram_edges = vec![-40.0, 10.0, 0.0, 85.0]),
+                "histogram_edges",
+            ),
+            (
+                Box::new(|s| s.histogram_edges = vec![-30.0, 85.0]),
+                "histogram_edges",
+            ),
+            (Box::new(|s| s.quantiles = vec![1.5]), "quantiles"),
+            (Box::new(|s| s.statistics.clear()), "statistics"),
+            (
+                Box::new(|s| s.window_timeout = Some("soon".into())),
+                "window_timeout",
+            ),
+            (
+                Box::new(|s| {
+                    s.resolution = 1e-9;
+                    s.window_size = 1_000_000_000_000_000;
+                }),
+                "window_size",
+            ),
+        ];
+        for (mutate, field) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            match plan(&p, &[s]) {
+                Err(PlanError::Field {
+                    field: f, stream, ..
+                }) => {
+                    assert_eq!((f, stream.as_str()), (field, "cabin_temp_c"))
+                }
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn plan_spends_within_budget_and_splits_evenly() {
+        for measure in [Measure::Pure, Measure::Zcdp] {
+            for rel in [Relation::ChangeOne, Relation::AddRemove] {
+                let plan = plan(&privacy(measure, rel), &[spec()]).unwrap();
+                assert!(plan.per_horizon <= rational::int(1));
+                let s = &plan.streams[0];
+                let m = s.measurements.len();
+                // count (add-remove only), centred sum, sum sq, histogram, 2 quantiles
+                assert_eq!(m, if rel == Relation::AddRemove { 6 } else { 5 });
+                let spent = rational::to_f64(&plan.per_horizon);
+                assert!(spent > 0.999, "{measure:?} {rel:?}: {spent}");
+            }
+        }
+    }
+
+    #[test]
+    fn release_is_consistent_with_truth() {
+        let plan = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[spec()]).unwrap();
+        let s = &plan.streams[0];
+        let values: Vec<i64> = (0..100).map(|i| 150 + (i % 20) * 5).collect();
+        let truth = s.truth(&values);
+        let names: Vec<&str> = truth.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["count", "mean", "std", "histogram", "quantile", "quantile"]
+        );
+        assert_eq!(truth[0].values, vec![100.0]);
+        let mean = values.iter().sum::<i64>() as f64 / 100.0 * 0.1;
+        assert!((truth[1].values[0] - mean).abs() < 1e-9);
+        assert_eq!(truth[3].values.iter().sum::<f64>(), 100.0);
+        let key = ReleaseKey::from_bytes([1; 32]);
+        let r = s.release(&key, 0, 0, &values);
+        assert_eq!(r.len(), truth.len());
+        assert!(r[1].half_width.unwrap() > 0.0);
+        assert!((r[3].values.iter().sum::<f64>() - 100.0).abs() < 1e-6);
+        assert!(r[4].values[0] <= r[5].values[0]);
+    }
+}

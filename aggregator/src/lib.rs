@@ -1,0 +1,6 @@
+//! FleetDP: differentially private summaries of device telemetry.
+//!
+//! The crate is split into a pure privacy core ([`dp`]) that knows nothing of
+//! Kafka, tokio or I/O, and the service around it.
+
+pub mod dp;
