@@ -47,7 +47,7 @@ pub struct StreamSpend {
 /// A refused budget, with the numbers.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum BudgetError {
-    #[error("privacy budget must be a finite number > 0, got {0}")]
+    #[error("privacy budget must be a number in (0, 10^6], got {0}")]
     Budget(f64),
     #[error("delta must be in (0, 1) for zcdp, got {0}")]
     Delta(f64),
@@ -76,7 +76,7 @@ pub struct Accountant {
 impl Accountant {
     pub fn new(budget: Budget) -> Result<Self, BudgetError> {
         let b = budget.per_horizon;
-        if !(b.is_finite() && b > 0.0) {
+        if !(b.is_finite() && b > 0.0 && b <= 1e6) {
             return Err(BudgetError::Budget(b));
         }
         if budget.measure == Measure::Zcdp && !(budget.delta > 0.0 && budget.delta < 1.0) {

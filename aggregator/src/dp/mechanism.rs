@@ -117,6 +117,9 @@ pub struct Selection {
     sensitivity: BigUint,
     /// Permute-and-flip (pure) or exponential mechanism (zCDP).
     measure: Measure,
+    /// `γ_r = gap_r · gamma_num / gamma_den` with gap in utility units.
+    gamma_num: u128,
+    gamma_den: u128,
 }
 
 impl Selection {
@@ -136,7 +139,7 @@ impl Selection {
                 let target = budget * &eight;
                 let guess = rational::exact(rational::to_f64(&target).sqrt() * (1.0 - 1e-12));
                 let mut eps = rational::round_down(&guess, ROUNDING_BITS);
-                while &(&eps * &eps) > &target {
+                while &eps * &eps > target {
                     eps = rational::round_down(
                         &(&eps * rational::ratio(999_999, 1_000_000)),
                         ROUNDING_BITS,
@@ -149,7 +152,13 @@ impl Selection {
             Measure::Pure => epsilon.clone(),
             Measure::Zcdp => &epsilon * &epsilon / BigRational::from_integer(BigInt::from(8)),
         };
+        let (en, ed) = rational::parts(&epsilon);
+        let den = ed * BigUint::from(utility_sensitivity) * BigUint::from(2u32);
         let sel = Selection {
+            gamma_num: en.to_u128().expect("validated: ε below 2^40"),
+            gamma_den: den
+                .to_u128()
+                .expect("validated: utility scale fits in u128"),
             epsilon,
             sensitivity: BigUint::from(utility_sensitivity),
             measure,
@@ -168,18 +177,22 @@ impl Selection {
         }
     }
 
-    /// Accept with probability `exp(−ε·gap/(2Δu))`, exactly.
-    fn accept<R: Rng + ?Sized>(&self, rng: &mut R, gap: u128) -> bool {
-        if gap == 0 {
-            return true;
+    /// Bernoulli(exp(−num/gamma_den)), exactly; big integers when the
+    /// sampler's products could leave u128.
+    fn bernoulli_exp_gamma<R: Rng + ?Sized>(&self, rng: &mut R, num: u128) -> bool {
+        if self.gamma_den.leading_zeros() >= 16 {
+            bernoulli_exp(rng, &num, &self.gamma_den)
+        } else {
+            bernoulli_exp(rng, &BigUint::from(num), &BigUint::from(self.gamma_den))
         }
-        let (en, ed) = rational::parts(&self.epsilon);
-        let num = en * BigUint::from(gap);
-        let den = ed * &self.sensitivity * BigUint::from(2u32);
-        match (num.to_u128(), den.to_u128()) {
-            (Some(n), Some(d)) if d.leading_zeros() >= 16 => bernoulli_exp(rng, &n, &d),
-            _ => bernoulli_exp(rng, &num, &den),
-        }
+    }
+
+    /// `gap · gamma_num`, the numerator of γ (fits: validated window sizes
+    /// keep gaps below 2^60 and ε numerators below 2^42).
+    fn gamma_numerator(&self, gap: i128) -> u128 {
+        self.gamma_num
+            .checked_mul(gap as u128)
+            .expect("validated: gap·ε fits in u128")
     }
 
     /// Index of the selected candidate.
@@ -194,18 +207,51 @@ impl Selection {
                     let j = rng.gen_range(i..order.len());
                     order.swap(i, j);
                     let r = order[i];
-                    if self.accept(rng, (best - utilities[r]) as u128) {
+                    if self.bernoulli_exp_gamma(rng, self.gamma_numerator(best - utilities[r])) {
                         return r;
                     }
                 }
                 unreachable!("the best candidate is always accepted")
             }
-            Measure::Zcdp => loop {
-                let r = rng.gen_range(0..utilities.len());
-                if self.accept(rng, (best - utilities[r]) as u128) {
-                    return r;
-                }
-            },
+            Measure::Zcdp => self.exponential(rng, utilities, best),
+        }
+    }
+
+    /// The exponential mechanism, `P(r) ∝ exp(−γ_r)` with
+    /// `γ_r = ε·(u* − u_r)/(2Δu)`, sampled exactly by rejection: propose a
+    /// bucket `J` with probability ∝ `|B_J|·e^(−J)`, where `B_j` holds the
+    /// candidates with `⌊γ_r⌋ = j` (a geometric `J` thinned by
+    /// Bernoulli(|B_J|/max|B|)), a uniform member `r` of it, and accept with
+    /// Bernoulli(exp(−(γ_r − J))). The accepted `r` has probability ∝
+    /// `e^(−J)·e^(−(γ_r − J)) = e^(−γ_r)`, and each round accepts with
+    /// probability ≥ e^(−1)·(1 − e^(−1))·|B_0|/max|B|.
+    fn exponential<R: Rng + ?Sized>(&self, rng: &mut R, utilities: &[i128], best: i128) -> usize {
+        let den = self.gamma_den;
+        let nums: Vec<u128> = utilities
+            .iter()
+            .map(|&u| self.gamma_numerator(best - u))
+            .collect();
+        let mut buckets: std::collections::BTreeMap<u128, Vec<usize>> = Default::default();
+        for (r, &num) in nums.iter().enumerate() {
+            buckets.entry(num / den).or_default().push(r);
+        }
+        let largest = buckets.values().map(Vec::len).max().expect("non-empty") as u128;
+        loop {
+            let mut j = 0u128;
+            while bernoulli_exp(rng, &1u128, &1u128) {
+                j += 1;
+            }
+            let Some(bucket) = buckets.get(&j) else {
+                continue;
+            };
+            if !super::sampler::bernoulli(rng, &(bucket.len() as u128), &largest) {
+                continue;
+            }
+            let r = bucket[rng.gen_range(0..bucket.len())];
+            let accepted = self.bernoulli_exp_gamma(rng, nums[r] - j * den);
+            if accepted {
+                return r;
+            }
         }
     }
 
@@ -285,14 +331,24 @@ mod tests {
     }
 
     #[test]
-    fn permute_and_flip_probabilities_match_sampling() {
-        let (sel, _) = Selection::calibrate(Measure::Pure, 1, &exact(1.0));
-        let utilities = [0i128, -1, -3, -2, 0];
+    fn selection_probabilities_match_sampling() {
+        for (measure, budget) in [
+            (Measure::Pure, 1.0),
+            (Measure::Zcdp, 0.3),
+            (Measure::Zcdp, 20.0),
+        ] {
+            check_selection(measure, budget);
+        }
+    }
+
+    fn check_selection(measure: Measure, budget: f64) {
+        let (sel, _) = Selection::calibrate(measure, 1, &exact(budget));
+        let utilities = [0i128, -1, -3, -2, 0, -7, -1];
         let p = sel.probabilities(&utilities);
         assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         let n = 200_000;
-        let mut counts = [0usize; 5];
+        let mut counts = [0usize; 7];
         for _ in 0..n {
             counts[sel.select(&mut rng, &utilities)] += 1;
         }

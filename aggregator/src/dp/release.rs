@@ -366,8 +366,8 @@ fn validate_spec(spec: &StreamSpec) -> Result<Universe, PlanError> {
     let u = Universe::new(spec.lower, spec.upper, spec.resolution)
         .map_err(|e| universe_err(spec, e))?;
     let n = spec.window_size;
-    if n == 0 {
-        return Err(field_err(spec, "window_size", "must be ≥ 1"));
+    if n == 0 || n > 1 << 40 {
+        return Err(field_err(spec, "window_size", "must be in [1, 2^40]"));
     }
     let k = spec.max_readings_per_device;
     if k == 0 || k as u64 > n {
@@ -600,7 +600,7 @@ impl StreamPlan {
         };
         let hw = |m: &MeasurementPlan, per_unit: f64| {
             (noisy && matches!(m.mechanism, Mechanism::Additive(_)))
-                .then(|| m.half_width as f64 * per_unit)
+                .then_some(m.half_width as f64 * per_unit)
         };
         let stat =
             |name: &str, values: Vec<f64>, m: &[&MeasurementPlan], per_unit: f64, half_width| {
@@ -831,7 +831,8 @@ mod tests {
     #[test]
     fn field_errors_name_the_field() {
         let p = privacy(Measure::Pure, Relation::ChangeOne);
-        let cases: Vec<(Box<dyn Fn(&mut StreamSpec)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut StreamSpec)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|s| s.resolution = 0.0), "resolution"),
             (Box::new(|s| s.upper = 85.05), "upper"),
             (Box::new(|s| s.window_size = 0), "window_size"),

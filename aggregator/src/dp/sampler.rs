@@ -12,18 +12,38 @@
 use num_bigint::{BigUint, RandBigInt};
 use num_integer::Integer;
 use num_rational::BigRational;
-use num_traits::{One, ToPrimitive, Zero};
+use num_traits::{CheckedAdd, CheckedMul, One, ToPrimitive, Zero};
 use rand::Rng;
 
-/// Natural numbers the samplers run on.
-pub trait Nat: Clone + Ord + Integer + From<u64> {
+/// Natural numbers the samplers run on. Products that leave a fixed-width
+/// type are detected (`checked_*`) and finished in [`BigUint`], so results
+/// are exact on every type.
+pub trait Nat: Clone + Ord + Integer + From<u32> + CheckedMul + CheckedAdd + ToPrimitive {
     /// Uniform in `[0, n)`, `n > 0`.
     fn below<R: Rng + ?Sized>(rng: &mut R, n: &Self) -> Self;
+    /// The same number as a big integer.
+    fn to_big(&self) -> BigUint;
+}
+
+impl Nat for u64 {
+    fn below<R: Rng + ?Sized>(rng: &mut R, n: &Self) -> Self {
+        rng.gen_range(0..*n)
+    }
+    fn to_big(&self) -> BigUint {
+        BigUint::from(*self)
+    }
 }
 
 impl Nat for u128 {
     fn below<R: Rng + ?Sized>(rng: &mut R, n: &Self) -> Self {
-        rng.gen_range(0..*n)
+        // 64-bit rejection sampling when it suffices: same distribution, faster.
+        match u64::try_from(*n) {
+            Ok(m) => rng.gen_range(0..m) as u128,
+            Err(_) => rng.gen_range(0..*n),
+        }
+    }
+    fn to_big(&self) -> BigUint {
+        BigUint::from(*self)
     }
 }
 
@@ -31,18 +51,24 @@ impl Nat for BigUint {
     fn below<R: Rng + ?Sized>(rng: &mut R, n: &Self) -> Self {
         rng.gen_biguint_below(n)
     }
+    fn to_big(&self) -> BigUint {
+        self.clone()
+    }
 }
 
 /// Bernoulli(num/den), `num ≤ den`, `den > 0`.
 pub fn bernoulli<T: Nat, R: Rng + ?Sized>(rng: &mut R, num: &T, den: &T) -> bool {
-    T::below(rng, den) < *num
+    // p = 1 needs no randomness.
+    num >= den || T::below(rng, den) < *num
 }
 
 /// Bernoulli(exp(−num/den)) for `0 ≤ num/den ≤ 1` (CKS Algorithm 1, first part).
 fn bernoulli_exp_unit<T: Nat, R: Rng + ?Sized>(rng: &mut R, num: &T, den: &T) -> bool {
     let mut k = T::one();
     loop {
-        let kden = k.clone() * den.clone();
+        let Some(kden) = k.checked_mul(den) else {
+            return bernoulli_exp_unit_from(rng, &num.to_big(), &den.to_big(), k.to_big());
+        };
         if !bernoulli(rng, num, &kden) {
             return k.is_odd();
         }
@@ -50,8 +76,26 @@ fn bernoulli_exp_unit<T: Nat, R: Rng + ?Sized>(rng: &mut R, num: &T, den: &T) ->
     }
 }
 
+/// The same loop continued from `k` in big integers.
+fn bernoulli_exp_unit_from<R: Rng + ?Sized>(
+    rng: &mut R,
+    num: &BigUint,
+    den: &BigUint,
+    mut k: BigUint,
+) -> bool {
+    loop {
+        if !bernoulli(rng, num, &(&k * den)) {
+            return k.is_odd();
+        }
+        k += 1u32;
+    }
+}
+
 /// Bernoulli(exp(−num/den)) for any `num/den ≥ 0`, `den > 0`.
 pub fn bernoulli_exp<T: Nat, R: Rng + ?Sized>(rng: &mut R, num: &T, den: &T) -> bool {
+    if num < den {
+        return bernoulli_exp_unit(rng, num, den);
+    }
     let (whole, frac) = num.div_rem(den);
     let one = T::one();
     let mut i = T::zero();
@@ -64,8 +108,8 @@ pub fn bernoulli_exp<T: Nat, R: Rng + ?Sized>(rng: &mut R, num: &T, den: &T) -> 
     bernoulli_exp_unit(rng, &frac, den)
 }
 
-/// Discrete Laplace with scale `t/s` (CKS Algorithm 2): returns (negative, |Y|).
-fn discrete_laplace<T: Nat, R: Rng + ?Sized>(rng: &mut R, t: &T, s: &T) -> (bool, T) {
+/// Discrete Laplace with scale `t/s` (CKS Algorithm 2): returns the sample.
+fn discrete_laplace<T: Nat, R: Rng + ?Sized>(rng: &mut R, t: &T, s: &T) -> i128 {
     let one = T::one();
     loop {
         let u = T::below(rng, t);
@@ -76,30 +120,24 @@ fn discrete_laplace<T: Nat, R: Rng + ?Sized>(rng: &mut R, t: &T, s: &T) -> (bool
         while bernoulli_exp_unit(rng, &one, &one) {
             v = v + T::one();
         }
-        let y = (u + t.clone() * v) / s.clone();
+        // X = U + t·V, Y = ⌊X/s⌋; finished in big integers if X leaves T.
+        let y = match t.checked_mul(&v).and_then(|tv| tv.checked_add(&u)) {
+            Some(x) if s.is_one() => x.to_i128(),
+            Some(x) => (x / s.clone()).to_i128(),
+            None => ((u.to_big() + t.to_big() * v.to_big()) / s.to_big()).to_i128(),
+        }
+        .expect("noise magnitude fits in i128");
         let negative: bool = rng.gen();
-        if negative && y.is_zero() {
+        if negative && y == 0 {
             continue;
         }
-        return (negative, y);
-    }
-}
-
-fn signed(negative: bool, magnitude: i128) -> i128 {
-    if negative {
-        -magnitude
-    } else {
-        magnitude
+        return if negative { -y } else { y };
     }
 }
 
 fn fits_fast(x: &BigUint) -> Option<u128> {
     // Operands below 2^64 keep every product in the algorithms within u128.
     (x.bits() <= 64).then(|| x.to_u128().expect("≤ 64 bits"))
-}
-
-fn big_to_i128(negative: bool, y: BigUint) -> i128 {
-    signed(negative, y.to_i128().expect("noise magnitude fits in i128"))
 }
 
 /// The discrete Laplace distribution `P(x) ∝ exp(−|x|/scale)` on ℤ, rational
@@ -130,14 +168,12 @@ impl DiscreteLaplace {
 
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> i128 {
         match self.fast {
-            Some((t, s)) => {
-                let (neg, y) = discrete_laplace(rng, &t, &s);
-                signed(neg, y as i128)
+            // 64-bit arithmetic when the scale's parts are below 2^32.
+            Some((t, s)) if t < 1 << 32 && s < 1 << 32 => {
+                discrete_laplace(rng, &(t as u64), &(s as u64))
             }
-            None => {
-                let (neg, y) = discrete_laplace(rng, &self.num, &self.den);
-                big_to_i128(neg, y)
-            }
+            Some((t, s)) => discrete_laplace(rng, &t, &s),
+            None => discrete_laplace(rng, &self.num, &self.den),
         }
     }
 
@@ -207,27 +243,29 @@ impl DiscreteGaussian {
 
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> i128 {
         loop {
-            let (neg, y, accept) = match self.fast {
+            let (y, accept) = match self.fast {
                 Some((a, b, t)) => {
-                    let (neg, y) = discrete_laplace(rng, &t, &1u128);
-                    let accept = match Self::gamma_fast(y, a, b, t) {
+                    let y = match u64::try_from(t) {
+                        Ok(t64) if t64 < 1 << 32 => discrete_laplace(rng, &t64, &1u64),
+                        _ => discrete_laplace(rng, &t, &1u128),
+                    };
+                    let accept = match Self::gamma_fast(y.unsigned_abs(), a, b, t) {
                         Some((num, den)) => bernoulli_exp(rng, &num, &den),
                         None => {
-                            let (num, den) = self.gamma_big(&BigUint::from(y));
+                            let (num, den) = self.gamma_big(&BigUint::from(y.unsigned_abs()));
                             bernoulli_exp(rng, &num, &den)
                         }
                     };
-                    (neg, y as i128, accept)
+                    (y, accept)
                 }
                 None => {
-                    let (neg, y) = discrete_laplace(rng, &self.t, &BigUint::one());
-                    let (num, den) = self.gamma_big(&y);
-                    let accept = bernoulli_exp(rng, &num, &den);
-                    (neg, y.to_i128().expect("noise fits in i128"), accept)
+                    let y = discrete_laplace(rng, &self.t, &BigUint::one());
+                    let (num, den) = self.gamma_big(&BigUint::from(y.unsigned_abs()));
+                    (y, bernoulli_exp(rng, &num, &den))
                 }
             };
             if accept {
-                return signed(neg, y);
+                return y;
             }
         }
     }
@@ -274,6 +312,20 @@ mod tests {
             / n as f64;
         let exact: f64 = (1..400).map(|x| 2.0 * x as f64 * big.pmf(x)).sum();
         assert!((mean_abs - exact).abs() < 0.03, "{mean_abs} vs {exact}");
+    }
+
+    #[test]
+    fn fixed_width_overflow_finishes_in_big_integers() {
+        // k·den leaves u64 at k = 2: the loop must continue exactly.
+        let (num, den) = (u64::MAX / 2, u64::MAX - 1);
+        let mut rng = ChaCha20Rng::seed_from_u64(5);
+        let n = 200_000;
+        let hits = (0..n)
+            .filter(|_| bernoulli_exp(&mut rng, &num, &den))
+            .count();
+        let p = (-0.5f64).exp();
+        let z = (hits as f64 - n as f64 * p) / (n as f64 * p * (1.0 - p)).sqrt();
+        assert!(z.abs() < 4.0, "z = {z}");
     }
 
     #[test]

@@ -236,7 +236,7 @@ mod tests {
                 clamped: true
             }
         );
-        assert_eq!(t.top_code(85.0).unwrap().clamped, false);
+        assert!(!t.top_code(85.0).unwrap().clamped);
         assert_eq!(t.top_code(f64::NAN), Err(TopCodeError::NaN));
         assert_eq!(t.top_code(f64::NEG_INFINITY), Err(TopCodeError::Infinite));
     }

@@ -1,0 +1,82 @@
+//! Statistical helpers shared by the heavy tests: chi-square goodness of fit
+//! and Clopper–Pearson bounds.
+#![allow(dead_code)]
+
+use statrs::distribution::{Beta, ChiSquared, ContinuousCDF};
+
+/// Clopper–Pearson one-sided lower bound on p at confidence 1 − alpha.
+pub fn cp_lower(successes: u64, trials: u64, alpha: f64) -> f64 {
+    if successes == 0 {
+        return 0.0;
+    }
+    Beta::new(successes as f64, (trials - successes + 1) as f64)
+        .unwrap()
+        .inverse_cdf(alpha)
+}
+
+/// Clopper–Pearson one-sided upper bound on p at confidence 1 − alpha.
+pub fn cp_upper(successes: u64, trials: u64, alpha: f64) -> f64 {
+    if successes == trials {
+        return 1.0;
+    }
+    Beta::new((successes + 1) as f64, (trials - successes) as f64)
+        .unwrap()
+        .inverse_cdf(1.0 - alpha)
+}
+
+/// Chi-square goodness of fit of integer samples against a pmf. Bins are
+/// runs of consecutive integers with expected count ≥ `min_expected`, plus
+/// both tails. Returns the p-value.
+pub fn chi_square_p(
+    samples: &[i128],
+    pmf: impl Fn(i128) -> f64,
+    support: (i128, i128),
+    min_expected: f64,
+) -> f64 {
+    let n = samples.len() as f64;
+    let (lo, hi) = support;
+    // Bin boundaries over [lo, hi].
+    let mut bins: Vec<(i128, i128, f64)> = Vec::new();
+    let (mut start, mut mass) = (lo, 0.0);
+    for x in lo..=hi {
+        mass += pmf(x);
+        if mass * n >= min_expected {
+            bins.push((start, x, mass));
+            start = x + 1;
+            mass = 0.0;
+        }
+    }
+    if mass > 0.0 {
+        if let Some(last) = bins.last_mut() {
+            last.1 = hi;
+            last.2 += mass;
+        }
+    }
+    let inner: f64 = bins.iter().map(|b| b.2).sum();
+    let mut observed = vec![0u64; bins.len()];
+    let mut outside = 0u64;
+    for &s in samples {
+        if s < lo || s > hi {
+            outside += 1;
+            continue;
+        }
+        let i = bins.partition_point(|b| b.1 < s);
+        observed[i] += 1;
+    }
+    let mut stat = 0.0;
+    for (b, &o) in bins.iter().zip(&observed) {
+        let e = b.2 * n;
+        stat += (o as f64 - e).powi(2) / e;
+    }
+    let tail = (1.0 - inner).max(0.0) * n;
+    if tail >= 1.0 {
+        stat += (outside as f64 - tail).powi(2) / tail;
+    } else {
+        assert!(
+            outside <= 3,
+            "{outside} samples outside a support of mass {inner}"
+        );
+    }
+    let dof = (bins.len() - 1).max(1) as f64;
+    1.0 - ChiSquared::new(dof).unwrap().cdf(stat)
+}
