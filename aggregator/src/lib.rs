@@ -3,4 +3,12 @@
 //! The crate is split into a pure privacy core ([`dp`]) that knows nothing of
 //! Kafka, tokio or I/O, and the service around it.
 
+pub mod config;
+pub mod demo;
 pub mod dp;
+pub mod http;
+pub mod kafka;
+pub mod pipeline;
+pub mod report;
+pub mod sim;
+pub mod window;

@@ -1,1 +1,326 @@
-fn main() {}
+//! The `fleetdp` command: demo, run, plan, simulate, keygen.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use fleetdp::config::Config;
+use fleetdp::dp::rng::ReleaseKey;
+use fleetdp::pipeline::{Options, Pipeline};
+use fleetdp::report::PlanReport;
+use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// FleetDP: differentially private summaries of device telemetry over Kafka.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run everything in process: a mock Kafka, a simulated fleet, the
+    /// pipeline and /metrics; prints each release as it lands. No setup.
+    Demo {
+        /// How long to run.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Simulated devices.
+        #[arg(long, default_value_t = 2000)]
+        devices: usize,
+        /// Real seconds per simulated round (each device reports each stream once; 15 simulated minutes).
+        #[arg(long, default_value_t = 5.0)]
+        round_seconds: f64,
+        /// Where to serve /metrics ("" to disable).
+        #[arg(long, default_value = "127.0.0.1:9898")]
+        listen: String,
+        /// Seed of the simulated fleet.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Run the service against a Kafka cluster.
+    Run {
+        /// The TOML configuration (see deploy/fleetdp.toml).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Show what a configuration spends and how accurate it is; exits
+    /// non-zero when the plan is over budget or invalid.
+    Plan {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+    },
+    /// Produce a simulated fleet's readings to a Kafka topic (load generator).
+    Simulate {
+        /// Bootstrap servers, e.g. 127.0.0.1:9092.
+        #[arg(long)]
+        brokers: String,
+        #[arg(long, default_value = "readings")]
+        topic: String,
+        #[arg(long, default_value_t = 1000)]
+        devices: usize,
+        /// Messages per second (0: as fast as possible).
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        /// How long to produce.
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// Stop after this many messages.
+        #[arg(long)]
+        messages: Option<u64>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Fraction of malformed messages.
+        #[arg(long, default_value_t = 0.0)]
+        bad_fraction: f64,
+        /// Payload format.
+        #[arg(long, value_enum, default_value_t = SimFormat::Protobuf)]
+        format: SimFormat,
+        /// Streams to simulate (cabin_temp_c, battery_v, speed_kmh).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "cabin_temp_c,battery_v,speed_kmh"
+        )]
+        streams: Vec<String>,
+    },
+    /// Write a new random release key (64 hex digits) to a file.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum PlanFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum SimFormat {
+    Protobuf,
+    Json,
+}
+
+fn init_logging(json: bool, default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+fn shutdown_on_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("signal received: finishing the message in hand");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo {
+            duration,
+            devices,
+            round_seconds,
+            listen,
+            seed,
+        } => {
+            init_logging(cli.log_json, "warn");
+            fleetdp::demo::run(fleetdp::demo::DemoOptions {
+                duration,
+                devices,
+                round_seconds,
+                listen: (!listen.is_empty()).then_some(listen),
+                seed,
+            })
+        }
+        Command::Run { config } => {
+            init_logging(cli.log_json, "info");
+            run(config)
+        }
+        Command::Plan { config, format } => plan(config, format),
+        Command::Simulate {
+            brokers,
+            topic,
+            devices,
+            rate,
+            duration,
+            messages,
+            seed,
+            bad_fraction,
+            format,
+            streams,
+        } => {
+            init_logging(cli.log_json, "warn");
+            simulate(
+                brokers,
+                topic,
+                devices,
+                rate,
+                duration,
+                messages,
+                seed,
+                bad_fraction,
+                format,
+                streams,
+            )
+        }
+        Command::Keygen { out } => keygen(out),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fleetdp: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(path: PathBuf) -> Result<()> {
+    let config = Config::load(&path)?;
+    let key = config.release_key()?;
+    let v = config.validate()?;
+    runtime()?.block_on(async move {
+        let listen = v.config.http.listen.clone();
+        if !listen.is_empty() {
+            let a = fleetdp::http::serve_metrics(&listen)?;
+            tracing::info!(address = %a, "serving /metrics");
+        }
+        let shutdown = shutdown_on_signals();
+        Pipeline::new(v, key)
+            .run(shutdown, Options::default())
+            .await
+    })
+}
+
+fn plan(path: PathBuf, format: PlanFormat) -> Result<()> {
+    let v = Config::load(&path)?.validate()?;
+    let report = PlanReport::new(&v);
+    match format {
+        PlanFormat::Text => print!("{}", report.to_text()),
+        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn simulate(
+    brokers: String,
+    topic: String,
+    devices: usize,
+    rate: f64,
+    duration: Duration,
+    messages: Option<u64>,
+    seed: u64,
+    bad_fraction: f64,
+    format: SimFormat,
+    streams: Vec<String>,
+) -> Result<()> {
+    if devices == 0 {
+        bail!("--devices must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&bad_fraction) {
+        bail!("--bad-fraction must be in [0, 1]");
+    }
+    let signals = streams
+        .iter()
+        .map(|s| {
+            Signal::from_stream(s).with_context(|| {
+                format!(
+                    "--streams: unknown stream {s:?} (known: cabin_temp_c, battery_v, speed_kmh)"
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut fleet = Fleet::new(FleetSpec {
+        devices,
+        seed,
+        signals,
+        bad_fraction,
+        format: match format {
+            SimFormat::Protobuf => ingest::Format::Protobuf,
+            SimFormat::Json => ingest::Format::Json,
+        },
+        ..FleetSpec::default()
+    });
+    let config = fleetdp::kafka::client_config(&brokers, &Default::default());
+    runtime()?.block_on(async move {
+        let shutdown = shutdown_on_signals();
+        let started = std::time::Instant::now();
+        let sent = fleetdp::kafka::produce_fleet(
+            &config,
+            &topic,
+            &mut fleet,
+            rate,
+            messages,
+            Some(duration),
+            shutdown,
+            |n| {
+                eprintln!(
+                    "  {n} messages sent ({:.0}/s)",
+                    n as f64 / started.elapsed().as_secs_f64().max(1e-9)
+                );
+            },
+        )
+        .await?;
+        println!(
+            "{sent} messages produced to {topic} in {:.1}s",
+            started.elapsed().as_secs_f64()
+        );
+        Ok(())
+    })
+}
+
+fn keygen(out: PathBuf) -> Result<()> {
+    if out.exists() {
+        bail!(
+            "{} exists; refusing to overwrite a release key",
+            out.display()
+        );
+    }
+    let key = ReleaseKey::ephemeral();
+    std::fs::write(&out, key.to_hex() + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600))?;
+    }
+    println!("wrote a new release key to {}", out.display());
+    Ok(())
+}

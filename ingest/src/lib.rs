@@ -1,1 +1,464 @@
+//! Ingest: decode and validate input messages into [`Reading`]s, or say
+//! precisely why a message must go to the dead-letter topic.
+//!
+//! A message is accepted whole or rejected whole: if any reading in a batch is
+//! invalid, the message is dead-lettered with the reason of the first bad
+//! reading, so nothing is lost and nothing is half-applied. Rejections carry a
+//! machine-readable [`Reason`] and a human message naming the field; neither
+//! ever contains a reading's value.
 
+use prost::Message;
+use proto::{DeviceReading, ReadingBatch};
+use serde::Deserialize;
+use std::collections::HashSet;
+use std::fmt;
+
+/// How a payload is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    /// One `DeviceReading`.
+    Protobuf,
+    /// One `ReadingBatch`.
+    ProtobufBatch,
+    /// A JSON object with the reading's fields, `{"readings": [...]}` or an array.
+    Json,
+}
+
+impl Format {
+    /// Content types: `application/json`,
+    /// `application/vnd.fleetdp.reading+protobuf` (or `application/x-protobuf`),
+    /// `application/vnd.fleetdp.batch+protobuf`.
+    pub fn from_content_type(ct: &str) -> Option<Format> {
+        let base = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match base.as_str() {
+            "application/json" => Some(Format::Json),
+            "application/vnd.fleetdp.reading+protobuf"
+            | "application/x-protobuf"
+            | "application/protobuf" => Some(Format::Protobuf),
+            "application/vnd.fleetdp.batch+protobuf" => Some(Format::ProtobufBatch),
+            _ => None,
+        }
+    }
+
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            Format::Protobuf => "application/vnd.fleetdp.reading+protobuf",
+            Format::ProtobufBatch => "application/vnd.fleetdp.batch+protobuf",
+            Format::Json => "application/json",
+        }
+    }
+}
+
+/// Why a message was dead-lettered (also the `fleetdp-reason` header and the
+/// metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Not valid protobuf/JSON, or an unknown content type.
+    Undecodable,
+    /// A required field is missing or empty.
+    MissingField,
+    /// The value is NaN or ±∞.
+    NotFinite,
+    /// The stream is not declared in the config.
+    UnknownStream,
+    /// The payload is larger than allowed.
+    Oversize,
+    /// A batch holds more readings than allowed, or none.
+    BatchSize,
+    /// The event time is older than the stream's allowed lateness.
+    TooOld,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::Undecodable,
+        Reason::MissingField,
+        Reason::NotFinite,
+        Reason::UnknownStream,
+        Reason::Oversize,
+        Reason::BatchSize,
+        Reason::TooOld,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Reason::Undecodable => "undecodable",
+            Reason::MissingField => "missing_field",
+            Reason::NotFinite => "not_finite",
+            Reason::UnknownStream => "unknown_stream",
+            Reason::Oversize => "oversize",
+            Reason::BatchSize => "batch_size",
+            Reason::TooOld => "too_old",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A rejected message: the reason and a detail naming the field at fault
+/// (never a value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl Rejection {
+    pub fn new(reason: Reason, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason, self.detail)
+    }
+}
+
+/// A decoded, validated reading (value not yet top-coded).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub device_id: String,
+    pub stream: String,
+    pub value: f64,
+    pub event_time_ms: i64,
+}
+
+/// Decoding limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub max_readings_per_message: usize,
+    pub max_device_id_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: 1 << 20,
+            max_readings_per_message: 10_000,
+            max_device_id_bytes: 256,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct JsonReading {
+    device_id: Option<String>,
+    stream: Option<String>,
+    value: Option<serde_json::Value>,
+    event_time_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum JsonPayload {
+    Batch { readings: Vec<JsonReading> },
+    List(Vec<JsonReading>),
+    One(JsonReading),
+}
+
+/// Decodes and validates messages against the declared streams.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    streams: HashSet<String>,
+    default_format: Format,
+    limits: Limits,
+}
+
+fn missing(field: &str, index: usize) -> Rejection {
+    Rejection::new(
+        Reason::MissingField,
+        format!("reading {index}: field '{field}' is missing or empty"),
+    )
+}
+
+impl Decoder {
+    pub fn new(
+        streams: impl IntoIterator<Item = String>,
+        default_format: Format,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            streams: streams.into_iter().collect(),
+            default_format,
+            limits,
+        }
+    }
+
+    /// Decode a payload; `content_type` is the message's header, if any.
+    pub fn decode(
+        &self,
+        payload: &[u8],
+        content_type: Option<&str>,
+    ) -> Result<Vec<Reading>, Rejection> {
+        if payload.len() > self.limits.max_message_bytes {
+            return Err(Rejection::new(
+                Reason::Oversize,
+                format!(
+                    "payload of {} bytes exceeds {}",
+                    payload.len(),
+                    self.limits.max_message_bytes
+                ),
+            ));
+        }
+        let format = match content_type {
+            Some(ct) => Format::from_content_type(ct).ok_or_else(|| {
+                Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
+            })?,
+            None => self.default_format,
+        };
+        let raw: Vec<(Option<String>, Option<String>, Option<f64>, Option<i64>)> = match format {
+            Format::Protobuf => {
+                let r = DeviceReading::decode(payload).map_err(|e| {
+                    Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
+                })?;
+                vec![(Some(r.device_id), Some(r.stream), r.value, r.event_time_ms)]
+            }
+            Format::ProtobufBatch => ReadingBatch::decode(payload)
+                .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
+                .readings
+                .into_iter()
+                .map(|r| (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms))
+                .collect(),
+            Format::Json => {
+                let p: JsonPayload = serde_json::from_slice(payload).map_err(|e| {
+                    Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
+                })?;
+                let list = match p {
+                    JsonPayload::Batch { readings } | JsonPayload::List(readings) => readings,
+                    JsonPayload::One(r) => vec![r],
+                };
+                let mut out = Vec::with_capacity(list.len());
+                for (i, r) in list.into_iter().enumerate() {
+                    let value = match r.value {
+                        None | Some(serde_json::Value::Null) => None,
+                        Some(serde_json::Value::Number(n)) => n.as_f64(),
+                        // JSON has no NaN/∞ literals; accept them spelled as strings
+                        // only to reject them with the right reason.
+                        Some(serde_json::Value::String(s))
+                            if matches!(
+                                s.to_ascii_lowercase().as_str(),
+                                "nan" | "inf" | "-inf" | "infinity" | "-infinity"
+                            ) =>
+                        {
+                            Some(f64::NAN)
+                        }
+                        Some(_) => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!("reading {i}: field 'value' is not a number"),
+                            ))
+                        }
+                    };
+                    out.push((r.device_id, r.stream, value, r.event_time_ms));
+                }
+                out
+            }
+        };
+        if raw.is_empty() || raw.len() > self.limits.max_readings_per_message {
+            return Err(Rejection::new(
+                Reason::BatchSize,
+                format!(
+                    "{} readings; allowed 1 to {}",
+                    raw.len(),
+                    self.limits.max_readings_per_message
+                ),
+            ));
+        }
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, (device_id, stream, value, event_time_ms))| {
+                let device_id = device_id
+                    .filter(|d| !d.is_empty())
+                    .ok_or_else(|| missing("device_id", i))?;
+                if device_id.len() > self.limits.max_device_id_bytes {
+                    return Err(Rejection::new(
+                        Reason::Oversize,
+                        format!(
+                            "reading {i}: device_id longer than {} bytes",
+                            self.limits.max_device_id_bytes
+                        ),
+                    ));
+                }
+                let stream = stream
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| missing("stream", i))?;
+                let value = value.ok_or_else(|| missing("value", i))?;
+                let event_time_ms = event_time_ms.ok_or_else(|| missing("event_time_ms", i))?;
+                if !value.is_finite() {
+                    return Err(Rejection::new(
+                        Reason::NotFinite,
+                        format!("reading {i}: value is NaN or infinite"),
+                    ));
+                }
+                if !self.streams.contains(&stream) {
+                    // The stream name is operator metadata, not a private value.
+                    return Err(Rejection::new(
+                        Reason::UnknownStream,
+                        format!(
+                            "reading {i}: stream {:?} is not declared",
+                            truncate(&stream, 64)
+                        ),
+                    ));
+                }
+                Ok(Reading {
+                    device_id,
+                    stream,
+                    value,
+                    event_time_ms,
+                })
+            })
+            .collect()
+    }
+}
+
+/// serde_json errors quote input; keep only the category and position.
+fn json_error(e: &serde_json::Error) -> String {
+    format!(
+        "{:?} error at line {} column {}",
+        e.classify(),
+        e.line(),
+        e.column()
+    )
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoder() -> Decoder {
+        Decoder::new(["temp".to_string()], Format::Protobuf, Limits::default())
+    }
+
+    fn reading(value: Option<f64>) -> DeviceReading {
+        DeviceReading {
+            device_id: "dev-1".into(),
+            stream: "temp".into(),
+            value,
+            event_time_ms: Some(1000),
+        }
+    }
+
+    #[test]
+    fn good_messages_in_every_format() {
+        let d = decoder();
+        let one = reading(Some(21.5)).encode_to_vec();
+        assert_eq!(d.decode(&one, None).unwrap()[0].value, 21.5);
+        let batch = ReadingBatch {
+            readings: vec![reading(Some(1.0)), reading(Some(2.0))],
+        }
+        .encode_to_vec();
+        assert_eq!(
+            d.decode(&batch, Some(Format::ProtobufBatch.content_type()))
+                .unwrap()
+                .len(),
+            2
+        );
+        let json = br#"{"device_id":"a","stream":"temp","value":3,"event_time_ms":5}"#;
+        assert_eq!(
+            d.decode(json, Some("application/json")).unwrap()[0].value,
+            3.0
+        );
+        let list = br#"{"readings":[{"device_id":"a","stream":"temp","value":3,"event_time_ms":5},
+                                   {"device_id":"b","stream":"temp","value":-1.5,"event_time_ms":6}]}"#;
+        assert_eq!(
+            d.decode(list, Some("application/json; charset=utf-8"))
+                .unwrap()
+                .len(),
+            2
+        );
+    }
+
+    #[test]
+    fn every_bad_class_has_its_reason() {
+        let d = decoder();
+        let json = Some("application/json");
+        let cases: Vec<(Vec<u8>, Option<&str>, Reason)> = vec![
+            (vec![0xff, 0xff, 0xff], None, Reason::Undecodable),
+            (b"not json".to_vec(), json, Reason::Undecodable),
+            (b"{}".to_vec(), Some("text/plain"), Reason::Undecodable),
+            (
+                br#"{"stream":"temp","value":1,"event_time_ms":1}"#.to_vec(),
+                json,
+                Reason::MissingField,
+            ),
+            (
+                br#"{"device_id":"a","stream":"temp","event_time_ms":1}"#.to_vec(),
+                json,
+                Reason::MissingField,
+            ),
+            (
+                br#"{"device_id":"a","stream":"temp","value":1}"#.to_vec(),
+                json,
+                Reason::MissingField,
+            ),
+            (reading(None).encode_to_vec(), None, Reason::MissingField),
+            (
+                reading(Some(f64::NAN)).encode_to_vec(),
+                None,
+                Reason::NotFinite,
+            ),
+            (
+                reading(Some(f64::INFINITY)).encode_to_vec(),
+                None,
+                Reason::NotFinite,
+            ),
+            (
+                br#"{"device_id":"a","stream":"temp","value":"NaN","event_time_ms":1}"#.to_vec(),
+                json,
+                Reason::NotFinite,
+            ),
+            (
+                br#"{"device_id":"a","stream":"nope","value":1,"event_time_ms":1}"#.to_vec(),
+                json,
+                Reason::UnknownStream,
+            ),
+            (vec![b' '; (1 << 20) + 1], json, Reason::Oversize),
+            (br#"{"readings":[]}"#.to_vec(), json, Reason::BatchSize),
+        ];
+        for (payload, ct, reason) in cases {
+            let got = d.decode(&payload, ct).unwrap_err();
+            assert_eq!(got.reason, reason, "{got}");
+        }
+    }
+
+    #[test]
+    fn rejections_never_quote_values() {
+        let d = decoder();
+        let e = d
+            .decode(
+                br#"{"device_id":"a","stream":"temp","value":"secret-123.456","event_time_ms":1}"#,
+                Some("application/json"),
+            )
+            .unwrap_err();
+        assert!(!e.detail.contains("123.456"), "{e}");
+        let e = d
+            .decode(
+                br#"{"device_id":"a","stream":"temp","value":98765.4321,"event_time_ms":"x"}"#,
+                Some("application/json"),
+            )
+            .unwrap_err();
+        assert!(!e.detail.contains("98765"), "{e}");
+    }
+}

@@ -645,7 +645,7 @@ impl StreamPlan {
             let mean_c = (2.0 * s - n_hat * (lo + hi)) / n_hat; // half units
             let var_c = scalar(j) / n_hat - mean_c * mean_c; // quarter units²
             let w = u.width() as f64;
-            ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m1, m2])
+            ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m2, m1])
         });
 
         let mut out = Vec::new();
@@ -771,6 +771,24 @@ impl StreamPlan {
             seq,
         };
         self.release_with(values, &mut window_rng(key, id, &digest))
+    }
+
+    /// Every statistic's metadata (mechanism, sensitivity, scale, spend,
+    /// half-width) with no values: it depends on public parameters only, so
+    /// it is computed by releasing a window of midpoints with a fixed seed
+    /// and dropping the values.
+    pub fn describe(&self) -> Vec<ReleasedStatistic> {
+        use rand::SeedableRng;
+        let mid = (self.universe.lower() + self.universe.upper()).div_euclid(2);
+        let values = vec![mid; self.spec.window_size as usize];
+        let mut out = self.evaluate(
+            &values,
+            Some(&mut rand_chacha::ChaCha20Rng::seed_from_u64(0)),
+        );
+        for s in &mut out {
+            s.values.clear();
+        }
+        out
     }
 
     /// The same statistics without noise (the demo's "true value" and the

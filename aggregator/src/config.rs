@@ -1,0 +1,382 @@
+//! The service's TOML configuration: Kafka, privacy budget, HTTP listener,
+//! input limits and the declared streams. Validated at start; every error
+//! names the field and the rule broken.
+
+use crate::dp::accountant::Budget;
+use crate::dp::mechanism::Measure;
+use crate::dp::relation::Relation;
+use crate::dp::release::{plan, Plan, PrivacySpec, StreamSpec};
+use crate::dp::rng::ReleaseKey;
+use anyhow::{anyhow, bail, Context, Result};
+use ingest::Format;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub privacy: PrivacyConfig,
+    #[serde(default)]
+    pub http: HttpConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    #[serde(rename = "stream")]
+    pub streams: Vec<StreamSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    pub input_topic: String,
+    pub output_topic: String,
+    pub dead_letter_topic: String,
+    #[serde(default = "default_group")]
+    pub group_id: String,
+    /// Format of input messages without a content-type header.
+    #[serde(default = "default_format")]
+    pub input_format: Format,
+    /// Releases as protobuf `WindowRelease` (default) or JSON.
+    #[serde(default)]
+    pub output_format: OutputFormat,
+    /// Extra librdkafka properties for every client (e.g. security settings).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+    /// Extra librdkafka properties for the consumer only.
+    #[serde(default)]
+    pub consumer_properties: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    #[default]
+    Protobuf,
+    Json,
+}
+
+fn default_group() -> String {
+    "fleetdp".into()
+}
+fn default_format() -> Format {
+    Format::Protobuf
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivacyConfig {
+    #[serde(default = "default_relation")]
+    pub relation: Relation,
+    #[serde(default = "default_measure")]
+    pub measure: Measure,
+    /// ε per device per horizon (measure = "pure").
+    pub epsilon_per_device: Option<f64>,
+    /// ρ per device per horizon (measure = "zcdp").
+    pub rho_per_device: Option<f64>,
+    /// δ for reporting zCDP as (ε, δ).
+    pub delta: Option<f64>,
+    /// Horizon, e.g. "24h".
+    pub horizon: String,
+    /// File holding the release key (64 hex digits).
+    pub key_file: Option<PathBuf>,
+    /// Environment variable holding the release key (64 hex digits).
+    pub key_env: Option<String>,
+}
+
+fn default_relation() -> Relation {
+    Relation::ChangeOne
+}
+fn default_measure() -> Measure {
+    Measure::Pure
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Address of the `/metrics` listener; empty disables it.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: default_listen(),
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:9898".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    #[serde(default = "default_max_bytes")]
+    pub max_message_bytes: usize,
+    #[serde(default = "default_max_readings")]
+    pub max_readings_per_message: usize,
+    /// Readings whose event time is this much older than the end of the
+    /// stream's last released window are dead-lettered as too old.
+    #[serde(default = "default_lateness")]
+    pub max_lateness: String,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_message_bytes: default_max_bytes(),
+            max_readings_per_message: default_max_readings(),
+            max_lateness: default_lateness(),
+        }
+    }
+}
+
+fn default_max_bytes() -> usize {
+    1 << 20
+}
+fn default_max_readings() -> usize {
+    10_000
+}
+fn default_lateness() -> String {
+    "1h".into()
+}
+
+/// A validated configuration with its calibrated plan.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub config: Config,
+    pub plan: Plan,
+    pub horizon: Duration,
+    pub max_lateness: Duration,
+    /// Per stream (same order as `plan.streams`): window timeout, if any.
+    pub window_timeouts: Vec<Option<Duration>>,
+}
+
+fn duration(field: &str, text: &str) -> Result<Duration> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| anyhow!("{field}: {text:?} is not a duration ({e}); e.g. \"24h\", \"5m\""))?;
+    if d.is_zero() {
+        bail!("{field}: must be longer than zero");
+    }
+    Ok(d)
+}
+
+fn nonempty(field: &str, v: &str) -> Result<()> {
+    if v.trim().is_empty() {
+        bail!("{field}: must not be empty");
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parse TOML text (errors name the line and field).
+    pub fn parse(text: &str) -> Result<Config> {
+        toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))
+    }
+
+    /// Read and parse a file.
+    pub fn load(path: &Path) -> Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// The budget as the accountant sees it.
+    pub fn budget(&self) -> Result<Budget> {
+        let p = &self.privacy;
+        Ok(match p.measure {
+            Measure::Pure => {
+                if p.rho_per_device.is_some() {
+                    bail!("privacy.rho_per_device: given with measure = \"pure\"; use epsilon_per_device");
+                }
+                Budget {
+                    measure: Measure::Pure,
+                    per_horizon: p.epsilon_per_device.ok_or_else(|| {
+                        anyhow!("privacy.epsilon_per_device: required when measure = \"pure\"")
+                    })?,
+                    delta: 0.0,
+                }
+            }
+            Measure::Zcdp => {
+                if p.epsilon_per_device.is_some() {
+                    bail!("privacy.epsilon_per_device: given with measure = \"zcdp\"; use rho_per_device and delta");
+                }
+                Budget {
+                    measure: Measure::Zcdp,
+                    per_horizon: p.rho_per_device.ok_or_else(|| {
+                        anyhow!("privacy.rho_per_device: required when measure = \"zcdp\"")
+                    })?,
+                    delta: p.delta.ok_or_else(|| {
+                        anyhow!("privacy.delta: required when measure = \"zcdp\"")
+                    })?,
+                }
+            }
+        })
+    }
+
+    /// Validate everything and calibrate the plan.
+    pub fn validate(self) -> Result<Validated> {
+        let k = &self.kafka;
+        nonempty("kafka.brokers", &k.brokers)?;
+        nonempty("kafka.input_topic", &k.input_topic)?;
+        nonempty("kafka.output_topic", &k.output_topic)?;
+        nonempty("kafka.dead_letter_topic", &k.dead_letter_topic)?;
+        nonempty("kafka.group_id", &k.group_id)?;
+        let topics = [&k.input_topic, &k.output_topic, &k.dead_letter_topic];
+        if topics[0] == topics[1] || topics[0] == topics[2] || topics[1] == topics[2] {
+            bail!("kafka: input_topic, output_topic and dead_letter_topic must be three different topics");
+        }
+        if self.streams.is_empty() {
+            bail!("stream: declare at least one [[stream]]");
+        }
+        if self.limits.max_message_bytes == 0 {
+            bail!("limits.max_message_bytes: must be > 0");
+        }
+        if self.limits.max_readings_per_message == 0 {
+            bail!("limits.max_readings_per_message: must be > 0");
+        }
+        let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
+        let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;
+        let privacy = PrivacySpec {
+            relation: self.privacy.relation,
+            budget: self.budget()?,
+        };
+        let plan = plan(&privacy, &self.streams).map_err(|e| anyhow!("{e}"))?;
+        let window_timeouts = self
+            .streams
+            .iter()
+            .map(|s| {
+                s.window_timeout
+                    .as_deref()
+                    .map(|t| duration("stream.window_timeout", t))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        Ok(Validated {
+            config: self,
+            plan,
+            horizon,
+            max_lateness,
+            window_timeouts,
+        })
+    }
+
+    /// Load the release key; production refuses to run without one.
+    pub fn release_key(&self) -> Result<ReleaseKey> {
+        let p = &self.privacy;
+        if let Some(var) = &p.key_env {
+            let v = std::env::var(var)
+                .map_err(|_| anyhow!("privacy.key_env: environment variable {var} is not set"))?;
+            return ReleaseKey::from_hex(&v).map_err(|e| anyhow!("privacy.key_env ({var}): {e}"));
+        }
+        if let Some(path) = &p.key_file {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!(
+                    "privacy.key_file: cannot read {} (create one with `fleetdp keygen --out {}`)",
+                    path.display(),
+                    path.display()
+                )
+            })?;
+            return ReleaseKey::from_hex(&text)
+                .map_err(|e| anyhow!("privacy.key_file {}: {e}", path.display()));
+        }
+        bail!("privacy: no release key; set key_file or key_env (FleetDP refuses to release without a secret key)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub const SAMPLE: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+input_topic = "readings"
+output_topic = "releases"
+dead_letter_topic = "readings.dlq"
+
+[privacy]
+epsilon_per_device = 1.0
+horizon = "24h"
+key_env = "FLEETDP_TEST_KEY"
+
+[[stream]]
+name = "cabin_temp_c"
+lower = -40.0
+upper = 85.0
+resolution = 0.1
+window_size = 1000
+max_readings_per_device = 1
+max_windows_per_device = 24
+statistics = ["mean", "std", "histogram", "quantiles"]
+histogram_edges = [-40, 0, 10, 20, 30, 40, 85]
+quantiles = [0.5, 0.9]
+"#;
+
+    #[test]
+    fn sample_validates() {
+        let v = Config::parse(SAMPLE).unwrap().validate().unwrap();
+        assert_eq!(v.horizon, Duration::from_secs(86_400));
+        assert_eq!(v.plan.streams.len(), 1);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (
+                SAMPLE.replace("horizon = \"24h\"", "horizon = \"often\""),
+                "privacy.horizon",
+            ),
+            (
+                SAMPLE.replace("epsilon_per_device = 1.0", ""),
+                "privacy.epsilon_per_device",
+            ),
+            (
+                SAMPLE.replace(
+                    "epsilon_per_device = 1.0",
+                    "epsilon_per_device = 1.0\nmeasure = \"zcdp\"",
+                ),
+                "privacy.epsilon_per_device",
+            ),
+            (
+                SAMPLE.replace("output_topic = \"releases\"", "output_topic = \"readings\""),
+                "kafka",
+            ),
+            (
+                SAMPLE.replace("resolution = 0.1", "resolution = 0.3"),
+                "lower",
+            ),
+            (
+                SAMPLE.replace("window_size = 1000", "window_size = 1000\nwindow_sise = 3"),
+                "window_sise",
+            ),
+            (
+                SAMPLE.replace(
+                    "max_windows_per_device = 24",
+                    "max_windows_per_device = 24\nbudget_share = 1.5",
+                ),
+                "budget_share",
+            ),
+        ];
+        for (text, field) in cases {
+            let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+            let msg = format!("{err:#}");
+            assert!(msg.contains(field), "expected {field:?} in: {msg}");
+        }
+    }
+
+    #[test]
+    fn key_is_required() {
+        let mut c = Config::parse(SAMPLE).unwrap();
+        c.privacy.key_env = None;
+        assert!(format!("{:#}", c.release_key().unwrap_err()).contains("no release key"));
+        c.privacy.key_env = Some("FLEETDP_SURELY_UNSET_VAR".into());
+        assert!(format!("{:#}", c.release_key().unwrap_err()).contains("FLEETDP_SURELY_UNSET_VAR"));
+    }
+}

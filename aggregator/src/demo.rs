@@ -1,0 +1,178 @@
+//! `fleetdp demo`: an in-process Kafka (librdkafka's mock cluster), a
+//! simulated fleet, the pipeline and `/metrics`, with each release printed as
+//! it lands next to the true value (the demo owns its data). Stops by itself.
+
+use crate::config::{Config, Validated};
+use crate::dp::rng::ReleaseKey;
+use crate::kafka;
+use crate::pipeline::{Options, Pipeline, ReleaseEvent};
+use crate::sim::{Fleet, FleetSpec};
+use anyhow::{Context, Result};
+use rdkafka::mocking::MockCluster;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// The demo's configuration, embedded.
+pub const DEMO_CONFIG: &str = include_str!("../../deploy/demo.toml");
+
+/// Demo settings.
+#[derive(Debug, Clone)]
+pub struct DemoOptions {
+    pub duration: Duration,
+    pub devices: usize,
+    /// Real seconds per simulated round (every device reports every stream once).
+    pub round_seconds: f64,
+    pub listen: Option<String>,
+    pub seed: u64,
+}
+
+/// The demo configuration pointed at `brokers`.
+pub fn demo_config(brokers: &str) -> Result<Validated> {
+    let mut c = Config::parse(DEMO_CONFIG).context("embedded demo config")?;
+    c.kafka.brokers = brokers.to_string();
+    c.validate()
+}
+
+fn fmt_stat(r: &proto::Statistic, truth: Option<&crate::dp::release::ReleasedStatistic>) -> String {
+    let name = match r.level {
+        Some(q) => format!("p{}", (q * 100.0).round()),
+        None => r.name.clone(),
+    };
+    if r.name == "histogram" {
+        let v: Vec<String> = r.values.iter().map(|x| format!("{x:.0}")).collect();
+        let t: Vec<String> = truth
+            .map(|t| t.values.iter().map(|x| format!("{x:.0}")).collect())
+            .unwrap_or_default();
+        return format!("hist [{}] (true [{}])", v.join(" "), t.join(" "));
+    }
+    let v = r.values.first().copied().unwrap_or(f64::NAN);
+    let hw = r
+        .half_width
+        .map(|h| format!(" ± {h:.2}"))
+        .unwrap_or_default();
+    let t = truth
+        .and_then(|t| t.values.first())
+        .map(|x| format!(" (true {x:.2})"))
+        .unwrap_or_default();
+    format!("{name} {v:.2}{hw}{t}")
+}
+
+fn print_release(started: Instant, e: &ReleaseEvent) {
+    let r = &e.release;
+    let stats: Vec<String> = r
+        .statistics
+        .iter()
+        .enumerate()
+        .map(|(i, s)| fmt_stat(s, e.truth.as_ref().and_then(|t| t.get(i))))
+        .collect();
+    println!(
+        "[{:>5.1}s] {:<13} p{} #{:<3} n={} {}",
+        started.elapsed().as_secs_f64(),
+        r.stream,
+        r.partition,
+        r.window_seq,
+        r.n,
+        stats.join(" · ")
+    );
+}
+
+/// Run the demo; blocks until it ends.
+pub fn run(opts: DemoOptions) -> Result<()> {
+    // The mock cluster is not Send: it lives on this thread for the whole run.
+    let mock = MockCluster::new(1).context("starting the in-process Kafka cluster")?;
+    let brokers = mock.bootstrap_servers();
+    let v = demo_config(&brokers)?;
+    let k = &v.config.kafka;
+    mock.create_topic(&k.input_topic, 2, 1)?;
+    mock.create_topic(&k.output_topic, 2, 1)?;
+    mock.create_topic(&k.dead_letter_topic, 1, 1)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .build()?;
+    let result = rt.block_on(run_async(v, opts));
+    drop(rt);
+    drop(mock);
+    result
+}
+
+async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
+    println!(
+        "FleetDP demo: in-process Kafka, {} simulated devices, {} s.",
+        opts.devices,
+        opts.duration.as_secs()
+    );
+    if let Some(addr) = &opts.listen {
+        match crate::http::serve_metrics(addr) {
+            Ok(a) => println!("Prometheus metrics: http://{a}/metrics"),
+            Err(e) => println!("(metrics listener not started: {e:#})"),
+        }
+    }
+    println!("{}", crate::report::PlanReport::new(&v).to_text());
+    println!("Releases as they land (value ± 95% half-width, true value alongside):");
+    let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
+    let input = v.config.kafka.input_topic.clone();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let pipeline = std::sync::Arc::new(Pipeline::new(v, ReleaseKey::ephemeral()));
+    let p = pipeline.clone();
+    let rx = stop_rx.clone();
+    let service = tokio::spawn(async move {
+        p.run(
+            rx,
+            Options {
+                events: Some(ev_tx),
+                with_truth: true,
+            },
+        )
+        .await
+    });
+    let spec = FleetSpec {
+        devices: opts.devices,
+        seed: opts.seed,
+        ..FleetSpec::default()
+    };
+    let mut fleet = Fleet::new(spec);
+    let rate = fleet.round_len() as f64 / opts.round_seconds;
+    let sim_rx = stop_rx.clone();
+    let producer = tokio::spawn(async move {
+        kafka::produce_fleet(&base, &input, &mut fleet, rate, None, None, sim_rx, |_| {}).await
+    });
+
+    let started = Instant::now();
+    let mut progress = tokio::time::interval(Duration::from_secs(5));
+    let deadline = tokio::time::sleep(opts.duration);
+    tokio::pin!(deadline);
+    let c = pipeline.counters.clone();
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        tokio::select! {
+            Some(e) = ev_rx.recv() => print_release(started, &e),
+            _ = progress.tick() => println!(
+                "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by caps, {} windows released",
+                started.elapsed().as_secs_f64(),
+                c.messages.load(Ordering::Relaxed),
+                c.readings_accepted.load(Ordering::Relaxed),
+                c.dead_letters_total(),
+                c.dropped_window_cap.load(Ordering::Relaxed) + c.dropped_horizon_cap.load(Ordering::Relaxed),
+                c.windows_released.load(Ordering::Relaxed),
+            ),
+            _ = &mut deadline => break,
+            _ = &mut ctrl_c => break,
+        }
+    }
+    let _ = stop_tx.send(true);
+    producer.await??;
+    service.await??;
+    while let Ok(e) = ev_rx.try_recv() {
+        print_release(started, &e);
+    }
+    println!(
+        "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
+        c.messages.load(Ordering::Relaxed),
+        c.windows_released.load(Ordering::Relaxed),
+        c.dead_letters_total()
+    );
+    Ok(())
+}

@@ -1,0 +1,252 @@
+//! Kafka plumbing shared by the service, the simulator, the demo and the
+//! tests: client configuration, topic creation, and reading the release
+//! ledger (the output topic) to find where each (stream, partition) resumes.
+
+use crate::window::Resume;
+use anyhow::{anyhow, Context, Result};
+use prost::Message as _;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// Header naming a payload's encoding.
+pub const CONTENT_TYPE: &str = "content-type";
+
+/// A base client configuration: brokers plus extra properties.
+pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    for (k, v) in properties {
+        c.set(k, v);
+    }
+    c
+}
+
+/// Value of a header, if present and UTF-8.
+pub fn header<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
+    let h = msg.headers()?;
+    (0..h.count())
+        .filter_map(|i| h.try_get(i))
+        .find(|h| h.key.eq_ignore_ascii_case(name))
+        .and_then(|h| std::str::from_utf8(h.value?).ok())
+}
+
+/// Create topics that do not exist yet (demo and tests; production topics are
+/// the operator's).
+pub async fn ensure_topics(config: &ClientConfig, topics: &[(&str, i32)]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().context("creating admin client")?;
+    let new: Vec<NewTopic> = topics
+        .iter()
+        .map(|(name, parts)| NewTopic::new(name, *parts, TopicReplication::Fixed(1)))
+        .collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    for r in admin
+        .create_topics(&new, &opts)
+        .await
+        .context("creating topics")?
+    {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => return Err(anyhow!("creating topic {t}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// Partition count of a topic, or an error naming it when it does not exist.
+pub fn partition_count(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> Result<usize> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .with_context(|| format!("fetching metadata of topic {topic}"))?;
+        let n = md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic)
+            .map(|t| t.partitions().len())
+            .unwrap_or(0);
+        if n > 0 {
+            return Ok(n);
+        }
+        if Instant::now() > deadline {
+            return Err(anyhow!(
+                "topic {topic} does not exist (or has no partitions)"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A release as recorded in the ledger.
+pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<proto::WindowRelease> {
+    if content_type.is_some_and(|c| c.starts_with("application/json")) {
+        Ok(serde_json::from_slice::<proto::WindowRelease>(payload)?)
+    } else {
+        Ok(proto::WindowRelease::decode(payload)?)
+    }
+}
+
+/// Read the whole output topic and return, per (stream, input partition),
+/// the last released window. Blocking; call from a blocking context.
+pub fn read_ledger(
+    config: &ClientConfig,
+    output_topic: &str,
+) -> Result<HashMap<(String, i32), Resume>> {
+    let mut c = config.clone();
+    c.set("group.id", "fleetdp-ledger-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let consumer: BaseConsumer = c.create().context("creating ledger reader")?;
+    let parts = partition_count(&consumer, output_topic, Duration::from_secs(10))?;
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = HashMap::new();
+    for p in 0..parts as i32 {
+        let (low, high) = consumer
+            .fetch_watermarks(output_topic, p, Duration::from_secs(10))
+            .with_context(|| format!("watermarks of {output_topic}/{p}"))?;
+        if high > low {
+            tpl.add_partition_offset(output_topic, p, Offset::Offset(low))?;
+            remaining.insert(p, high);
+        }
+    }
+    let mut ledger: HashMap<(String, i32), Resume> = HashMap::new();
+    if remaining.is_empty() {
+        return Ok(ledger);
+    }
+    consumer.assign(&tpl)?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !remaining.is_empty() {
+        if Instant::now() > deadline {
+            return Err(anyhow!(
+                "timed out reading the release ledger from {output_topic}"
+            ));
+        }
+        let Some(msg) = consumer.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let msg = msg.context("reading the release ledger")?;
+        if let Some(payload) = msg.payload() {
+            let r = decode_release(payload, header(&msg, CONTENT_TYPE)).with_context(|| {
+                format!(
+                    "release at {output_topic}/{}@{} is not decodable",
+                    msg.partition(),
+                    msg.offset()
+                )
+            })?;
+            let entry = ledger
+                .entry((r.stream.clone(), r.partition))
+                .or_insert(Resume {
+                    last_seq: r.window_seq,
+                    last_offset: r.last_offset,
+                    last_event_ms: r.last_event_time_ms,
+                });
+            if r.window_seq >= entry.last_seq {
+                *entry = Resume {
+                    last_seq: r.window_seq,
+                    last_offset: r.last_offset,
+                    last_event_ms: r.last_event_time_ms,
+                };
+            }
+        }
+        if remaining
+            .get(&msg.partition())
+            .is_some_and(|&h| msg.offset() + 1 >= h)
+        {
+            remaining.remove(&msg.partition());
+        }
+    }
+    Ok(ledger)
+}
+
+/// Produce a simulated fleet's messages to `topic` at `rate` messages per
+/// second (0: as fast as possible) until `limit` messages, `duration` or
+/// shutdown; reports progress through `on_progress(sent)`. Returns how many
+/// were sent (all delivered: the producer is flushed).
+pub async fn produce_fleet(
+    config: &ClientConfig,
+    topic: &str,
+    fleet: &mut crate::sim::Fleet,
+    rate: f64,
+    limit: Option<u64>,
+    duration: Option<Duration>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    mut on_progress: impl FnMut(u64),
+) -> Result<u64> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let mut pc = config.clone();
+    pc.set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "1000000");
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        pc.create().context("creating producer")?;
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut last_report = Instant::now();
+    let tick = Duration::from_millis(10);
+    loop {
+        if *shutdown.borrow()
+            || limit.is_some_and(|l| sent >= l)
+            || duration.is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+        // Messages due by now at the requested rate.
+        let due = if rate > 0.0 {
+            ((started.elapsed().as_secs_f64() + tick.as_secs_f64()) * rate) as u64
+        } else {
+            sent + 10_000
+        };
+        let due = limit.map_or(due, |l| due.min(l));
+        while sent < due {
+            let m = fleet.next_message();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: CONTENT_TYPE,
+                value: Some(m.content_type),
+            });
+            let mut record = BaseRecord::to(topic)
+                .key(&m.key)
+                .payload(&m.payload)
+                .headers(headers);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                        r,
+                    )) => {
+                        record = r;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    Err((e, _)) => return Err(anyhow!("producing to {topic}: {e}")),
+                }
+            }
+            sent += 1;
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            on_progress(sent);
+            last_report = Instant::now();
+        }
+        if rate > 0.0 {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = shutdown.changed() => {}
+            }
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+    let p = producer;
+    tokio::task::spawn_blocking(move || p.flush(Duration::from_secs(60)))
+        .await?
+        .context("flushing the simulator's producer")?;
+    on_progress(sent);
+    Ok(sent)
+}

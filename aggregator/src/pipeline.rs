@@ -1,0 +1,578 @@
+//! The streaming pipeline: consume readings, decode, validate, top-code,
+//! bound contributions, window, release through the privacy core, publish,
+//! then commit input offsets no further than the oldest open window.
+//!
+//! Bad input never stops it: each rejected message goes to the dead-letter
+//! topic with its original bytes and a reason header before its offset can
+//! be committed. Logs carry counts, offsets and latencies, never values.
+
+use crate::config::{OutputFormat, Validated};
+use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
+use crate::dp::rational;
+use crate::dp::release::{ReleasedStatistic, StatKind, StreamPlan};
+use crate::dp::rng::ReleaseKey;
+use crate::dp::universe::TopCoder;
+use crate::kafka::{self, CONTENT_TYPE};
+use crate::window::{Admission, ClosedWindow, StreamRules, Windower};
+use anyhow::{anyhow, Context, Result};
+use ingest::{Decoder, Limits, Reason, Rejection};
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, watch};
+
+/// Operational counters (public figures only), mirrored to Prometheus.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub messages: AtomicU64,
+    pub bytes: AtomicU64,
+    pub readings_accepted: AtomicU64,
+    pub already_released: AtomicU64,
+    pub dropped_window_cap: AtomicU64,
+    pub dropped_horizon_cap: AtomicU64,
+    pub windows_released: AtomicU64,
+    dead_letters: [AtomicU64; Reason::ALL.len()],
+}
+
+impl Counters {
+    pub fn dead_letters(&self, reason: Reason) -> u64 {
+        let i = Reason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .expect("known reason");
+        self.dead_letters[i].load(Ordering::Relaxed)
+    }
+
+    pub fn dead_letters_total(&self) -> u64 {
+        self.dead_letters
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn add_dead_letter(&self, reason: Reason) {
+        let i = Reason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .expect("known reason");
+        self.dead_letters[i].fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("fleetdp_dead_letters_total", "reason" => reason.as_str()).increment(1);
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}
+
+/// A release as it was published, for in-process observers (the demo, tests).
+#[derive(Debug, Clone)]
+pub struct ReleaseEvent {
+    pub release: proto::WindowRelease,
+    /// The noise-free statistics. Only when [`Options::with_truth`] is set
+    /// (the demo owns its data); never published anywhere.
+    pub truth: Option<Vec<ReleasedStatistic>>,
+}
+
+/// How to run.
+#[derive(Debug, Default)]
+pub struct Options {
+    pub events: Option<mpsc::UnboundedSender<ReleaseEvent>>,
+    pub with_truth: bool,
+}
+
+/// The service, ready to run.
+pub struct Pipeline {
+    v: Arc<Validated>,
+    key: ReleaseKey,
+    pub counters: Arc<Counters>,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Rules of each stream for the windower.
+pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
+    v.plan
+        .streams
+        .iter()
+        .zip(&v.window_timeouts)
+        .map(|(s, t)| StreamRules {
+            name: s.spec.name.clone(),
+            window_size: s.spec.window_size as usize,
+            max_readings_per_device: s.spec.max_readings_per_device,
+            max_windows_per_device: s.spec.max_windows_per_device,
+            midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
+            timeout_ms: t.map(|d| d.as_millis() as i64),
+        })
+        .collect()
+}
+
+/// The published form of a window's release.
+pub fn build_release(
+    v: &Validated,
+    stream: &StreamPlan,
+    w: &ClosedWindow,
+    stats: &[ReleasedStatistic],
+) -> proto::WindowRelease {
+    let plan = &v.plan;
+    let budget = &plan.privacy.budget;
+    let per_horizon = rational::to_f64(&plan.per_horizon);
+    let statistics = stats
+        .iter()
+        .map(|s| proto::Statistic {
+            name: s.name.clone(),
+            values: s.values.clone(),
+            level: s.level,
+            mechanism: s.mechanism.clone(),
+            sensitivity: s.sensitivity,
+            scale: s.scale,
+            spent: s.spent,
+            half_width: s.half_width,
+            bin_edges: if s.name == StatKind::Histogram.name() {
+                stream.spec.histogram_edges.clone()
+            } else {
+                vec![]
+            },
+        })
+        .collect();
+    proto::WindowRelease {
+        stream: stream.spec.name.clone(),
+        partition: w.partition,
+        window_seq: w.seq,
+        first_offset: w.first_offset,
+        last_offset: w.last_offset,
+        first_event_time_ms: w.first_event_ms,
+        last_event_time_ms: w.last_event_ms,
+        n: w.values.len() as u64,
+        padded: w.padded,
+        statistics,
+        guarantee: Some(proto::Guarantee {
+            relation: plan.privacy.relation.to_string(),
+            unit: "device".into(),
+            measure: match budget.measure {
+                Measure::Pure => "pure".into(),
+                Measure::Zcdp => "zcdp".into(),
+            },
+            per_window: rational::to_f64(&stream.per_window),
+            per_horizon,
+            delta: budget.delta,
+            epsilon_at_delta: match budget.measure {
+                Measure::Pure => per_horizon,
+                Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),
+            },
+            horizon_seconds: v.horizon.as_secs(),
+            max_readings_per_device: stream.spec.max_readings_per_device,
+            max_windows_per_device: stream.spec.max_windows_per_device,
+        }),
+        released_at_ms: now_ms(),
+    }
+}
+
+/// Encode a release for the output topic; returns (payload, content type).
+pub fn encode_release(r: &proto::WindowRelease, format: OutputFormat) -> (Vec<u8>, &'static str) {
+    match format {
+        OutputFormat::Protobuf => (
+            r.encode_to_vec(),
+            "application/vnd.fleetdp.release+protobuf",
+        ),
+        OutputFormat::Json => (
+            serde_json::to_vec(r).expect("releases serialise"),
+            "application/json",
+        ),
+    }
+}
+
+struct Sinks<'a> {
+    producer: &'a FutureProducer,
+    output_partitions: i32,
+}
+
+impl Pipeline {
+    pub fn new(v: Validated, key: ReleaseKey) -> Self {
+        Self {
+            v: Arc::new(v),
+            key,
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    pub fn validated(&self) -> &Validated {
+        &self.v
+    }
+
+    fn client_config(&self) -> rdkafka::ClientConfig {
+        let k = &self.v.config.kafka;
+        kafka::client_config(&k.brokers, &k.properties)
+    }
+
+    /// Run until `shutdown` turns true; then finish the message in hand,
+    /// commit and return.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>, opts: Options) -> Result<()> {
+        let v = &self.v;
+        let kc = &v.config.kafka;
+        let base = self.client_config();
+
+        // Where each (stream, partition) resumes: the release ledger.
+        let ledger = {
+            let (base, topic) = (base.clone(), kc.output_topic.clone());
+            tokio::task::spawn_blocking(move || kafka::read_ledger(&base, &topic))
+                .await?
+                .context("reading the release ledger (kafka.output_topic)")?
+        };
+        let names: HashMap<String, usize> = v
+            .plan
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.spec.name.clone(), i))
+            .collect();
+        let mut windower = Windower::new(stream_rules(v), v.horizon.as_millis() as i64);
+        for ((stream, partition), r) in &ledger {
+            if let Some(&i) = names.get(stream) {
+                windower.resume(i, *partition, *r);
+            }
+        }
+        tracing::info!(resumed = ledger.len(), "release ledger read");
+
+        let output_partitions = {
+            let mut c = base.clone();
+            c.set("group.id", "fleetdp-metadata");
+            let md: BaseConsumer = c.create()?;
+            let topic = kc.output_topic.clone();
+            tokio::task::spawn_blocking(move || {
+                kafka::partition_count(&md, &topic, Duration::from_secs(10))
+            })
+            .await?? as i32
+        };
+
+        let mut pc = base.clone();
+        pc.set("enable.idempotence", "true").set("linger.ms", "5");
+        let producer: FutureProducer = pc.create().context("creating producer")?;
+
+        let mut cc = base.clone();
+        cc.set("group.id", &kc.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("partition.assignment.strategy", "cooperative-sticky");
+        for (k, val) in &kc.consumer_properties {
+            cc.set(k, val);
+        }
+        let consumer: StreamConsumer = cc.create().context("creating consumer")?;
+        consumer
+            .subscribe(&[&kc.input_topic])
+            .with_context(|| format!("subscribing to {}", kc.input_topic))?;
+
+        let decoder = Decoder::new(
+            names.keys().cloned(),
+            kc.input_format,
+            Limits {
+                max_message_bytes: v.config.limits.max_message_bytes,
+                max_readings_per_message: v.config.limits.max_readings_per_message,
+                ..Limits::default()
+            },
+        );
+        let coders: Vec<TopCoder> = v.plan.streams.iter().map(|s| s.top_coder()).collect();
+        let lateness_ms = v.max_lateness.as_millis() as i64;
+        let sinks = Sinks {
+            producer: &producer,
+            output_partitions,
+        };
+        let mut next_offset: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut last_commit = Instant::now();
+        let mut closed = Vec::new();
+        let mut units = Vec::new();
+        tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
+
+        loop {
+            let msg = tokio::select! {
+                _ = shutdown.changed() => break,
+                m = consumer.recv() => m,
+            };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer error; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            let (partition, offset) = (msg.partition(), msg.offset());
+            let payload = msg.payload().unwrap_or(&[]);
+            self.counters.messages.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .bytes
+                .fetch_add(payload.len() as u64, Ordering::Relaxed);
+            metrics::counter!("fleetdp_messages_total").increment(1);
+            metrics::counter!("fleetdp_bytes_total").increment(payload.len() as u64);
+
+            let outcome = decoder
+                .decode(payload, kafka::header(&msg, CONTENT_TYPE))
+                .and_then(|readings| {
+                    // Top-code and check lateness for the whole message first: it
+                    // is accepted whole or dead-lettered whole.
+                    units.clear();
+                    for (i, r) in readings.iter().enumerate() {
+                        let s = names[&r.stream];
+                        let t = coders[s].top_code(r.value).map_err(|_| {
+                            Rejection::new(
+                                Reason::NotFinite,
+                                format!("reading {i}: value is NaN or infinite"),
+                            )
+                        })?;
+                        if windower.is_too_old(s, partition, r.event_time_ms, lateness_ms) {
+                            return Err(Rejection::new(
+                                Reason::TooOld,
+                                format!(
+                                    "reading {i}: event time is older than the allowed lateness"
+                                ),
+                            ));
+                        }
+                        units.push((s, t.units));
+                    }
+                    Ok(readings)
+                });
+            match outcome {
+                Err(rejection) => self.dead_letter(&producer, &msg, &rejection).await?,
+                Ok(readings) => {
+                    for (r, &(s, u)) in readings.iter().zip(&units) {
+                        let admission = windower.admit(
+                            s,
+                            partition,
+                            offset,
+                            &r.device_id,
+                            u,
+                            r.event_time_ms,
+                            &mut closed,
+                        );
+                        self.count_admission(admission, &v.plan.streams[s].spec.name);
+                    }
+                }
+            }
+            let released_any = !closed.is_empty();
+            for w in closed.drain(..) {
+                self.release(&sinks, w, &opts).await?;
+            }
+            next_offset.insert(partition, offset + 1);
+            if released_any || last_commit.elapsed() > Duration::from_secs(1) {
+                self.commit(
+                    &consumer,
+                    &windower,
+                    &next_offset,
+                    &mut committed,
+                    CommitMode::Async,
+                );
+                last_commit = Instant::now();
+            }
+        }
+        tracing::info!("shutting down: committing and flushing");
+        self.commit(
+            &consumer,
+            &windower,
+            &next_offset,
+            &mut committed,
+            CommitMode::Sync,
+        );
+        use rdkafka::producer::Producer;
+        producer
+            .flush(Timeout::After(Duration::from_secs(30)))
+            .context("flushing producer")?;
+        Ok(())
+    }
+
+    fn count_admission(&self, a: Admission, stream: &str) {
+        let c = &self.counters;
+        match a {
+            Admission::Accepted => {
+                c.readings_accepted.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("fleetdp_readings_accepted_total", "stream" => stream.to_string()).increment(1);
+            }
+            Admission::AlreadyReleased => {
+                c.already_released.fetch_add(1, Ordering::Relaxed);
+            }
+            Admission::DroppedWindowCap => {
+                c.dropped_window_cap.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("fleetdp_readings_dropped_total", "stream" => stream.to_string(), "reason" => "per_window_cap").increment(1);
+            }
+            Admission::DroppedHorizonCap => {
+                c.dropped_horizon_cap.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!("fleetdp_readings_dropped_total", "stream" => stream.to_string(), "reason" => "per_horizon_cap").increment(1);
+            }
+        }
+    }
+
+    fn commit(
+        &self,
+        consumer: &StreamConsumer,
+        windower: &Windower,
+        next_offset: &BTreeMap<i32, i64>,
+        committed: &mut BTreeMap<i32, i64>,
+        mode: CommitMode,
+    ) {
+        let topic = &self.v.config.kafka.input_topic;
+        let mut tpl = TopicPartitionList::new();
+        for (&p, &next) in next_offset {
+            let at = windower.committable(p, next);
+            if committed.get(&p) != Some(&at) {
+                let _ = tpl.add_partition_offset(topic, p, Offset::Offset(at));
+                committed.insert(p, at);
+            }
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = consumer.commit(&tpl, mode) {
+                // Not fatal: a later commit covers it; a restart replays and
+                // the ledger plus keyed noise make the replay harmless.
+                tracing::warn!(error = %e, "offset commit failed");
+                metrics::counter!("fleetdp_commit_errors_total").increment(1);
+                committed.clear();
+            }
+        }
+    }
+
+    async fn release(&self, sinks: &Sinks<'_>, w: ClosedWindow, opts: &Options) -> Result<()> {
+        let started = Instant::now();
+        let stream = &self.v.plan.streams[w.stream];
+        let stats = stream.release(&self.key, w.partition, w.seq, &w.values);
+        let release = build_release(&self.v, stream, &w, &stats);
+        let (payload, ct) = encode_release(&release, self.v.config.kafka.output_format);
+        let key = proto::release_key(&stream.spec.name, w.partition, w.seq);
+        let out_partition = w.partition.rem_euclid(sinks.output_partitions);
+        publish(
+            sinks.producer,
+            &self.v.config.kafka.output_topic,
+            key.as_bytes(),
+            &payload,
+            Some(out_partition),
+            OwnedHeaders::new().insert(Header {
+                key: CONTENT_TYPE,
+                value: Some(ct),
+            }),
+        )
+        .await?;
+        let latency = started.elapsed();
+        self.counters
+            .windows_released
+            .fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("fleetdp_windows_released_total", "stream" => stream.spec.name.clone())
+            .increment(1);
+        metrics::histogram!("fleetdp_release_latency_seconds").record(latency.as_secs_f64());
+        tracing::info!(
+            stream = %stream.spec.name,
+            partition = w.partition,
+            window_seq = w.seq,
+            n = w.values.len(),
+            padded = w.padded,
+            latency_ms = latency.as_secs_f64() * 1e3,
+            "window released"
+        );
+        if let Some(tx) = &opts.events {
+            let truth = opts.with_truth.then(|| stream.truth(&w.values));
+            let _ = tx.send(ReleaseEvent { release, truth });
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(
+        &self,
+        producer: &FutureProducer,
+        msg: &BorrowedMessage<'_>,
+        rejection: &Rejection,
+    ) -> Result<()> {
+        let kc = &self.v.config.kafka;
+        let (partition, offset) = (msg.partition().to_string(), msg.offset().to_string());
+        let mut headers = OwnedHeaders::new();
+        if let Some(h) = msg.headers() {
+            use rdkafka::message::Headers;
+            for i in 0..h.count() {
+                if let Some(hd) = h.try_get(i) {
+                    headers = headers.insert(Header {
+                        key: hd.key,
+                        value: hd.value,
+                    });
+                }
+            }
+        }
+        let headers = headers
+            .insert(Header {
+                key: "fleetdp-reason",
+                value: Some(rejection.reason.as_str()),
+            })
+            .insert(Header {
+                key: "fleetdp-detail",
+                value: Some(rejection.detail.as_str()),
+            })
+            .insert(Header {
+                key: "fleetdp-source-topic",
+                value: Some(kc.input_topic.as_str()),
+            })
+            .insert(Header {
+                key: "fleetdp-source-partition",
+                value: Some(partition.as_str()),
+            })
+            .insert(Header {
+                key: "fleetdp-source-offset",
+                value: Some(offset.as_str()),
+            });
+        publish(
+            producer,
+            &kc.dead_letter_topic,
+            msg.key().unwrap_or(&[]),
+            msg.payload().unwrap_or(&[]),
+            None,
+            headers,
+        )
+        .await?;
+        self.counters.add_dead_letter(rejection.reason);
+        Ok(())
+    }
+}
+
+/// Produce one record and wait for the broker's ack, retrying with backoff;
+/// an error after the retries is fatal (nothing was committed past it).
+async fn publish(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &[u8],
+    payload: &[u8],
+    partition: Option<i32>,
+    headers: OwnedHeaders,
+) -> Result<()> {
+    let mut backoff = Duration::from_millis(100);
+    for attempt in 1..=8 {
+        let mut record = FutureRecord::to(topic)
+            .key(key)
+            .payload(payload)
+            .headers(headers.clone());
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        match producer
+            .send(record, Timeout::After(Duration::from_secs(30)))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err((e, _)) => {
+                metrics::counter!("fleetdp_produce_errors_total", "topic" => topic.to_string())
+                    .increment(1);
+                tracing::warn!(topic, attempt, error = %e, "produce failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+    Err(anyhow!(
+        "producing to {topic} failed after retries; exiting so an orchestrator can restart"
+    ))
+}

@@ -1,0 +1,367 @@
+//! Windowing and contribution bounding per (stream, input partition): cuts
+//! blocks of exactly `n` accepted readings at deterministic offsets, drops a
+//! device's readings beyond `k` per window and beyond `W` windows per
+//! horizon, and says how far the input may be committed.
+//!
+//! Privacy argument: after bounding, one device is at most `k` records of any
+//! window and touches at most `W` windows of a stream per horizon (aligned
+//! intervals of event time), which is what the sensitivities and the
+//! accountant assume. Everything here is decided by public data (arrival
+//! order, offsets, device ids, event times), never by values, so replaying
+//! the same input rebuilds the same windows and the keyed noise repeats.
+
+use std::collections::HashMap;
+
+/// Per-stream settings the windower needs (public parameters).
+#[derive(Debug, Clone)]
+pub struct StreamRules {
+    pub name: String,
+    pub window_size: usize,
+    pub max_readings_per_device: u32,
+    pub max_windows_per_device: u32,
+    /// Midpoint of the universe in units (padding value).
+    pub midpoint: i64,
+    /// Close a window padded to `n` once a reading arrives this much later
+    /// (event time) than the window's first reading.
+    pub timeout_ms: Option<i64>,
+}
+
+/// What happened to one reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    Accepted,
+    /// Its offset is inside a window released before a restart.
+    AlreadyReleased,
+    /// The device already has `k` readings in this window.
+    DroppedWindowCap,
+    /// The device already touched `W` windows in this horizon.
+    DroppedHorizonCap,
+}
+
+/// A full window, ready to release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosedWindow {
+    pub stream: usize,
+    pub partition: i32,
+    pub seq: u64,
+    pub values: Vec<i64>,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub first_event_ms: i64,
+    pub last_event_ms: i64,
+    /// How many of the values are midpoint padding (public).
+    pub padded: u64,
+}
+
+/// Where a (stream, partition) resumes after a restart, from the release ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    /// Seq of the last released window.
+    pub last_seq: u64,
+    /// Last input offset of that window.
+    pub last_offset: i64,
+    /// Last event time of that window.
+    pub last_event_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    values: Vec<i64>,
+    first_offset: i64,
+    last_offset: i64,
+    first_event_ms: i64,
+    last_event_ms: i64,
+    per_device: HashMap<String, u32>,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    next_seq: u64,
+    resume_after_offset: Option<i64>,
+    reference_event_ms: Option<i64>,
+    open: Open,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct DeviceHorizon {
+    horizon: i64,
+    windows: u32,
+    last_seq: u64,
+}
+
+/// All windows of one process.
+#[derive(Debug)]
+pub struct Windower {
+    rules: Vec<StreamRules>,
+    horizon_ms: i64,
+    lanes: HashMap<(usize, i32), Lane>,
+    devices: HashMap<(usize, String), DeviceHorizon>,
+}
+
+impl Windower {
+    pub fn new(rules: Vec<StreamRules>, horizon_ms: i64) -> Self {
+        assert!(horizon_ms > 0);
+        Self {
+            rules,
+            horizon_ms,
+            lanes: HashMap::new(),
+            devices: HashMap::new(),
+        }
+    }
+
+    pub fn rules(&self) -> &[StreamRules] {
+        &self.rules
+    }
+
+    /// Continue a (stream, partition) after its last released window.
+    pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        lane.next_seq = r.last_seq + 1;
+        lane.resume_after_offset = Some(r.last_offset);
+        lane.reference_event_ms = Some(r.last_event_ms);
+        lane.open = Open::default();
+    }
+
+    /// Forget a partition's open windows (revoked; they rebuild by replay).
+    pub fn drop_partition(&mut self, partition: i32) {
+        self.lanes.retain(|&(_, p), _| p != partition);
+    }
+
+    /// Whether a reading is older than the end of the stream's last released
+    /// window by more than `max_lateness_ms` (a deterministic reference).
+    pub fn is_too_old(
+        &self,
+        stream: usize,
+        partition: i32,
+        event_ms: i64,
+        max_lateness_ms: i64,
+    ) -> bool {
+        self.lanes
+            .get(&(stream, partition))
+            .and_then(|l| l.reference_event_ms)
+            .is_some_and(|r| event_ms < r.saturating_sub(max_lateness_ms))
+    }
+
+    /// Offer one top-coded reading; returns what happened and any windows
+    /// that closed (a timed-out one before it, a full one with it).
+    pub fn admit(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        offset: i64,
+        device: &str,
+        units: i64,
+        event_ms: i64,
+        closed: &mut Vec<ClosedWindow>,
+    ) -> Admission {
+        let rules = &self.rules[stream];
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+            return Admission::AlreadyReleased;
+        }
+        if let Some(t) = rules.timeout_ms {
+            if !lane.open.values.is_empty()
+                && event_ms.saturating_sub(lane.open.first_event_ms) >= t
+            {
+                closed.push(close(lane, stream, partition, rules));
+            }
+        }
+        let seq = lane.next_seq;
+        let in_window = lane.open.per_device.get(device).copied().unwrap_or(0);
+        if in_window >= rules.max_readings_per_device {
+            return Admission::DroppedWindowCap;
+        }
+        if in_window == 0 {
+            // First reading of this device in this window: charge a window.
+            let horizon = event_ms.div_euclid(self.horizon_ms);
+            let entry = self
+                .devices
+                .entry((stream, device.to_string()))
+                .or_insert(DeviceHorizon {
+                    horizon,
+                    windows: 0,
+                    last_seq: u64::MAX,
+                });
+            if entry.horizon != horizon {
+                *entry = DeviceHorizon {
+                    horizon,
+                    windows: 0,
+                    last_seq: u64::MAX,
+                };
+            }
+            if entry.last_seq != seq {
+                if entry.windows >= rules.max_windows_per_device {
+                    return Admission::DroppedHorizonCap;
+                }
+                entry.windows += 1;
+                entry.last_seq = seq;
+            }
+        }
+        let open = &mut lane.open;
+        if open.values.is_empty() {
+            open.first_offset = offset;
+            open.first_event_ms = event_ms;
+        }
+        open.last_offset = offset;
+        open.last_event_ms = event_ms;
+        open.values.push(units);
+        *open.per_device.entry(device.to_string()).or_insert(0) += 1;
+        if open.values.len() >= rules.window_size {
+            closed.push(close(lane, stream, partition, rules));
+        }
+        Admission::Accepted
+    }
+
+    /// The offset up to which `partition` may be committed, given that every
+    /// message before `next_offset` has been handled: no further than the
+    /// first reading of any open window on it.
+    pub fn committable(&self, partition: i32, next_offset: i64) -> i64 {
+        self.lanes
+            .iter()
+            .filter(|((_, p), l)| *p == partition && !l.open.values.is_empty())
+            .map(|(_, l)| l.open.first_offset)
+            .fold(next_offset, i64::min)
+    }
+
+    /// Readings waiting in open windows (public: counts, not values).
+    pub fn open_readings(&self) -> usize {
+        self.lanes.values().map(|l| l.open.values.len()).sum()
+    }
+}
+
+fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) -> ClosedWindow {
+    let open = std::mem::take(&mut lane.open);
+    let mut values = open.values;
+    let padded = rules.window_size.saturating_sub(values.len()) as u64;
+    values.resize(rules.window_size, rules.midpoint);
+    let w = ClosedWindow {
+        stream,
+        partition,
+        seq: lane.next_seq,
+        values,
+        first_offset: open.first_offset,
+        last_offset: open.last_offset,
+        first_event_ms: open.first_event_ms,
+        last_event_ms: open.last_event_ms,
+        padded,
+    };
+    lane.next_seq += 1;
+    lane.reference_event_ms = Some(open.last_event_ms);
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn windower(n: usize, k: u32, w: u32, timeout: Option<i64>) -> Windower {
+        Windower::new(
+            vec![StreamRules {
+                name: "s".into(),
+                window_size: n,
+                max_readings_per_device: k,
+                max_windows_per_device: w,
+                midpoint: 50,
+                timeout_ms: timeout,
+            }],
+            1000,
+        )
+    }
+
+    #[test]
+    fn windows_of_n_with_contiguous_seqs_and_tiling_offsets() {
+        let mut w = windower(3, 1, 100, None);
+        let mut closed = Vec::new();
+        for off in 0..9 {
+            assert_eq!(
+                w.admit(0, 0, off, &format!("d{off}"), off, 10, &mut closed),
+                Admission::Accepted
+            );
+        }
+        assert_eq!(closed.len(), 3);
+        for (i, c) in closed.iter().enumerate() {
+            assert_eq!(c.seq, i as u64);
+            assert_eq!(
+                (c.first_offset, c.last_offset),
+                (3 * i as i64, 3 * i as i64 + 2)
+            );
+            assert_eq!(c.values.len(), 3);
+        }
+        assert_eq!(w.committable(0, 9), 9);
+        w.admit(0, 0, 9, "x", 1, 10, &mut closed);
+        assert_eq!(w.committable(0, 10), 9);
+    }
+
+    #[test]
+    fn per_window_and_per_horizon_caps() {
+        let mut w = windower(2, 1, 2, None);
+        let mut closed = Vec::new();
+        assert_eq!(
+            w.admit(0, 0, 0, "a", 1, 0, &mut closed),
+            Admission::Accepted
+        );
+        assert_eq!(
+            w.admit(0, 0, 1, "a", 1, 0, &mut closed),
+            Admission::DroppedWindowCap
+        );
+        assert_eq!(
+            w.admit(0, 0, 2, "b", 1, 0, &mut closed),
+            Admission::Accepted
+        ); // window 0 closes
+        assert_eq!(
+            w.admit(0, 0, 3, "a", 1, 0, &mut closed),
+            Admission::Accepted
+        ); // a: 2nd window
+        assert_eq!(
+            w.admit(0, 0, 4, "c", 1, 0, &mut closed),
+            Admission::Accepted
+        ); // window 1 closes
+        assert_eq!(
+            w.admit(0, 0, 5, "a", 1, 0, &mut closed),
+            Admission::DroppedHorizonCap
+        );
+        // Next horizon (event time ≥ 1000): a may contribute again.
+        assert_eq!(
+            w.admit(0, 0, 6, "a", 1, 1000, &mut closed),
+            Admission::Accepted
+        );
+        assert_eq!(closed.len(), 2);
+    }
+
+    #[test]
+    fn timeout_pads_with_the_midpoint() {
+        let mut w = windower(4, 1, 100, Some(500));
+        let mut closed = Vec::new();
+        w.admit(0, 0, 0, "a", 7, 0, &mut closed);
+        w.admit(0, 0, 1, "b", 8, 100, &mut closed);
+        w.admit(0, 0, 2, "c", 9, 600, &mut closed);
+        assert_eq!(closed.len(), 1);
+        assert_eq!(closed[0].values, vec![7, 8, 50, 50]);
+        assert_eq!(closed[0].padded, 2);
+        assert_eq!(w.committable(0, 3), 2);
+    }
+
+    #[test]
+    fn resume_skips_released_offsets_and_continues_seq() {
+        let mut w = windower(2, 1, 100, None);
+        w.resume(
+            0,
+            0,
+            Resume {
+                last_seq: 4,
+                last_offset: 9,
+                last_event_ms: 5000,
+            },
+        );
+        let mut closed = Vec::new();
+        assert_eq!(
+            w.admit(0, 0, 9, "a", 1, 5000, &mut closed),
+            Admission::AlreadyReleased
+        );
+        assert!(w.is_too_old(0, 0, 1000, 3000));
+        assert!(!w.is_too_old(0, 0, 2000, 3000));
+        w.admit(0, 0, 10, "a", 1, 5000, &mut closed);
+        w.admit(0, 0, 11, "b", 1, 5000, &mut closed);
+        assert_eq!(closed[0].seq, 5);
+    }
+}

@@ -1,0 +1,273 @@
+//! Integration-test harness: a broker (the one in FLEETDP_TEST_BROKERS or
+//! KAFKA_BROKERS — tansu, started by tests/run.sh, or a real cluster — else
+//! librdkafka's in-process mock cluster), unique topic names, producing
+//! messages and reading topics back.
+#![allow(dead_code)]
+
+use fleetdp::config::{Config, Validated};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub struct Broker {
+    pub brokers: String,
+    mock: Option<MockCluster<'static, DefaultProducerContext>>,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        for var in ["FLEETDP_TEST_BROKERS", "KAFKA_BROKERS"] {
+            if let Ok(b) = std::env::var(var) {
+                if !b.is_empty() {
+                    return Broker {
+                        brokers: b,
+                        mock: None,
+                    };
+                }
+            }
+        }
+        let mock = MockCluster::new(1).expect("mock cluster");
+        Broker {
+            brokers: mock.bootstrap_servers(),
+            mock: Some(mock),
+        }
+    }
+
+    pub fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        c
+    }
+
+    pub async fn create_topics(&self, topics: &[(&str, i32)]) {
+        match &self.mock {
+            Some(m) => {
+                for (t, p) in topics {
+                    m.create_topic(t, *p, 1).expect("mock topic");
+                }
+            }
+            None => fleetdp::kafka::ensure_topics(&self.client(), topics)
+                .await
+                .expect("create topics"),
+        }
+        // Wait until metadata shows them.
+        let c = self.client();
+        let names: Vec<String> = topics.iter().map(|(t, _)| t.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut cc = c.clone();
+            cc.set("group.id", "fleetdp-test-metadata");
+            let consumer: BaseConsumer = cc.create().unwrap();
+            for t in names {
+                fleetdp::kafka::partition_count(&consumer, &t, Duration::from_secs(20))
+                    .expect("topic visible");
+            }
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// A unique name for a topic or group.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// Topics of one test.
+pub struct Topics {
+    pub input: String,
+    pub output: String,
+    pub dlq: String,
+    pub group: String,
+}
+
+impl Topics {
+    pub fn new(name: &str) -> Topics {
+        Topics {
+            input: unique(&format!("{name}-in")),
+            output: unique(&format!("{name}-out")),
+            dlq: unique(&format!("{name}-dlq")),
+            group: unique(&format!("{name}-g")),
+        }
+    }
+}
+
+/// A validated config for `streams_toml` on these topics.
+pub fn config(
+    broker: &Broker,
+    t: &Topics,
+    privacy_toml: &str,
+    extra_toml: &str,
+    streams_toml: &str,
+) -> Validated {
+    let text = format!(
+        r#"
+[kafka]
+brokers = "{}"
+input_topic = "{}"
+output_topic = "{}"
+dead_letter_topic = "{}"
+group_id = "{}"
+
+[kafka.consumer_properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
+[privacy]
+{privacy_toml}
+
+{extra_toml}
+
+{streams_toml}
+"#,
+        broker.brokers, t.input, t.output, t.dlq, t.group
+    );
+    Config::parse(&text).unwrap().validate().unwrap()
+}
+
+/// One message to produce.
+pub struct Out {
+    pub partition: Option<i32>,
+    pub key: String,
+    pub payload: Vec<u8>,
+    pub content_type: Option<String>,
+}
+
+/// Produce messages in order and wait for every ack.
+pub async fn produce(broker: &Broker, topic: &str, msgs: &[Out]) {
+    let producer: FutureProducer = broker.client().set("linger.ms", "5").create().unwrap();
+    // In order: one at a time per partition is enough for test sizes, but
+    // batching the futures keeps it fast while preserving order per partition
+    // (librdkafka keeps order within a partition).
+    let mut pending = Vec::new();
+    for m in msgs {
+        let mut r = FutureRecord::to(topic).key(&m.key).payload(&m.payload);
+        if let Some(p) = m.partition {
+            r = r.partition(p);
+        }
+        if let Some(ct) = &m.content_type {
+            r = r.headers(OwnedHeaders::new().insert(Header {
+                key: "content-type",
+                value: Some(ct.as_str()),
+            }));
+        }
+        pending.push(producer.send(r, Duration::from_secs(30)));
+        if pending.len() >= 1000 {
+            for f in pending.drain(..) {
+                f.await.expect("delivered");
+            }
+        }
+    }
+    for f in pending {
+        f.await.expect("delivered");
+    }
+}
+
+/// A message read back.
+#[derive(Debug, Clone)]
+pub struct Read {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Vec<u8>,
+    pub payload: Vec<u8>,
+    pub headers: HashMap<String, String>,
+}
+
+/// Everything in a topic up to its current high watermarks.
+pub fn read_all(broker: &Broker, topic: &str) -> Vec<Read> {
+    let consumer: BaseConsumer = broker
+        .client()
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let parts = fleetdp::kafka::partition_count(&consumer, topic, Duration::from_secs(20)).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = HashMap::new();
+    for p in 0..parts as i32 {
+        let (lo, hi) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .unwrap();
+        if hi > lo {
+            tpl.add_partition_offset(topic, p, Offset::Offset(lo))
+                .unwrap();
+            remaining.insert(p, hi);
+        }
+    }
+    let mut out = Vec::new();
+    if remaining.is_empty() {
+        return out;
+    }
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !remaining.is_empty() && Instant::now() < deadline {
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m.unwrap();
+        let mut headers = HashMap::new();
+        if let Some(h) = m.headers() {
+            for i in 0..h.count() {
+                let hd = h.get(i);
+                headers.insert(
+                    hd.key.to_string(),
+                    String::from_utf8_lossy(hd.value.unwrap_or(&[])).into_owned(),
+                );
+            }
+        }
+        if remaining
+            .get(&m.partition())
+            .is_some_and(|&hi| m.offset() + 1 >= hi)
+        {
+            remaining.remove(&m.partition());
+        }
+        out.push(Read {
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().unwrap_or(&[]).to_vec(),
+            payload: m.payload().unwrap_or(&[]).to_vec(),
+            headers,
+        });
+    }
+    assert!(remaining.is_empty(), "timed out reading {topic}");
+    out
+}
+
+/// Releases in the output topic.
+pub fn releases(broker: &Broker, topic: &str) -> Vec<proto::WindowRelease> {
+    read_all(broker, topic)
+        .into_iter()
+        .map(|r| {
+            fleetdp::kafka::decode_release(
+                &r.payload,
+                r.headers.get("content-type").map(String::as_str),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Poll `cond` until it holds or `timeout` passes.
+pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cond()
+}
+
+/// A current-thread runtime (the mock cluster is not Send; it stays on the
+/// test's thread).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

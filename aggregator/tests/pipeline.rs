@@ -1,0 +1,509 @@
+//! End-to-end tests of the service over a real broker process (tansu from
+//! tests/run.sh, or KAFKA_BROKERS), falling back to the in-process mock
+//! cluster when neither is set.
+
+mod harness;
+
+use fleetdp::dp::rng::ReleaseKey;
+use fleetdp::dp::universe::{TopCoder, Universe};
+use fleetdp::pipeline::{Counters, Options, Pipeline};
+use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use harness::*;
+use prost::Message;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+const KEY: [u8; 32] = [3; 32];
+const WAIT: Duration = Duration::from_secs(120);
+
+fn temp_stream(n: u64, k: u32, w: u32, stats: &str) -> String {
+    format!(
+        r#"
+[[stream]]
+name = "cabin_temp_c"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = {n}
+max_readings_per_device = {k}
+max_windows_per_device = {w}
+statistics = [{stats}]
+{}{}"#,
+        if stats.contains("histogram") {
+            "histogram_edges = [-20, 0, 10, 20, 30, 40, 60]\n"
+        } else {
+            ""
+        },
+        if stats.contains("quantiles") {
+            "quantiles = [0.5]\n"
+        } else {
+            ""
+        },
+    )
+}
+
+/// Run a pipeline in the background; returns its stop switch and handle.
+fn spawn(
+    v: fleetdp::config::Validated,
+) -> (
+    watch::Sender<bool>,
+    Arc<Counters>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let p = Pipeline::new(v, ReleaseKey::from_bytes(KEY));
+    let counters = p.counters.clone();
+    let (tx, rx) = watch::channel(false);
+    let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
+    (tx, counters, h)
+}
+
+fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
+    Counters::get(c)
+}
+
+/// Every (stream, partition) has seqs 0..m exactly once, each window holds
+/// `n` and the windows tile the partition's offsets from 0.
+fn assert_contiguous_and_tiling(
+    releases: &[proto::WindowRelease],
+    n: u64,
+) -> BTreeMap<(String, i32), Vec<proto::WindowRelease>> {
+    let mut by: BTreeMap<(String, i32), Vec<proto::WindowRelease>> = BTreeMap::new();
+    for r in releases {
+        by.entry((r.stream.clone(), r.partition))
+            .or_default()
+            .push(r.clone());
+    }
+    for ((s, p), rs) in by.iter_mut() {
+        rs.sort_by_key(|r| r.window_seq);
+        for (i, r) in rs.iter().enumerate() {
+            assert_eq!(
+                r.window_seq, i as u64,
+                "{s}/{p}: seqs not contiguous or duplicated"
+            );
+            assert_eq!(r.n, n, "{s}/{p}#{i}: wrong n");
+            let expected_first = if i == 0 { 0 } else { rs[i - 1].last_offset + 1 };
+            assert_eq!(
+                r.first_offset, expected_first,
+                "{s}/{p}#{i}: offsets do not tile"
+            );
+            assert_eq!(
+                r.last_offset - r.first_offset + 1,
+                n as i64,
+                "{s}/{p}#{i}: one reading per offset"
+            );
+        }
+    }
+    by
+}
+
+#[test]
+fn releases_tile_the_input_and_cover_the_truth() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("tile");
+        broker
+            .create_topics(&[(&t.input, 3), (&t.output, 3), (&t.dlq, 1)])
+            .await;
+        let n = 50u64;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 20.0\nhorizon = \"24h\"",
+            "",
+            &temp_stream(n, 1, 1000, "\"mean\", \"sum\", \"histogram\""),
+        );
+        // 180 devices over 3 partitions, 25 rounds of one reading each.
+        let mut fleet = Fleet::new(FleetSpec {
+            devices: 180,
+            signals: vec![Signal::CabinTemp],
+            bad_fraction: 0.0,
+            ..FleetSpec::default()
+        });
+        let msgs: Vec<Out> = (0..180 * 25)
+            .map(|_| {
+                let m = fleet.next_message();
+                Out {
+                    partition: None,
+                    key: m.key,
+                    payload: m.payload,
+                    content_type: Some(m.content_type.to_string()),
+                }
+            })
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        // Count what each partition holds to know how many windows must come.
+        let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+        let mut per_partition: HashMap<i32, u64> = HashMap::new();
+        for m in &input {
+            *per_partition.entry(m.partition).or_default() += 1;
+        }
+        let expected: u64 = per_partition.values().map(|c| c / n).sum();
+        let (stop, c, h) = spawn(v);
+        assert!(
+            wait_until(WAIT, || get(&c.windows_released) >= expected).await,
+            "released {} of {expected}",
+            get(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.readings_accepted), msgs.len() as u64);
+        assert_eq!(get(&c.dropped_window_cap) + get(&c.dropped_horizon_cap), 0);
+
+        let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(releases.len() as u64, expected);
+        let by = assert_contiguous_and_tiling(&releases, n);
+        assert_eq!(by.len(), per_partition.len());
+
+        // Independent truth: read the window's offsets back and top-code.
+        let coder = TopCoder::new(Universe::new(-20.0, 60.0, 0.1).unwrap());
+        let mut values: HashMap<(i32, i64), f64> = HashMap::new();
+        for m in &input {
+            let r = proto::DeviceReading::decode(&*m.payload).unwrap();
+            values.insert(
+                (m.partition, m.offset),
+                coder.top_code(r.value.unwrap()).unwrap().units as f64 * 0.1,
+            );
+        }
+        let (mut covered, mut total) = (0, 0);
+        for r in &releases {
+            let truth: f64 = (r.first_offset..=r.last_offset)
+                .map(|o| values[&(r.partition, o)])
+                .sum::<f64>()
+                / n as f64;
+            let mean = r.statistics.iter().find(|s| s.name == "mean").unwrap();
+            total += 1;
+            covered += ((mean.values[0] - truth).abs() <= mean.half_width.unwrap() + 1e-9) as u32;
+            let hist = r.statistics.iter().find(|s| s.name == "histogram").unwrap();
+            assert!((hist.values.iter().sum::<f64>() - n as f64).abs() < 1e-6);
+            assert_eq!(hist.bin_edges.len(), 7);
+            let g = r.guarantee.as_ref().unwrap();
+            assert_eq!(
+                (
+                    g.relation.as_str(),
+                    g.unit.as_str(),
+                    g.max_readings_per_device
+                ),
+                ("change-one", "device", 1)
+            );
+        }
+        let rate = covered as f64 / total as f64;
+        // 95% intervals: with ~90 windows, below 85% would be a 4σ event.
+        assert!(rate >= 0.85, "mean covered in {covered}/{total} windows");
+    });
+}
+
+#[test]
+fn bad_input_goes_to_the_dead_letter_topic_with_its_reason() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("dlq");
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1)]).await;
+        let n = 10u64;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "[limits]\nmax_message_bytes = 2048\nmax_lateness = \"1h\"",
+            &temp_stream(n, 1, 1000, "\"mean\""),
+        );
+        let good = |i: usize, t_ms: i64| Out {
+            partition: Some(0),
+            key: format!("d{i}"),
+            payload: proto::DeviceReading {
+                device_id: format!("d{i}"),
+                stream: "cabin_temp_c".into(),
+                value: Some(20.0 + i as f64 % 7.0),
+                event_time_ms: Some(t_ms),
+            }
+            .encode_to_vec(),
+            content_type: None,
+        };
+        let json = |body: &str| Out {
+            partition: Some(0),
+            key: "bad".into(),
+            payload: body.as_bytes().to_vec(),
+            content_type: Some("application/json".into()),
+        };
+        let base = 1_767_225_600_000i64;
+        let mut msgs: Vec<Out> = (0..10).map(|i| good(i, base)).collect(); // one full window
+        let bad: Vec<(Out, &str)> = vec![
+            (Out { partition: Some(0), key: "bad".into(), payload: vec![0xff, 0x01, 0x02], content_type: None }, "undecodable"),
+            (json(r#"{"device_id":"x","stream":"cabin_temp_c","event_time_ms":1}"#), "missing_field"),
+            (json(r#"{"device_id":"x","stream":"cabin_temp_c","value":"NaN","event_time_ms":1}"#), "not_finite"),
+            (json(r#"{"device_id":"x","stream":"engine_rpm","value":1,"event_time_ms":1}"#), "unknown_stream"),
+            (json(&format!(r#"{{"device_id":"x","stream":"cabin_temp_c","value":1,"event_time_ms":1,"pad":"{}"}}"#, "x".repeat(4000))), "oversize"),
+            (json(&format!(r#"{{"device_id":"x","stream":"cabin_temp_c","value":1,"event_time_ms":{}}}"#, base - 2 * 3_600_000)), "too_old"),
+            (json("[]"), "batch_size"),
+            (Out { partition: Some(0), key: "bad".into(), payload: b"{}".to_vec(), content_type: Some("text/csv".into()) }, "undecodable"),
+        ];
+        let mut expected_reasons = Vec::new();
+        let mut originals = Vec::new();
+        for (i, (m, reason)) in bad.into_iter().enumerate() {
+            msgs.push(good(100 + i, base + 1000));
+            expected_reasons.push(reason);
+            originals.push(m.payload.clone());
+            msgs.push(m);
+        }
+        msgs.extend((200..212).map(|i| good(i, base + 2000)));
+        let good_count = 10 + 8 + 12;
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn(v);
+        assert!(wait_until(WAIT, || get(&c.messages) >= msgs.len() as u64).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.readings_accepted), good_count, "every good reading around the bad ones is counted");
+        assert_eq!(c.dead_letters_total(), expected_reasons.len() as u64);
+        assert_eq!(get(&c.windows_released), good_count / n);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        let got: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-reason"].as_str()).collect();
+        assert_eq!(got, expected_reasons);
+        for (m, orig) in dlq.iter().zip(&originals) {
+            assert_eq!(&m.payload, orig, "dead letters keep the original bytes");
+            assert_eq!(m.headers["fleetdp-source-partition"], "0");
+            assert!(m.headers.contains_key("fleetdp-detail"));
+            assert!(!m.headers["fleetdp-detail"].contains("20."), "no values in the detail");
+        }
+    });
+}
+
+#[test]
+fn excess_readings_are_dropped_and_counted() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("excess");
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1)]).await;
+        // k = 2 readings per window, W = 2 windows per 1h horizon, n = 4.
+        let v = config(&broker, &t, "epsilon_per_device = 1.0\nhorizon = \"1h\"", "", &temp_stream(4, 2, 2, "\"mean\""));
+        let base = 1_767_225_600_000i64;
+        let seq = [
+            ("a", base), ("a", base), ("a", base), // third a: over k
+            ("b", base), ("c", base),             // window 0 = a a b c
+            ("a", base), ("d", base), ("e", base), ("f", base), // window 1: a's 2nd window
+            ("a", base), // a's 3rd window this horizon: over W
+            ("g", base), ("h", base), ("i", base), ("j", base), // window 2
+            ("a", base + 3_600_000), ("k", base + 3_600_000), ("l", base + 3_600_000), ("m", base + 3_600_000), // next horizon: a again
+        ];
+        let msgs: Vec<Out> = seq
+            .iter()
+            .map(|(d, t_ms)| Out {
+                partition: Some(0),
+                key: d.to_string(),
+                payload: format!(r#"{{"device_id":"{d}","stream":"cabin_temp_c","value":21.5,"event_time_ms":{t_ms}}}"#).into_bytes(),
+                content_type: Some("application/json".into()),
+            })
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn(v);
+        assert!(wait_until(WAIT, || get(&c.messages) >= msgs.len() as u64).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.dropped_window_cap), 1);
+        assert_eq!(get(&c.dropped_horizon_cap), 1);
+        assert_eq!(get(&c.readings_accepted), 16);
+        assert_eq!(get(&c.windows_released), 4);
+    });
+}
+
+#[test]
+fn stop_and_restart_release_every_window_exactly_once() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("restart");
+        broker
+            .create_topics(&[(&t.input, 2), (&t.output, 2), (&t.dlq, 1)])
+            .await;
+        let n = 20u64;
+        let streams = format!(
+            "{}\n{}",
+            temp_stream(n, 1, 10_000, "\"mean\", \"quantiles\"")
+                .replace("statistics", "budget_share = 0.5\nstatistics"),
+            r#"
+[[stream]]
+name = "battery_v"
+lower = 10.0
+upper = 15.0
+resolution = 0.01
+window_size = 30
+max_windows_per_device = 10000
+budget_share = 0.5
+statistics = ["mean"]
+"#
+        );
+        let v = || {
+            config(
+                &broker,
+                &t,
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+                "",
+                &streams,
+            )
+        };
+        let mut fleet = Fleet::new(FleetSpec {
+            devices: 120,
+            signals: vec![Signal::CabinTemp, Signal::BatteryVolts],
+            bad_fraction: 0.0,
+            ..FleetSpec::default()
+        });
+        let msgs: Vec<Out> = (0..240 * 20)
+            .map(|_| {
+                let m = fleet.next_message();
+                Out {
+                    partition: None,
+                    key: m.key,
+                    payload: m.payload,
+                    content_type: Some(m.content_type.to_string()),
+                }
+            })
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        // Windows each (stream, partition) must produce.
+        let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+        let mut per: HashMap<(String, i32), u64> = HashMap::new();
+        for m in &input {
+            let r = proto::DeviceReading::decode(&*m.payload).unwrap();
+            *per.entry((r.stream, m.partition)).or_default() += 1;
+        }
+        let sizes: HashMap<&str, u64> = [("cabin_temp_c", 20), ("battery_v", 30)].into();
+        let expected: u64 = per.iter().map(|((s, _), c)| c / sizes[s.as_str()]).sum();
+
+        // First run: stop part-way.
+        let (stop, c1, h) = spawn(v());
+        assert!(wait_until(WAIT, || get(&c1.windows_released) >= expected / 3).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        let first = get(&c1.windows_released);
+        assert!(
+            first < expected,
+            "the first run should stop part-way ({first} of {expected})"
+        );
+
+        // Second run, same group: resumes from the committed offsets.
+        let (stop, c2, h) = spawn(v());
+        assert!(
+            wait_until(WAIT, || first + get(&c2.windows_released) >= expected).await,
+            "{first} + {} of {expected}",
+            get(&c2.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+
+        // Third run from offset 0 (a new group): the ledger must stop it from
+        // releasing anything again.
+        let mut v3 = v();
+        v3.config.kafka.group_id = unique("restart-fresh");
+        let (stop, c3, h) = spawn(v3);
+        assert!(wait_until(WAIT, || get(&c3.messages) >= msgs.len() as u64).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(
+            get(&c3.windows_released),
+            0,
+            "a replay from the start released windows again"
+        );
+        assert!(get(&c3.already_released) > 0);
+
+        let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(releases.len() as u64, expected, "every window exactly once");
+        let mut by: BTreeMap<(String, i32), Vec<proto::WindowRelease>> = BTreeMap::new();
+        for r in &releases {
+            by.entry((r.stream.clone(), r.partition))
+                .or_default()
+                .push(r.clone());
+        }
+        for ((s, p), rs) in by.iter_mut() {
+            rs.sort_by_key(|r| r.window_seq);
+            for (i, r) in rs.iter().enumerate() {
+                assert_eq!(r.window_seq, i as u64, "{s}/{p}");
+                assert_eq!(r.n, sizes[s.as_str()]);
+                if i > 0 {
+                    assert!(
+                        r.first_offset > rs[i - 1].last_offset,
+                        "{s}/{p}: windows overlap"
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn plan_numbers_equal_the_hand_computed_ones() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args([
+            "plan",
+            "--config",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/fleetdp.toml"),
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // ε = 1 per day, W = 24, 5 measurements (centred sum, sum of squares,
+    // histogram, 2 quantiles): ε per measurement = 1/24/5 = 1/120.
+    let s = &r["streams"][0];
+    let close =
+        |a: &serde_json::Value, b: f64| (a.as_f64().unwrap() - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(close(&s["spent_per_window"], 1.0 / 24.0));
+    assert!(close(&r["spent_per_horizon"], 1.0));
+    let stat = |name: &str| {
+        s["statistics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    // mean: Δ = 1250 units of 0.1 °C, n = 1000, k = 1 → 0.125 °C; scale = 0.125·120 = 15 °C.
+    let mean = stat("mean");
+    assert!(close(&mean["sensitivity"], 0.125));
+    assert!(close(&mean["scale"], 15.0));
+    assert!(close(&mean["spent_per_window"], 1.0 / 120.0));
+    assert!(close(&mean["spent_per_horizon"], 0.2));
+    // 95% half-width of a Laplace of scale t ≈ t·ln 20 (discrete: within a grid step).
+    let hw = mean["half_width_95"].as_f64().unwrap();
+    assert!((hw - 15.0 * 20f64.ln()).abs() < 0.01, "{hw}");
+    // histogram: L1 = 2k = 2; scale 2·120 = 240 counts.
+    let hist = stat("histogram");
+    assert!(close(&hist["sensitivity"], 2.0));
+    assert!(close(&hist["scale"], 240.0));
+    // quantiles: utility sensitivity k = 1, permute-and-flip.
+    let q = stat("quantile");
+    assert_eq!(q["mechanism"], "permute_and_flip");
+    assert!(close(&q["sensitivity"], 1.0));
+
+    // An over-budget plan exits non-zero and names the numbers.
+    let dir = std::env::temp_dir().join(harness::unique("plan"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/fleetdp.toml"
+    ))
+    .unwrap();
+    let bad = format!("{text}\n[[stream]]\nname = \"b\"\nlower = 0.0\nupper = 1.0\nresolution = 1.0\nwindow_size = 10\nbudget_share = 0.5\nstatistics = [\"sum\"]\n");
+    let path = dir.join("over.toml");
+    std::fs::write(&path, bad).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["plan", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("1.5") && err.contains("cabin_temp_c 1") && err.contains("b 0.5"),
+        "{err}"
+    );
+}

@@ -1,0 +1,13 @@
+//! Compiles the .proto files with protox (pure Rust): no system protoc.
+fn main() {
+    println!("cargo:rerun-if-changed=proto/fleetdp.proto");
+    let fds = protox::compile(["proto/fleetdp.proto"], ["proto"]).expect("valid .proto");
+    prost_build::Config::new()
+        // Releases can also be emitted as JSON for human consumers.
+        .type_attribute(
+            ".",
+            "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
+        )
+        .compile_fds(fds)
+        .expect("generate Rust from the .proto");
+}
