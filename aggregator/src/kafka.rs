@@ -117,6 +117,7 @@ pub fn read_ledger(
             remaining.insert(p, high);
         }
     }
+    let mut seen: HashMap<(String, i32), BTreeMap<u64, Resume>> = HashMap::new();
     let mut ledger: HashMap<(String, i32), Resume> = HashMap::new();
     if remaining.is_empty() {
         return Ok(ledger);
@@ -141,20 +142,16 @@ pub fn read_ledger(
                     msg.offset()
                 )
             })?;
-            let entry = ledger
-                .entry((r.stream.clone(), r.partition))
-                .or_insert(Resume {
-                    last_seq: r.window_seq,
-                    last_offset: r.last_offset,
-                    last_event_ms: r.last_event_time_ms,
-                });
-            if r.window_seq >= entry.last_seq {
-                *entry = Resume {
-                    last_seq: r.window_seq,
-                    last_offset: r.last_offset,
-                    last_event_ms: r.last_event_time_ms,
-                };
-            }
+            seen.entry((r.stream.clone(), r.partition))
+                .or_default()
+                .insert(
+                    r.window_seq,
+                    Resume {
+                        last_seq: r.window_seq,
+                        last_offset: r.last_offset,
+                        last_event_ms: r.last_event_time_ms,
+                    },
+                );
         }
         if remaining
             .get(&msg.partition())
@@ -163,6 +160,20 @@ pub fn read_ledger(
             remaining.remove(&msg.partition());
         }
     }
+    // Resume after the end of the contiguous run of seqs: a gap (a release
+    // that failed while a later one succeeded) is re-released from replay,
+    // and what follows it repeats bit for bit (keyed noise).
+    for (lane, seqs) in seen {
+        let mut it = seqs.into_iter();
+        let (mut prev, mut last) = it.next().expect("non-empty");
+        for (seq, r) in it {
+            if seq != prev + 1 {
+                break;
+            }
+            (prev, last) = (seq, r);
+        }
+        ledger.insert(lane, last);
+    }
     Ok(ledger)
 }
 
@@ -170,6 +181,7 @@ pub fn read_ledger(
 /// second (0: as fast as possible) until `limit` messages, `duration` or
 /// shutdown; reports progress through `on_progress(sent)`. Returns how many
 /// were sent (all delivered: the producer is flushed).
+#[allow(clippy::too_many_arguments)] // each knob is a plain CLI option
 pub async fn produce_fleet(
     config: &ClientConfig,
     topic: &str,

@@ -9,6 +9,7 @@ pub mod dp;
 pub mod http;
 pub mod kafka;
 pub mod pipeline;
+pub mod process;
 pub mod report;
 pub mod sim;
 pub mod window;

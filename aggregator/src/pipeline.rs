@@ -11,18 +11,18 @@ use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
 use crate::dp::release::{ReleasedStatistic, StatKind, StreamPlan};
 use crate::dp::rng::ReleaseKey;
-use crate::dp::universe::TopCoder;
 use crate::kafka::{self, CONTENT_TYPE};
-use crate::window::{Admission, ClosedWindow, StreamRules, Windower};
+use crate::process::Processor;
+use crate::window::{ClosedWindow, StreamRules, Windower};
 use anyhow::{anyhow, Context, Result};
-use ingest::{Decoder, Limits, Reason, Rejection};
+use ingest::{Reason, Rejection};
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -193,9 +193,40 @@ pub fn encode_release(r: &proto::WindowRelease, format: OutputFormat) -> (Vec<u8
     }
 }
 
-struct Sinks<'a> {
-    producer: &'a FutureProducer,
+struct Sinks {
+    producer: FutureProducer,
     output_partitions: i32,
+}
+
+/// Releases published but not yet acknowledged. One at a time: consuming
+/// overlaps with the publish, and every release is its own produce batch
+/// (tansu 0.6 was seen to keep only part of multi-record release batches in
+/// a partition; one-record batches are stored correctly).
+const MAX_INFLIGHT: usize = 1;
+
+#[derive(Default)]
+struct Inflight {
+    tasks: tokio::task::JoinSet<Result<Released>>,
+    /// Per input partition: first offsets of windows in flight (with counts).
+    first_offsets: BTreeMap<i32, BTreeMap<i64, usize>>,
+}
+
+impl Inflight {
+    fn first_offset(&self, partition: i32) -> Option<i64> {
+        self.first_offsets
+            .get(&partition)
+            .and_then(|m| m.keys().next().copied())
+    }
+}
+
+/// An acknowledged release.
+struct Released {
+    partition: i32,
+    first_offset: i64,
+    padded: u64,
+    started: Instant,
+    release: proto::WindowRelease,
+    truth: Option<Vec<ReleasedStatistic>>,
 }
 
 impl Pipeline {
@@ -230,17 +261,10 @@ impl Pipeline {
                 .await?
                 .context("reading the release ledger (kafka.output_topic)")?
         };
-        let names: HashMap<String, usize> = v
-            .plan
-            .streams
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.spec.name.clone(), i))
-            .collect();
-        let mut windower = Windower::new(stream_rules(v), v.horizon.as_millis() as i64);
+        let mut processor = Processor::new(v, self.counters.clone());
         for ((stream, partition), r) in &ledger {
-            if let Some(&i) = names.get(stream) {
-                windower.resume(i, *partition, *r);
+            if let Some(i) = processor.stream_index(stream) {
+                processor.windower_mut().resume(i, *partition, *r);
             }
         }
         tracing::info!(resumed = ledger.len(), "release ledger read");
@@ -257,7 +281,13 @@ impl Pipeline {
         };
 
         let mut pc = base.clone();
-        pc.set("enable.idempotence", "true").set("linger.ms", "5");
+        // acks=all and one request in flight keep releases in order per
+        // partition. Not idempotent: tansu 0.6 was seen to keep only part of
+        // idempotent multi-record batches, and correctness does not need it
+        // (a retried release is bit-identical and the ledger skips it).
+        pc.set("acks", "all")
+            .set("linger.ms", "5")
+            .set("max.in.flight.requests.per.connection", "1");
         let producer: FutureProducer = pc.create().context("creating producer")?;
 
         let mut cc = base.clone();
@@ -274,32 +304,29 @@ impl Pipeline {
             .subscribe(&[&kc.input_topic])
             .with_context(|| format!("subscribing to {}", kc.input_topic))?;
 
-        let decoder = Decoder::new(
-            names.keys().cloned(),
-            kc.input_format,
-            Limits {
-                max_message_bytes: v.config.limits.max_message_bytes,
-                max_readings_per_message: v.config.limits.max_readings_per_message,
-                ..Limits::default()
-            },
-        );
-        let coders: Vec<TopCoder> = v.plan.streams.iter().map(|s| s.top_coder()).collect();
-        let lateness_ms = v.max_lateness.as_millis() as i64;
         let sinks = Sinks {
-            producer: &producer,
+            producer: producer.clone(),
             output_partitions,
         };
         let mut next_offset: BTreeMap<i32, i64> = BTreeMap::new();
         let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut inflight = Inflight::default();
         let mut last_commit = Instant::now();
         let mut closed = Vec::new();
-        let mut units = Vec::new();
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
 
         loop {
+            if *shutdown.borrow() {
+                break;
+            }
             let msg = tokio::select! {
-                _ = shutdown.changed() => break,
+                biased;
+                Some(done) = inflight.tasks.join_next(), if !inflight.tasks.is_empty() => {
+                    self.finish_release(&mut inflight, done??, &opts);
+                    continue;
+                }
                 m = consumer.recv() => m,
+                _ = shutdown.changed() => break,
             };
             let msg = match msg {
                 Ok(m) => m,
@@ -311,65 +338,30 @@ impl Pipeline {
             };
             let (partition, offset) = (msg.partition(), msg.offset());
             let payload = msg.payload().unwrap_or(&[]);
-            self.counters.messages.fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .bytes
-                .fetch_add(payload.len() as u64, Ordering::Relaxed);
-            metrics::counter!("fleetdp_messages_total").increment(1);
-            metrics::counter!("fleetdp_bytes_total").increment(payload.len() as u64);
-
-            let outcome = decoder
-                .decode(payload, kafka::header(&msg, CONTENT_TYPE))
-                .and_then(|readings| {
-                    // Top-code and check lateness for the whole message first: it
-                    // is accepted whole or dead-lettered whole.
-                    units.clear();
-                    for (i, r) in readings.iter().enumerate() {
-                        let s = names[&r.stream];
-                        let t = coders[s].top_code(r.value).map_err(|_| {
-                            Rejection::new(
-                                Reason::NotFinite,
-                                format!("reading {i}: value is NaN or infinite"),
-                            )
-                        })?;
-                        if windower.is_too_old(s, partition, r.event_time_ms, lateness_ms) {
-                            return Err(Rejection::new(
-                                Reason::TooOld,
-                                format!(
-                                    "reading {i}: event time is older than the allowed lateness"
-                                ),
-                            ));
-                        }
-                        units.push((s, t.units));
-                    }
-                    Ok(readings)
-                });
-            match outcome {
-                Err(rejection) => self.dead_letter(&producer, &msg, &rejection).await?,
-                Ok(readings) => {
-                    for (r, &(s, u)) in readings.iter().zip(&units) {
-                        let admission = windower.admit(
-                            s,
-                            partition,
-                            offset,
-                            &r.device_id,
-                            u,
-                            r.event_time_ms,
-                            &mut closed,
-                        );
-                        self.count_admission(admission, &v.plan.streams[s].spec.name);
-                    }
-                }
+            if let Err(rejection) = processor.process(
+                partition,
+                offset,
+                payload,
+                kafka::header(&msg, CONTENT_TYPE),
+                &mut closed,
+            ) {
+                self.dead_letter(&producer, &msg, &rejection).await?;
             }
             let released_any = !closed.is_empty();
             for w in closed.drain(..) {
-                self.release(&sinks, w, &opts).await?;
+                // Bounded pipelining: publishes overlap with consuming.
+                while inflight.tasks.len() >= MAX_INFLIGHT {
+                    let done = inflight.tasks.join_next().await.expect("non-empty")??;
+                    self.finish_release(&mut inflight, done, &opts);
+                }
+                self.start_release(&sinks, &mut inflight, w, &opts);
             }
             next_offset.insert(partition, offset + 1);
             if released_any || last_commit.elapsed() > Duration::from_secs(1) {
                 self.commit(
                     &consumer,
-                    &windower,
+                    processor.windower(),
+                    &inflight,
                     &next_offset,
                     &mut committed,
                     CommitMode::Async,
@@ -377,10 +369,14 @@ impl Pipeline {
                 last_commit = Instant::now();
             }
         }
-        tracing::info!("shutting down: committing and flushing");
+        tracing::info!("shutting down: finishing releases in flight, committing, flushing");
+        while let Some(done) = inflight.tasks.join_next().await {
+            self.finish_release(&mut inflight, done??, &opts);
+        }
         self.commit(
             &consumer,
-            &windower,
+            processor.windower(),
+            &inflight,
             &next_offset,
             &mut committed,
             CommitMode::Sync,
@@ -392,31 +388,11 @@ impl Pipeline {
         Ok(())
     }
 
-    fn count_admission(&self, a: Admission, stream: &str) {
-        let c = &self.counters;
-        match a {
-            Admission::Accepted => {
-                c.readings_accepted.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("fleetdp_readings_accepted_total", "stream" => stream.to_string()).increment(1);
-            }
-            Admission::AlreadyReleased => {
-                c.already_released.fetch_add(1, Ordering::Relaxed);
-            }
-            Admission::DroppedWindowCap => {
-                c.dropped_window_cap.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("fleetdp_readings_dropped_total", "stream" => stream.to_string(), "reason" => "per_window_cap").increment(1);
-            }
-            Admission::DroppedHorizonCap => {
-                c.dropped_horizon_cap.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("fleetdp_readings_dropped_total", "stream" => stream.to_string(), "reason" => "per_horizon_cap").increment(1);
-            }
-        }
-    }
-
     fn commit(
         &self,
         consumer: &StreamConsumer,
         windower: &Windower,
+        inflight: &Inflight,
         next_offset: &BTreeMap<i32, i64>,
         committed: &mut BTreeMap<i32, i64>,
         mode: CommitMode,
@@ -424,7 +400,12 @@ impl Pipeline {
         let topic = &self.v.config.kafka.input_topic;
         let mut tpl = TopicPartitionList::new();
         for (&p, &next) in next_offset {
-            let at = windower.committable(p, next);
+            // Not past an open window, nor past a release not yet acknowledged.
+            let at = inflight
+                .first_offset(p)
+                .map_or(windower.committable(p, next), |o| {
+                    o.min(windower.committable(p, next))
+                });
             if committed.get(&p) != Some(&at) {
                 let _ = tpl.add_partition_offset(topic, p, Offset::Offset(at));
                 committed.insert(p, at);
@@ -441,7 +422,13 @@ impl Pipeline {
         }
     }
 
-    async fn release(&self, sinks: &Sinks<'_>, w: ClosedWindow, opts: &Options) -> Result<()> {
+    fn start_release(
+        &self,
+        sinks: &Sinks,
+        inflight: &mut Inflight,
+        w: ClosedWindow,
+        opts: &Options,
+    ) {
         let started = Instant::now();
         let stream = &self.v.plan.streams[w.stream];
         let stats = stream.release(&self.key, w.partition, w.seq, &w.values);
@@ -449,39 +436,73 @@ impl Pipeline {
         let (payload, ct) = encode_release(&release, self.v.config.kafka.output_format);
         let key = proto::release_key(&stream.spec.name, w.partition, w.seq);
         let out_partition = w.partition.rem_euclid(sinks.output_partitions);
-        publish(
-            sinks.producer,
-            &self.v.config.kafka.output_topic,
-            key.as_bytes(),
-            &payload,
-            Some(out_partition),
-            OwnedHeaders::new().insert(Header {
+        let truth = opts.with_truth.then(|| stream.truth(&w.values));
+        *inflight
+            .first_offsets
+            .entry(w.partition)
+            .or_default()
+            .entry(w.first_offset)
+            .or_default() += 1;
+        let producer = sinks.producer.clone();
+        let topic = self.v.config.kafka.output_topic.clone();
+        let (partition, first_offset, padded) = (w.partition, w.first_offset, w.padded);
+        inflight.tasks.spawn(async move {
+            let headers = OwnedHeaders::new().insert(Header {
                 key: CONTENT_TYPE,
                 value: Some(ct),
-            }),
-        )
-        .await?;
-        let latency = started.elapsed();
+            });
+            publish(
+                &producer,
+                &topic,
+                key.as_bytes(),
+                &payload,
+                Some(out_partition),
+                headers,
+            )
+            .await?;
+            Ok(Released {
+                partition,
+                first_offset,
+                padded,
+                started,
+                release,
+                truth,
+            })
+        });
+    }
+
+    fn finish_release(&self, inflight: &mut Inflight, done: Released, opts: &Options) {
+        let latency = done.started.elapsed();
+        if let Some(m) = inflight.first_offsets.get_mut(&done.partition) {
+            if let Some(c) = m.get_mut(&done.first_offset) {
+                *c -= 1;
+                if *c == 0 {
+                    m.remove(&done.first_offset);
+                }
+            }
+        }
+        let r = &done.release;
         self.counters
             .windows_released
             .fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("fleetdp_windows_released_total", "stream" => stream.spec.name.clone())
+        metrics::counter!("fleetdp_windows_released_total", "stream" => r.stream.clone())
             .increment(1);
         metrics::histogram!("fleetdp_release_latency_seconds").record(latency.as_secs_f64());
         tracing::info!(
-            stream = %stream.spec.name,
-            partition = w.partition,
-            window_seq = w.seq,
-            n = w.values.len(),
-            padded = w.padded,
+            stream = %r.stream,
+            partition = r.partition,
+            window_seq = r.window_seq,
+            n = r.n,
+            padded = done.padded,
             latency_ms = latency.as_secs_f64() * 1e3,
             "window released"
         );
         if let Some(tx) = &opts.events {
-            let truth = opts.with_truth.then(|| stream.truth(&w.values));
-            let _ = tx.send(ReleaseEvent { release, truth });
+            let _ = tx.send(ReleaseEvent {
+                release: done.release,
+                truth: done.truth,
+            });
         }
-        Ok(())
     }
 
     async fn dead_letter(

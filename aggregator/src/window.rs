@@ -11,6 +11,36 @@
 //! the same input rebuilds the same windows and the keyed noise repeats.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Device ids are keyed by the first 64 bits of their BLAKE3 hash: one hash
+/// per reading, no allocation, and stable across versions and restarts. A
+/// collision (≈ n²/2⁶⁵) can only make two devices share caps, which drops
+/// readings and never lets a device exceed its bounds.
+pub fn device_key(device: &str) -> u64 {
+    let h = blake3::hash(device.as_bytes());
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// The keys are already uniform hashes: pass them through.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
 /// Per-stream settings the windower needs (public parameters).
 #[derive(Debug, Clone)]
@@ -71,7 +101,7 @@ struct Open {
     last_offset: i64,
     first_event_ms: i64,
     last_event_ms: i64,
-    per_device: HashMap<String, u32>,
+    per_device: KeyMap<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -95,17 +125,18 @@ pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
     lanes: HashMap<(usize, i32), Lane>,
-    devices: HashMap<(usize, String), DeviceHorizon>,
+    /// Per stream: each device's windows in its current horizon.
+    devices: Vec<KeyMap<DeviceHorizon>>,
 }
 
 impl Windower {
     pub fn new(rules: Vec<StreamRules>, horizon_ms: i64) -> Self {
         assert!(horizon_ms > 0);
         Self {
+            devices: rules.iter().map(|_| KeyMap::default()).collect(),
             rules,
             horizon_ms,
             lanes: HashMap::new(),
-            devices: HashMap::new(),
         }
     }
 
@@ -144,6 +175,7 @@ impl Windower {
 
     /// Offer one top-coded reading; returns what happened and any windows
     /// that closed (a timed-out one before it, a full one with it).
+    #[allow(clippy::too_many_arguments)] // the hot path: plain values, no struct to build per reading
     pub fn admit(
         &mut self,
         stream: usize,
@@ -167,21 +199,19 @@ impl Windower {
             }
         }
         let seq = lane.next_seq;
-        let in_window = lane.open.per_device.get(device).copied().unwrap_or(0);
+        let dk = device_key(device);
+        let in_window = lane.open.per_device.get(&dk).copied().unwrap_or(0);
         if in_window >= rules.max_readings_per_device {
             return Admission::DroppedWindowCap;
         }
         if in_window == 0 {
             // First reading of this device in this window: charge a window.
             let horizon = event_ms.div_euclid(self.horizon_ms);
-            let entry = self
-                .devices
-                .entry((stream, device.to_string()))
-                .or_insert(DeviceHorizon {
-                    horizon,
-                    windows: 0,
-                    last_seq: u64::MAX,
-                });
+            let entry = self.devices[stream].entry(dk).or_insert(DeviceHorizon {
+                horizon,
+                windows: 0,
+                last_seq: u64::MAX,
+            });
             if entry.horizon != horizon {
                 *entry = DeviceHorizon {
                     horizon,
@@ -205,7 +235,7 @@ impl Windower {
         open.last_offset = offset;
         open.last_event_ms = event_ms;
         open.values.push(units);
-        *open.per_device.entry(device.to_string()).or_insert(0) += 1;
+        *open.per_device.entry(dk).or_insert(0) += 1;
         if open.values.len() >= rules.window_size {
             closed.push(close(lane, stream, partition, rules));
         }

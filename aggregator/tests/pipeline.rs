@@ -361,29 +361,39 @@ statistics = ["mean"]
                 }
             })
             .collect();
-        produce(&broker, &t.input, &msgs).await;
-        // Windows each (stream, partition) must produce.
-        let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
-        let mut per: HashMap<(String, i32), u64> = HashMap::new();
-        for m in &input {
-            let r = proto::DeviceReading::decode(&*m.payload).unwrap();
-            *per.entry((r.stream, m.partition)).or_default() += 1;
-        }
         let sizes: HashMap<&str, u64> = [("cabin_temp_c", 20), ("battery_v", 30)].into();
-        let expected: u64 = per.iter().map(|((s, _), c)| c / sizes[s.as_str()]).sum();
-
-        // First run: stop part-way.
+        // Windows the input holds so far, per (stream, partition).
+        let windows_in_input = || {
+            let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+            let mut per: HashMap<(String, i32), u64> = HashMap::new();
+            for m in &input {
+                let r = proto::DeviceReading::decode(&*m.payload).unwrap();
+                *per.entry((r.stream, m.partition)).or_default() += 1;
+            }
+            per.iter()
+                .map(|((s, _), c)| c / sizes[s.as_str()])
+                .sum::<u64>()
+        };
+        // First run over the first half of the data, then a clean stop.
+        let half = msgs.len() / 2;
+        produce(&broker, &t.input, &msgs[..half]).await;
+        let first_expected = windows_in_input();
         let (stop, c1, h) = spawn(v());
-        assert!(wait_until(WAIT, || get(&c1.windows_released) >= expected / 3).await);
+        assert!(
+            wait_until(WAIT, || get(&c1.messages) >= half as u64
+                && get(&c1.windows_released) >= first_expected)
+            .await
+        );
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
         let first = get(&c1.windows_released);
-        assert!(
-            first < expected,
-            "the first run should stop part-way ({first} of {expected})"
-        );
+        assert_eq!(first, first_expected);
 
-        // Second run, same group: resumes from the committed offsets.
+        // The rest arrives while it is down; the second run (same group)
+        // resumes from the committed offsets, mid-window.
+        produce(&broker, &t.input, &msgs[half..]).await;
+        let expected = windows_in_input();
+        assert!(expected > first);
         let (stop, c2, h) = spawn(v());
         assert!(
             wait_until(WAIT, || first + get(&c2.windows_released) >= expected).await,
@@ -392,6 +402,7 @@ statistics = ["mean"]
         );
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
+        assert_eq!(first + get(&c2.windows_released), expected);
 
         // Third run from offset 0 (a new group): the ledger must stop it from
         // releasing anything again.

@@ -30,19 +30,19 @@ impl Format {
     /// `application/vnd.fleetdp.reading+protobuf` (or `application/x-protobuf`),
     /// `application/vnd.fleetdp.batch+protobuf`.
     pub fn from_content_type(ct: &str) -> Option<Format> {
-        let base = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match base.as_str() {
-            "application/json" => Some(Format::Json),
-            "application/vnd.fleetdp.reading+protobuf"
-            | "application/x-protobuf"
-            | "application/protobuf" => Some(Format::Protobuf),
-            "application/vnd.fleetdp.batch+protobuf" => Some(Format::ProtobufBatch),
-            _ => None,
+        let base = ct.split(';').next().unwrap_or("").trim();
+        let is = |s: &str| base.eq_ignore_ascii_case(s);
+        if is("application/json") {
+            Some(Format::Json)
+        } else if is("application/vnd.fleetdp.reading+protobuf")
+            || is("application/x-protobuf")
+            || is("application/protobuf")
+        {
+            Some(Format::Protobuf)
+        } else if is("application/vnd.fleetdp.batch+protobuf") {
+            Some(Format::ProtobufBatch)
+        } else {
+            None
         }
     }
 
@@ -155,6 +155,9 @@ impl Default for Limits {
     }
 }
 
+/// (device_id, stream, value, event_time_ms) as decoded, before validation.
+type RawReading = (Option<String>, Option<String>, Option<f64>, Option<i64>);
+
 #[derive(Deserialize)]
 struct JsonReading {
     device_id: Option<String>,
@@ -221,7 +224,7 @@ impl Decoder {
             })?,
             None => self.default_format,
         };
-        let raw: Vec<(Option<String>, Option<String>, Option<f64>, Option<i64>)> = match format {
+        let raw: Vec<RawReading> = match format {
             Format::Protobuf => {
                 let r = DeviceReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))

@@ -1,0 +1,287 @@
+//! Throughput of the service path, printed as readings/s with ratios against
+//! baselines measured in the same run:
+//!
+//! 1. in process: pre-encoded readings through decode → validate → top-code →
+//!    bound → window → release, beside the same path with noise switched
+//!    off (exact aggregation): the DP overhead;
+//! 2. end to end through a broker: the pipeline beside a null consumer
+//!    (consume + decode, discard) on the same topic.
+//!
+//! Run: `cargo bench -p fleetdp --bench pipeline`. The broker is
+//! FLEETDP_BENCH_BROKERS or KAFKA_BROKERS (e.g. the tansu that tests/run.sh
+//! installs), else the in-process mock cluster with a smaller data set.
+//! Targets: ≥ 1 M readings/s in process on one core; DP overhead ≤ 10%;
+//! end to end ≥ 0.8× the null consumer.
+
+use fleetdp::config::{Config, Validated};
+use fleetdp::dp::rng::ReleaseKey;
+use fleetdp::pipeline::{Counters, Options, Pipeline};
+use fleetdp::process::Processor;
+use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = r#"
+[kafka]
+brokers = "BROKERS"
+input_topic = "INPUT"
+output_topic = "OUTPUT"
+dead_letter_topic = "DLQ"
+group_id = "GROUP"
+[kafka.consumer_properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+[privacy]
+epsilon_per_device = 1.0
+horizon = "24h"
+[[stream]]
+name = "cabin_temp_c"
+lower = -40.0
+upper = 85.0
+resolution = 0.1
+window_size = 10000
+max_readings_per_device = 1
+max_windows_per_device = 1000000
+statistics = ["mean", "std", "histogram", "quantiles"]
+histogram_edges = [-40, -20, -10, 0, 10, 20, 30, 40, 50, 60, 85]
+quantiles = [0.1, 0.5, 0.9, 0.99]
+"#;
+
+fn config(brokers: &str, input: &str, output: &str, group: &str) -> Validated {
+    let text = CONFIG
+        .replace("BROKERS", brokers)
+        .replace("INPUT", input)
+        .replace("OUTPUT", output)
+        .replace("DLQ", &format!("{input}.dlq"))
+        .replace("GROUP", group);
+    Config::parse(&text).unwrap().validate().unwrap()
+}
+
+fn messages(n: usize) -> Vec<(String, Vec<u8>)> {
+    let mut fleet = Fleet::new(FleetSpec {
+        devices: 100_000,
+        signals: vec![Signal::CabinTemp],
+        bad_fraction: 0.0,
+        ..FleetSpec::default()
+    });
+    (0..n)
+        .map(|_| {
+            let m = fleet.next_message();
+            (m.key, m.payload)
+        })
+        .collect()
+}
+
+/// Readings/s through the in-process path; `noise` off = exact aggregation.
+fn in_process(v: &Validated, msgs: &[(String, Vec<u8>)], noise: bool) -> (f64, u64) {
+    let key = ReleaseKey::from_bytes([1; 32]);
+    let mut p = Processor::new(v, Arc::new(Counters::default()));
+    let mut closed = Vec::new();
+    let mut windows = 0u64;
+    let mut sink = 0.0f64;
+    let t = Instant::now();
+    for (i, (_, payload)) in msgs.iter().enumerate() {
+        p.process(0, i as i64, payload, None, &mut closed)
+            .expect("valid");
+        for w in closed.drain(..) {
+            let s = &v.plan.streams[w.stream];
+            let r = if noise {
+                s.release(&key, w.partition, w.seq, &w.values)
+            } else {
+                s.truth(&w.values)
+            };
+            sink += r[0].values[0];
+            windows += 1;
+        }
+    }
+    let rate = msgs.len() as f64 / t.elapsed().as_secs_f64();
+    std::hint::black_box(sink);
+    (rate, windows)
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for a list
+    }
+    if std::env::var("FLEETDP_BENCH_E2E_ONLY").is_ok() {
+        end_to_end();
+        return;
+    }
+    let n = 2_000_000;
+    println!("FleetDP pipeline benchmark ({n} readings of one stream, n = 10,000 per window)");
+    let msgs = messages(n);
+    let v = config("unused", "in", "out", "g");
+    // Warm up, then alternate to even out machine noise.
+    let _ = in_process(&v, &msgs[..200_000], true);
+    let mut exact = Vec::new();
+    let mut dp = Vec::new();
+    for _ in 0..5 {
+        exact.push(in_process(&v, &msgs, false).0);
+        dp.push(in_process(&v, &msgs, true).0);
+    }
+    let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
+    let (e, d) = (best(&exact), best(&dp));
+    println!(
+        "in process, exact aggregation (noise off): {:>12.0} readings/s",
+        e
+    );
+    println!(
+        "in process, with DP release:               {:>12.0} readings/s",
+        d
+    );
+    println!(
+        "DP overhead: {:.1}% (ratio {:.3}; target ≤ 10%)",
+        (e / d - 1.0) * 100.0,
+        d / e
+    );
+
+    end_to_end();
+}
+
+fn end_to_end() {
+    let env = std::env::var("FLEETDP_BENCH_BROKERS")
+        .or_else(|_| std::env::var("KAFKA_BROKERS"))
+        .ok();
+    let mock = if env.is_none() {
+        Some(rdkafka::mocking::MockCluster::new(1).unwrap())
+    } else {
+        None
+    };
+    let brokers = env.unwrap_or_else(|| mock.as_ref().unwrap().bootstrap_servers());
+    // The mock cluster keeps only ~5 MiB per partition.
+    let (n, parts) = if mock.is_some() {
+        (400_000usize, 8)
+    } else {
+        (2_000_000usize, 4)
+    };
+    let suffix = format!("{:08x}", rand::random::<u32>());
+    let (input, output) = (format!("bench-in-{suffix}"), format!("bench-out-{suffix}"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let base = fleetdp::kafka::client_config(&brokers, &Default::default());
+        match &mock {
+            Some(m) => {
+                for t in [&input, &output, &format!("{input}.dlq")] {
+                    m.create_topic(t, parts, 1).unwrap();
+                }
+            }
+            None => fleetdp::kafka::ensure_topics(
+                &base,
+                &[
+                    (&input, parts),
+                    (&output, parts),
+                    (&format!("{input}.dlq"), 1),
+                ],
+            )
+            .await
+            .unwrap(),
+        }
+        let mut fleet = Fleet::new(FleetSpec {
+            devices: 100_000,
+            signals: vec![Signal::CabinTemp],
+            bad_fraction: 0.0,
+            ..FleetSpec::default()
+        });
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        let t = Instant::now();
+        fleetdp::kafka::produce_fleet(
+            &base,
+            &input,
+            &mut fleet,
+            0.0,
+            Some(n as u64),
+            None,
+            rx,
+            |_| {},
+        )
+        .await
+        .unwrap();
+        println!(
+            "\nend to end through {} ({} readings, {parts} partitions; produced in {:.1}s)",
+            if mock.is_some() {
+                "the in-process mock cluster"
+            } else {
+                brokers.as_str()
+            },
+            n,
+            t.elapsed().as_secs_f64()
+        );
+
+        // Null consumer: consume + decode, discard.
+        let mut cc = base.clone();
+        cc.set("group.id", format!("null-{suffix}"))
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "500");
+        let consumer: StreamConsumer = cc.create().unwrap();
+        consumer.subscribe(&[&input]).unwrap();
+        let mut seen = 0usize;
+        let mut first: Option<Instant> = None;
+        let mut sink = 0.0;
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while seen < n {
+            let Ok(m) = tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await else {
+                println!(
+                    "null consumer: stalled after {seen} of {n} readings; no end-to-end figures"
+                );
+                return;
+            };
+            let m = m.unwrap();
+            first.get_or_insert_with(Instant::now);
+            use prost::Message as _;
+            let r = proto::DeviceReading::decode(m.payload().unwrap()).unwrap();
+            sink += r.value.unwrap_or(0.0);
+            seen += 1;
+        }
+        std::hint::black_box(sink);
+        let null_rate = (n - 1) as f64 / first.unwrap().elapsed().as_secs_f64();
+        drop(consumer);
+        println!(
+            "null consumer (consume + decode):          {:>12.0} readings/s",
+            null_rate
+        );
+
+        // The pipeline on the same topic.
+        let v = config(&brokers, &input, &output, &format!("fleetdp-{suffix}"));
+        let p = Pipeline::new(v, ReleaseKey::from_bytes([2; 32]));
+        let c = p.counters.clone();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
+        let mut first: Option<Instant> = None;
+        loop {
+            let m = c.messages.load(Ordering::Relaxed);
+            if m > 0 {
+                first.get_or_insert_with(Instant::now);
+            }
+            if m as usize >= n {
+                break;
+            }
+            if Instant::now() > deadline + Duration::from_secs(180) {
+                println!("pipeline: stalled after {m} of {n} readings");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let rate = (n - 1) as f64 / first.unwrap().elapsed().as_secs_f64();
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        println!(
+            "FleetDP pipeline (end to end):             {:>12.0} readings/s",
+            rate
+        );
+        println!(
+            "end to end / null consumer: {:.3} (target ≥ 0.8); {} windows released",
+            rate / null_rate,
+            c.windows_released.load(Ordering::Relaxed)
+        );
+    });
+    drop(mock);
+}
