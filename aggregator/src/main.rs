@@ -59,44 +59,47 @@ enum Command {
         format: PlanFormat,
     },
     /// Produce a simulated fleet's readings to a Kafka topic (load generator).
-    Simulate {
-        /// Bootstrap servers, e.g. 127.0.0.1:9092.
-        #[arg(long)]
-        brokers: String,
-        #[arg(long, default_value = "readings")]
-        topic: String,
-        #[arg(long, default_value_t = 1000)]
-        devices: usize,
-        /// Messages per second (0: as fast as possible).
-        #[arg(long, default_value_t = 1000.0)]
-        rate: f64,
-        /// How long to produce.
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-        /// Stop after this many messages.
-        #[arg(long)]
-        messages: Option<u64>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Fraction of malformed messages.
-        #[arg(long, default_value_t = 0.0)]
-        bad_fraction: f64,
-        /// Payload format.
-        #[arg(long, value_enum, default_value_t = SimFormat::Protobuf)]
-        format: SimFormat,
-        /// Streams to simulate (cabin_temp_c, battery_v, speed_kmh).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "cabin_temp_c,battery_v,speed_kmh"
-        )]
-        streams: Vec<String>,
-    },
+    Simulate(SimulateArgs),
     /// Write a new random release key (64 hex digits) to a file.
     Keygen {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// Bootstrap servers, e.g. 127.0.0.1:9092.
+    #[arg(long)]
+    brokers: String,
+    #[arg(long, default_value = "readings")]
+    topic: String,
+    #[arg(long, default_value_t = 1000)]
+    devices: usize,
+    /// Messages per second (0: as fast as possible).
+    #[arg(long, default_value_t = 1000.0)]
+    rate: f64,
+    /// How long to produce.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Stop after this many messages.
+    #[arg(long)]
+    messages: Option<u64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fraction of malformed messages.
+    #[arg(long, default_value_t = 0.0)]
+    bad_fraction: f64,
+    /// Payload format.
+    #[arg(long, value_enum, default_value_t = SimFormat::Protobuf)]
+    format: SimFormat,
+    /// Streams to simulate (cabin_temp_c, battery_v, speed_kmh).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cabin_temp_c,battery_v,speed_kmh"
+    )]
+    streams: Vec<String>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -174,31 +177,9 @@ fn main() -> ExitCode {
             run(config)
         }
         Command::Plan { config, format } => plan(config, format),
-        Command::Simulate {
-            brokers,
-            topic,
-            devices,
-            rate,
-            duration,
-            messages,
-            seed,
-            bad_fraction,
-            format,
-            streams,
-        } => {
+        Command::Simulate(args) => {
             init_logging(cli.log_json, "warn");
-            simulate(
-                brokers,
-                topic,
-                devices,
-                rate,
-                duration,
-                messages,
-                seed,
-                bad_fraction,
-                format,
-                streams,
-            )
+            simulate(args)
         }
         Command::Keygen { out } => keygen(out),
     };
@@ -238,19 +219,19 @@ fn plan(path: PathBuf, format: PlanFormat) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn simulate(
-    brokers: String,
-    topic: String,
-    devices: usize,
-    rate: f64,
-    duration: Duration,
-    messages: Option<u64>,
-    seed: u64,
-    bad_fraction: f64,
-    format: SimFormat,
-    streams: Vec<String>,
-) -> Result<()> {
+fn simulate(args: SimulateArgs) -> Result<()> {
+    let SimulateArgs {
+        brokers,
+        topic,
+        devices,
+        rate,
+        duration,
+        messages,
+        seed,
+        bad_fraction,
+        format,
+        streams,
+    } = args;
     if devices == 0 {
         bail!("--devices must be at least 1");
     }

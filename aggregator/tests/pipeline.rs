@@ -7,7 +7,7 @@ mod harness;
 use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::dp::universe::{TopCoder, Universe};
 use fleetdp::pipeline::{Counters, Options, Pipeline};
-use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use fleetdp::sim::{FleetSpec, Signal};
 use harness::*;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
@@ -116,23 +116,15 @@ fn releases_tile_the_input_and_cover_the_truth() {
             &temp_stream(n, 1, 1000, "\"mean\", \"sum\", \"histogram\""),
         );
         // 180 devices over 3 partitions, 25 rounds of one reading each.
-        let mut fleet = Fleet::new(FleetSpec {
-            devices: 180,
-            signals: vec![Signal::CabinTemp],
-            bad_fraction: 0.0,
-            ..FleetSpec::default()
-        });
-        let msgs: Vec<Out> = (0..180 * 25)
-            .map(|_| {
-                let m = fleet.next_message();
-                Out {
-                    partition: None,
-                    key: m.key,
-                    payload: m.payload,
-                    content_type: Some(m.content_type.to_string()),
-                }
-            })
-            .collect();
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 180,
+                signals: vec![Signal::CabinTemp],
+                bad_fraction: 0.0,
+                ..FleetSpec::default()
+            },
+            180 * 25,
+        );
         produce(&broker, &t.input, &msgs).await;
         // Count what each partition holds to know how many windows must come.
         let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
@@ -344,23 +336,15 @@ statistics = ["mean"]
                 &streams,
             )
         };
-        let mut fleet = Fleet::new(FleetSpec {
-            devices: 120,
-            signals: vec![Signal::CabinTemp, Signal::BatteryVolts],
-            bad_fraction: 0.0,
-            ..FleetSpec::default()
-        });
-        let msgs: Vec<Out> = (0..240 * 20)
-            .map(|_| {
-                let m = fleet.next_message();
-                Out {
-                    partition: None,
-                    key: m.key,
-                    payload: m.payload,
-                    content_type: Some(m.content_type.to_string()),
-                }
-            })
-            .collect();
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 120,
+                signals: vec![Signal::CabinTemp, Signal::BatteryVolts],
+                bad_fraction: 0.0,
+                ..FleetSpec::default()
+            },
+            240 * 20,
+        );
         let sizes: HashMap<&str, u64> = [("cabin_temp_c", 20), ("battery_v", 30)].into();
         // Windows the input holds so far, per (stream, partition).
         let windows_in_input = || {

@@ -136,6 +136,22 @@ pub struct Out {
     pub content_type: Option<String>,
 }
 
+/// The first `count` messages of a simulated fleet, partitioned by key.
+pub fn fleet_messages(spec: fleetdp::sim::FleetSpec, count: usize) -> Vec<Out> {
+    let mut fleet = fleetdp::sim::Fleet::new(spec);
+    (0..count)
+        .map(|_| {
+            let m = fleet.next_message();
+            Out {
+                partition: None,
+                key: m.key,
+                payload: m.payload,
+                content_type: Some(m.content_type.to_string()),
+            }
+        })
+        .collect()
+}
+
 /// Produce messages in order and wait for every ack.
 pub async fn produce(broker: &Broker, topic: &str, msgs: &[Out]) {
     let producer: FutureProducer = broker.client().set("linger.ms", "5").create().unwrap();
