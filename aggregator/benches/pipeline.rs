@@ -220,7 +220,9 @@ fn end_to_end() {
             .set("auto.offset.reset", "earliest")
             .set("enable.auto.commit", "false")
             .set("session.timeout.ms", "6000")
-            .set("heartbeat.interval.ms", "500");
+            .set("heartbeat.interval.ms", "500")
+            // The same assignment strategy as the pipeline's consumer.
+            .set("partition.assignment.strategy", "cooperative-sticky");
         let consumer: StreamConsumer = cc.create().unwrap();
         consumer.subscribe(&[&input]).unwrap();
         let mut seen = 0usize;

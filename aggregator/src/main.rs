@@ -49,6 +49,11 @@ enum Command {
         /// The TOML configuration (see deploy/fleetdp.toml).
         #[arg(long, short)]
         config: PathBuf,
+        /// Create the input, output and dead-letter topics with this many
+        /// partitions when they do not exist (local setups; production topics
+        /// are usually the operator's).
+        #[arg(long, value_name = "PARTITIONS")]
+        create_topics: Option<i32>,
     },
     /// Show what a configuration spends and how accurate it is; exits
     /// non-zero when the plan is over budget or invalid.
@@ -172,9 +177,12 @@ fn main() -> ExitCode {
                 seed,
             })
         }
-        Command::Run { config } => {
+        Command::Run {
+            config,
+            create_topics,
+        } => {
             init_logging(cli.log_json, "info");
-            run(config)
+            run(config, create_topics)
         }
         Command::Plan { config, format } => plan(config, format),
         Command::Simulate(args) => {
@@ -192,11 +200,27 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: PathBuf) -> Result<()> {
+fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
     let config = Config::load(&path)?;
     let key = config.release_key()?;
     let v = config.validate()?;
     runtime()?.block_on(async move {
+        if let Some(p) = create_topics {
+            if p < 1 {
+                bail!("--create-topics needs at least 1 partition");
+            }
+            let k = &v.config.kafka;
+            let base = fleetdp::kafka::client_config(&k.brokers, &k.properties);
+            fleetdp::kafka::ensure_topics(
+                &base,
+                &[
+                    (&k.input_topic, p),
+                    (&k.output_topic, p),
+                    (&k.dead_letter_topic, 1),
+                ],
+            )
+            .await?;
+        }
         let listen = v.config.http.listen.clone();
         if !listen.is_empty() {
             let a = fleetdp::http::serve_metrics(&listen)?;

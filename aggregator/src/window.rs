@@ -260,7 +260,17 @@ impl Windower {
 }
 
 fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) -> ClosedWindow {
-    let open = std::mem::take(&mut lane.open);
+    // Keep the device map's capacity for the next window (no rehash growth).
+    let mut per_device = std::mem::take(&mut lane.open.per_device);
+    per_device.clear();
+    let open = std::mem::replace(
+        &mut lane.open,
+        Open {
+            values: Vec::with_capacity(rules.window_size),
+            per_device,
+            ..Open::default()
+        },
+    );
     let mut values = open.values;
     let padded = rules.window_size.saturating_sub(values.len()) as u64;
     values.resize(rules.window_size, rules.midpoint);
