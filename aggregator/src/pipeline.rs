@@ -17,14 +17,18 @@ use crate::window::{ClosedWindow, StreamRules, Windower};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
 use prost::Message as _;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
 
@@ -198,6 +202,38 @@ struct Sinks {
     output_partitions: i32,
 }
 
+/// Partitions assigned and revoked by rebalances, for the loop to act on
+/// before it processes the next message.
+#[derive(Default)]
+struct RebalanceLog {
+    changed: AtomicBool,
+    assigned: Mutex<Vec<i32>>,
+    revoked: Mutex<Vec<i32>>,
+}
+
+struct PipelineContext {
+    log: Arc<RebalanceLog>,
+}
+
+impl ClientContext for PipelineContext {}
+
+impl ConsumerContext for PipelineContext {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let (list, tpl) = match rebalance {
+            Rebalance::Assign(tpl) => (&self.log.assigned, *tpl),
+            Rebalance::Revoke(tpl) => (&self.log.revoked, *tpl),
+            Rebalance::Error(e) => {
+                tracing::warn!(error = %e, "rebalance error");
+                return;
+            }
+        };
+        list.lock()
+            .expect("not poisoned")
+            .extend(tpl.elements().iter().map(|e| e.partition()));
+        self.log.changed.store(true, Ordering::Release);
+    }
+}
+
 /// Releases published but not yet acknowledged. One at a time: consuming
 /// overlaps with the publish, and every release is its own produce batch
 /// (tansu 0.6 was seen to keep only part of multi-record release batches in
@@ -254,20 +290,9 @@ impl Pipeline {
         let kc = &v.config.kafka;
         let base = self.client_config();
 
-        // Where each (stream, partition) resumes: the release ledger.
-        let ledger = {
-            let (base, topic) = (base.clone(), kc.output_topic.clone());
-            tokio::task::spawn_blocking(move || kafka::read_ledger(&base, &topic))
-                .await?
-                .context("reading the release ledger (kafka.output_topic)")?
-        };
+        // Where each (stream, partition) resumes is read from the release
+        // ledger whenever partitions are assigned (see `apply_rebalance`).
         let mut processor = Processor::new(v, self.counters.clone());
-        for ((stream, partition), r) in &ledger {
-            if let Some(i) = processor.stream_index(stream) {
-                processor.windower_mut().resume(i, *partition, *r);
-            }
-        }
-        tracing::info!(resumed = ledger.len(), "release ledger read");
 
         let output_partitions = {
             let mut c = base.clone();
@@ -299,7 +324,10 @@ impl Pipeline {
         for (k, val) in &kc.consumer_properties {
             cc.set(k, val);
         }
-        let consumer: StreamConsumer = cc.create().context("creating consumer")?;
+        let log = Arc::new(RebalanceLog::default());
+        let consumer: StreamConsumer<PipelineContext> = cc
+            .create_with_context(PipelineContext { log: log.clone() })
+            .context("creating consumer")?;
         consumer
             .subscribe(&[&kc.input_topic])
             .with_context(|| format!("subscribing to {}", kc.input_topic))?;
@@ -337,6 +365,10 @@ impl Pipeline {
                     continue;
                 }
             };
+            // A rebalance may have just happened inside recv(): act on it
+            // before processing a message of a newly assigned partition.
+            self.apply_rebalance(&log, &mut processor, &mut next_offset, &mut committed)
+                .await?;
             let (partition, offset) = (msg.partition(), msg.offset());
             let payload = msg.payload().unwrap_or(&[]);
             if let Err(rejection) = processor.process(
@@ -395,7 +427,7 @@ impl Pipeline {
 
     fn commit(
         &self,
-        consumer: &StreamConsumer,
+        consumer: &StreamConsumer<PipelineContext>,
         windower: &Windower,
         inflight: &Inflight,
         next_offset: &BTreeMap<i32, i64>,
@@ -425,6 +457,56 @@ impl Pipeline {
                 committed.clear();
             }
         }
+    }
+
+    /// Revoked partitions: forget their open windows (they rebuild by
+    /// replay). Assigned partitions: re-read the release ledger and resume
+    /// each (stream, partition) after its last released window, so an
+    /// instance taking over never re-numbers or re-noises a window.
+    async fn apply_rebalance(
+        &self,
+        log: &RebalanceLog,
+        processor: &mut Processor,
+        next_offset: &mut BTreeMap<i32, i64>,
+        committed: &mut BTreeMap<i32, i64>,
+    ) -> Result<()> {
+        if !log.changed.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let revoked = std::mem::take(&mut *log.revoked.lock().expect("not poisoned"));
+        let assigned = std::mem::take(&mut *log.assigned.lock().expect("not poisoned"));
+        for &p in revoked.iter().chain(&assigned) {
+            processor.windower_mut().drop_partition(p);
+            next_offset.remove(&p);
+            committed.remove(&p);
+        }
+        if !revoked.is_empty() {
+            tracing::info!(?revoked, "partitions revoked");
+        }
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        let (base, topic) = (
+            self.client_config(),
+            self.v.config.kafka.output_topic.clone(),
+        );
+        let ledger = tokio::task::spawn_blocking(move || kafka::read_ledger(&base, &topic))
+            .await?
+            .context("reading the release ledger (kafka.output_topic)")?;
+        let mut resumed = 0;
+        for ((stream, partition), r) in &ledger {
+            if let (true, Some(i)) = (assigned.contains(partition), processor.stream_index(stream))
+            {
+                processor.windower_mut().resume(i, *partition, *r);
+                resumed += 1;
+            }
+        }
+        tracing::info!(
+            ?assigned,
+            resumed,
+            "partitions assigned; resumed from the release ledger"
+        );
+        Ok(())
     }
 
     fn start_release(

@@ -502,3 +502,120 @@ fn plan_numbers_equal_the_hand_computed_ones() {
         "{err}"
     );
 }
+
+#[test]
+fn two_instances_share_the_work_and_hand_over_without_renumbering() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("scale");
+        broker
+            .create_topics(&[(&t.input, 4), (&t.output, 2), (&t.dlq, 1)])
+            .await;
+        let n = 20u64;
+        let v = || {
+            config(
+                &broker,
+                &t,
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+                "",
+                &temp_stream(n, 1, 100_000, "\"mean\""),
+            )
+        };
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 160,
+                signals: vec![Signal::CabinTemp],
+                bad_fraction: 0.0,
+                ..FleetSpec::default()
+            },
+            160 * 30,
+        );
+        let third = msgs.len() / 3;
+        let windows_in_input = || {
+            let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+            let mut per: HashMap<i32, u64> = HashMap::new();
+            for m in &input {
+                *per.entry(m.partition).or_default() += 1;
+            }
+            per.values().map(|c| c / n).sum::<u64>()
+        };
+        let distinct = || {
+            let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+            rs.iter()
+                .map(|r| (r.partition, r.window_seq))
+                .collect::<std::collections::HashSet<_>>()
+                .len() as u64
+        };
+        let wait_distinct = |target: u64| {
+            let deadline = std::time::Instant::now() + WAIT;
+            async move {
+                while std::time::Instant::now() < deadline {
+                    if distinct() >= target {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                false
+            }
+        };
+
+        // A alone.
+        produce(&broker, &t.input, &msgs[..third]).await;
+        let (stop_a, _ca, ha) = spawn(v());
+        let e1 = windows_in_input();
+        assert!(wait_distinct(e1).await, "A released {} of {e1}", distinct());
+        // B joins: the group splits the partitions.
+        let (stop_b, cb, hb) = spawn(v());
+        produce(&broker, &t.input, &msgs[third..2 * third]).await;
+        let e2 = windows_in_input();
+        assert!(
+            wait_distinct(e2).await,
+            "A+B released {} of {e2}",
+            distinct()
+        );
+        // A leaves: B takes over its partitions.
+        stop_a.send(true).unwrap();
+        ha.await.unwrap().unwrap();
+        produce(&broker, &t.input, &msgs[2 * third..]).await;
+        let e3 = windows_in_input();
+        assert!(wait_distinct(e3).await, "B released {} of {e3}", distinct());
+        stop_b.send(true).unwrap();
+        hb.await.unwrap().unwrap();
+        assert!(get(&cb.windows_released) > 0, "B never got partitions");
+
+        // Every window exactly once, or as bit-identical duplicates only.
+        let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let mut by: BTreeMap<(i32, u64), Vec<proto::WindowRelease>> = BTreeMap::new();
+        for r in releases {
+            by.entry((r.partition, r.window_seq)).or_default().push(r);
+        }
+        assert_eq!(by.len() as u64, e3);
+        let mut last: HashMap<i32, (u64, i64)> = HashMap::new();
+        for ((p, seq), copies) in &by {
+            let first = &copies[0];
+            for c in copies {
+                assert_eq!(
+                    (c.first_offset, c.last_offset),
+                    (first.first_offset, first.last_offset),
+                    "{p}#{seq}"
+                );
+                assert_eq!(
+                    c.statistics, first.statistics,
+                    "{p}#{seq}: a duplicate with different noise"
+                );
+            }
+            let expected_first = last.get(p).map_or(0, |&(_, o)| o + 1);
+            assert_eq!(
+                last.get(p).map_or(0, |&(s, _)| s + 1),
+                *seq,
+                "partition {p}: seqs not contiguous"
+            );
+            assert_eq!(
+                first.first_offset, expected_first,
+                "partition {p}#{seq}: offsets do not tile"
+            );
+            last.insert(*p, (*seq, first.last_offset));
+        }
+    });
+}
