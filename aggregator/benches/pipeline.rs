@@ -168,7 +168,12 @@ fn end_to_end() {
         let base = fleetdp::kafka::client_config(&brokers, &Default::default());
         match &mock {
             Some(m) => {
-                for t in [&input, &output, &format!("{input}.dlq")] {
+                for t in [
+                    &input,
+                    &output,
+                    &format!("{input}.dlq"),
+                    &format!("{output}.state"),
+                ] {
                     m.create_topic(t, parts, 1).unwrap();
                 }
             }
@@ -178,6 +183,7 @@ fn end_to_end() {
                     (&input, parts),
                     (&output, parts),
                     (&format!("{input}.dlq"), 1),
+                    (&format!("{output}.state"), parts),
                 ],
             )
             .await

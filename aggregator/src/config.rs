@@ -35,6 +35,10 @@ pub struct KafkaConfig {
     pub input_topic: String,
     pub output_topic: String,
     pub dead_letter_topic: String,
+    /// Internal state (per-device window charges), replayed on assignment;
+    /// default `<output_topic>.state`.
+    #[serde(default)]
+    pub state_topic: Option<String>,
     #[serde(default = "default_group")]
     pub group_id: String,
     /// Format of input messages without a content-type header.
@@ -49,6 +53,15 @@ pub struct KafkaConfig {
     /// Extra librdkafka properties for the consumer only.
     #[serde(default)]
     pub consumer_properties: BTreeMap<String, String>,
+}
+
+impl KafkaConfig {
+    /// The state topic's name.
+    pub fn state_topic(&self) -> String {
+        self.state_topic
+            .clone()
+            .unwrap_or_else(|| format!("{}.state", self.output_topic))
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -228,9 +241,17 @@ impl Config {
         nonempty("kafka.output_topic", &k.output_topic)?;
         nonempty("kafka.dead_letter_topic", &k.dead_letter_topic)?;
         nonempty("kafka.group_id", &k.group_id)?;
-        let topics = [&k.input_topic, &k.output_topic, &k.dead_letter_topic];
-        if topics[0] == topics[1] || topics[0] == topics[2] || topics[1] == topics[2] {
-            bail!("kafka: input_topic, output_topic and dead_letter_topic must be three different topics");
+        let state = k.state_topic();
+        let topics = [
+            &k.input_topic,
+            &k.output_topic,
+            &k.dead_letter_topic,
+            &state,
+        ];
+        for (i, a) in topics.iter().enumerate() {
+            if topics[i + 1..].contains(a) {
+                bail!("kafka: input_topic, output_topic, dead_letter_topic and state_topic must be four different topics ({a} twice)");
+            }
         }
         if self.streams.is_empty() {
             bail!("stream: declare at least one [[stream]]");

@@ -87,6 +87,7 @@ pub fn run(opts: DemoOptions) -> Result<()> {
     mock.create_topic(&k.input_topic, 2, 1)?;
     mock.create_topic(&k.output_topic, 2, 1)?;
     mock.create_topic(&k.dead_letter_topic, 1, 1)?;
+    mock.create_topic(&k.state_topic(), 2, 1)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)

@@ -94,48 +94,66 @@ pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<prot
     }
 }
 
-/// Read the whole output topic and return, per (stream, input partition),
-/// the last released window. Blocking; call from a blocking context.
-pub fn read_ledger(
+/// Read a topic from its low to its current high watermarks, calling `f`
+/// on every message. Blocking; call from a blocking context.
+pub fn read_topic(
     config: &ClientConfig,
-    output_topic: &str,
-) -> Result<HashMap<(String, i32), Resume>> {
+    topic: &str,
+    mut f: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
+) -> Result<()> {
     let mut c = config.clone();
-    c.set("group.id", "fleetdp-ledger-reader")
+    c.set("group.id", "fleetdp-topic-reader")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false");
-    let consumer: BaseConsumer = c.create().context("creating ledger reader")?;
-    let parts = partition_count(&consumer, output_topic, Duration::from_secs(10))?;
+    let consumer: BaseConsumer = c.create().context("creating topic reader")?;
+    let parts = partition_count(&consumer, topic, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining = HashMap::new();
     for p in 0..parts as i32 {
         let (low, high) = consumer
-            .fetch_watermarks(output_topic, p, Duration::from_secs(10))
-            .with_context(|| format!("watermarks of {output_topic}/{p}"))?;
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .with_context(|| format!("watermarks of {topic}/{p}"))?;
         if high > low {
-            tpl.add_partition_offset(output_topic, p, Offset::Offset(low))?;
+            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
             remaining.insert(p, high);
         }
     }
-    let mut seen: HashMap<(String, i32), BTreeMap<u64, Resume>> = HashMap::new();
-    let mut ledger: HashMap<(String, i32), Resume> = HashMap::new();
     if remaining.is_empty() {
-        return Ok(ledger);
+        return Ok(());
     }
     consumer.assign(&tpl)?;
     let deadline = Instant::now() + Duration::from_secs(120);
     while !remaining.is_empty() {
         if Instant::now() > deadline {
-            return Err(anyhow!(
-                "timed out reading the release ledger from {output_topic}"
-            ));
+            return Err(anyhow!("timed out reading {topic}"));
         }
         let Some(msg) = consumer.poll(Duration::from_millis(500)) else {
             continue;
         };
-        let msg = msg.context("reading the release ledger")?;
+        let msg = msg.with_context(|| format!("reading {topic}"))?;
+        f(&msg)?;
+        if remaining
+            .get(&msg.partition())
+            .is_some_and(|&h| msg.offset() + 1 >= h)
+        {
+            remaining.remove(&msg.partition());
+        }
+    }
+    Ok(())
+}
+
+/// Read the whole output topic and return, per (stream, input partition),
+/// where to resume: after the end of the contiguous run of released seqs. A
+/// gap (a release that failed while a later one succeeded) is re-released
+/// from replay, and what follows it repeats bit for bit (keyed noise).
+pub fn read_ledger(
+    config: &ClientConfig,
+    output_topic: &str,
+) -> Result<HashMap<(String, i32), Resume>> {
+    let mut seen: HashMap<(String, i32), BTreeMap<u64, Resume>> = HashMap::new();
+    read_topic(config, output_topic, |msg| {
         if let Some(payload) = msg.payload() {
-            let r = decode_release(payload, header(&msg, CONTENT_TYPE)).with_context(|| {
+            let r = decode_release(payload, header(msg, CONTENT_TYPE)).with_context(|| {
                 format!(
                     "release at {output_topic}/{}@{} is not decodable",
                     msg.partition(),
@@ -153,16 +171,9 @@ pub fn read_ledger(
                     },
                 );
         }
-        if remaining
-            .get(&msg.partition())
-            .is_some_and(|&h| msg.offset() + 1 >= h)
-        {
-            remaining.remove(&msg.partition());
-        }
-    }
-    // Resume after the end of the contiguous run of seqs: a gap (a release
-    // that failed while a later one succeeded) is re-released from replay,
-    // and what follows it repeats bit for bit (keyed noise).
+        Ok(())
+    })?;
+    let mut ledger = HashMap::new();
     for (lane, seqs) in seen {
         let mut it = seqs.into_iter();
         let (mut prev, mut last) = it.next().expect("non-empty");
@@ -175,6 +186,38 @@ pub fn read_ledger(
         ledger.insert(lane, last);
     }
     Ok(ledger)
+}
+
+/// Charges recorded in the state topic for the given input partitions:
+/// per (stream, partition), `(seq, [(device key, horizon)])` by seq.
+pub type Charges = HashMap<(String, i32), BTreeMap<u64, Vec<(u64, i64)>>>;
+
+/// Read the state topic's window charges of `partitions`.
+pub fn read_charges(
+    config: &ClientConfig,
+    state_topic: &str,
+    partitions: &[i32],
+) -> Result<Charges> {
+    let mut out: Charges = HashMap::new();
+    read_topic(config, state_topic, |msg| {
+        if let Some(payload) = msg.payload() {
+            let c = proto::v1::WindowCharges::decode(payload).with_context(|| {
+                format!(
+                    "state at {state_topic}/{}@{} is not decodable",
+                    msg.partition(),
+                    msg.offset()
+                )
+            })?;
+            if partitions.contains(&c.partition) && c.device_keys.len() == c.horizons.len() {
+                let charges = c.device_keys.into_iter().zip(c.horizons).collect();
+                out.entry((c.stream, c.partition))
+                    .or_default()
+                    .insert(c.window_seq, charges);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Produce a simulated fleet's messages to `topic` at `rate` messages per

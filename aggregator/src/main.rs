@@ -49,7 +49,7 @@ enum Command {
         /// The TOML configuration (see deploy/fleetdp.toml).
         #[arg(long, short)]
         config: PathBuf,
-        /// Create the input, output and dead-letter topics with this many
+        /// Create the input, output, dead-letter and state topics with this many
         /// partitions when they do not exist (local setups; production topics
         /// are usually the operator's).
         #[arg(long, value_name = "PARTITIONS")]
@@ -211,12 +211,14 @@ fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
             }
             let k = &v.config.kafka;
             let base = fleetdp::kafka::client_config(&k.brokers, &k.properties);
+            let state = k.state_topic();
             fleetdp::kafka::ensure_topics(
                 &base,
                 &[
                     (&k.input_topic, p),
                     (&k.output_topic, p),
                     (&k.dead_letter_topic, 1),
+                    (&state, p),
                 ],
             )
             .await?;

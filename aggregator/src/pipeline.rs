@@ -493,11 +493,30 @@ impl Pipeline {
         let ledger = tokio::task::spawn_blocking(move || kafka::read_ledger(&base, &topic))
             .await?
             .context("reading the release ledger (kafka.output_topic)")?;
+        let (base, topic, parts) = (
+            self.client_config(),
+            self.v.config.kafka.state_topic(),
+            assigned.clone(),
+        );
+        let charges =
+            tokio::task::spawn_blocking(move || kafka::read_charges(&base, &topic, &parts))
+                .await?
+                .context("reading the state topic (kafka.state_topic)")?;
         let mut resumed = 0;
         for ((stream, partition), r) in &ledger {
             if let (true, Some(i)) = (assigned.contains(partition), processor.stream_index(stream))
             {
                 processor.windower_mut().resume(i, *partition, *r);
+                // Only released windows count; later ones are charged again by replay.
+                let windows: Vec<(u64, Vec<(u64, i64)>)> = charges
+                    .get(&(stream.clone(), *partition))
+                    .map(|m| {
+                        m.range(..=r.last_seq)
+                            .map(|(s, c)| (*s, c.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                processor.windower_mut().restore_charges(i, &windows);
                 resumed += 1;
             }
         }
@@ -530,6 +549,15 @@ impl Pipeline {
             .or_default()
             .entry(w.first_offset)
             .or_default() += 1;
+        let charges = proto::v1::WindowCharges {
+            stream: stream.spec.name.clone(),
+            partition: w.partition,
+            window_seq: w.seq,
+            device_keys: w.charges.iter().map(|c| c.0).collect(),
+            horizons: w.charges.iter().map(|c| c.1).collect(),
+        }
+        .encode_to_vec();
+        let state_topic = self.v.config.kafka.state_topic();
         let producer = sinks.producer.clone();
         let topic = self.v.config.kafka.output_topic.clone();
         let (partition, first_offset, padded) = (w.partition, w.first_offset, w.padded);
@@ -538,6 +566,16 @@ impl Pipeline {
                 key: CONTENT_TYPE,
                 value: Some(ct),
             });
+            // The charges this release depends on are durable first.
+            publish(
+                &producer,
+                &state_topic,
+                key.as_bytes(),
+                &charges,
+                None,
+                OwnedHeaders::new(),
+            )
+            .await?;
             publish(
                 &producer,
                 &topic,

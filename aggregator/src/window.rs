@@ -81,6 +81,9 @@ pub struct ClosedWindow {
     pub last_event_ms: i64,
     /// How many of the values are midpoint padding (public).
     pub padded: u64,
+    /// Devices charged one of their `W` windows by this window, with the
+    /// horizon charged (internal state, never published).
+    pub charges: Vec<(u64, i64)>,
 }
 
 /// Where a (stream, partition) resumes after a restart, from the release ledger.
@@ -102,6 +105,7 @@ struct Open {
     first_event_ms: i64,
     last_event_ms: i64,
     per_device: KeyMap<u32>,
+    charges: Vec<(u64, i64)>,
 }
 
 #[derive(Debug, Default)]
@@ -151,6 +155,36 @@ impl Windower {
         lane.resume_after_offset = Some(r.last_offset);
         lane.reference_event_ms = Some(r.last_event_ms);
         lane.open = Open::default();
+    }
+
+    /// Restore the per-device window counts of a (stream, partition) from
+    /// the charges of its released windows (`seq ≤ last released`), in seq
+    /// order. Counts of the devices named are overwritten, so a restore after
+    /// a hand-over never counts a window twice; windows after the last
+    /// release are charged again when the input is replayed.
+    pub fn restore_charges(&mut self, stream: usize, windows: &[(u64, Vec<(u64, i64)>)]) {
+        let mut restored: KeyMap<DeviceHorizon> = KeyMap::default();
+        for (seq, charges) in windows {
+            for &(dk, h) in charges {
+                let e = restored.entry(dk).or_insert(DeviceHorizon {
+                    horizon: h,
+                    windows: 0,
+                    last_seq: u64::MAX,
+                });
+                if h > e.horizon {
+                    *e = DeviceHorizon {
+                        horizon: h,
+                        windows: 0,
+                        last_seq: u64::MAX,
+                    };
+                }
+                if h == e.horizon && e.last_seq != *seq {
+                    e.windows += 1;
+                    e.last_seq = *seq;
+                }
+            }
+        }
+        self.devices[stream].extend(restored);
     }
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).
@@ -212,7 +246,13 @@ impl Windower {
                 windows: 0,
                 last_seq: u64::MAX,
             });
-            if entry.horizon != horizon {
+            if horizon < entry.horizon {
+                // An older horizon whose count is no longer kept: dropping is
+                // the only choice that cannot exceed W (alternating event
+                // times must not reset the count).
+                return Admission::DroppedHorizonCap;
+            }
+            if horizon > entry.horizon {
                 *entry = DeviceHorizon {
                     horizon,
                     windows: 0,
@@ -225,6 +265,7 @@ impl Windower {
                 }
                 entry.windows += 1;
                 entry.last_seq = seq;
+                lane.open.charges.push((dk, horizon));
             }
         }
         let open = &mut lane.open;
@@ -284,6 +325,7 @@ fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) ->
         first_event_ms: open.first_event_ms,
         last_event_ms: open.last_event_ms,
         padded,
+        charges: open.charges,
     };
     lane.next_seq += 1;
     lane.reference_event_ms = Some(open.last_event_ms);
@@ -366,6 +408,56 @@ mod tests {
             Admission::Accepted
         );
         assert_eq!(closed.len(), 2);
+    }
+
+    #[test]
+    fn alternating_horizons_cannot_reset_the_cap() {
+        let mut w = windower(1, 1, 1, None);
+        let mut closed = Vec::new();
+        assert_eq!(
+            w.admit(0, 0, 0, "a", 1, 1000, &mut closed),
+            Admission::Accepted
+        );
+        assert_eq!(
+            w.admit(0, 0, 1, "a", 1, 0, &mut closed),
+            Admission::DroppedHorizonCap
+        );
+        assert_eq!(
+            w.admit(0, 0, 2, "a", 1, 1500, &mut closed),
+            Admission::DroppedHorizonCap
+        );
+        assert_eq!(closed[0].charges, vec![(device_key("a"), 1)]);
+    }
+
+    #[test]
+    fn restored_charges_keep_the_cap_across_a_restart() {
+        let mut w = windower(1, 1, 2, None);
+        let mut closed = Vec::new();
+        w.admit(0, 0, 0, "a", 1, 0, &mut closed);
+        w.admit(0, 0, 1, "a", 1, 0, &mut closed);
+        let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
+        // A new process: resume after window 1 and restore its charges.
+        let mut w2 = windower(1, 1, 2, None);
+        w2.resume(
+            0,
+            0,
+            Resume {
+                last_seq: 1,
+                last_offset: 1,
+                last_event_ms: 0,
+            },
+        );
+        w2.restore_charges(0, &charges);
+        w2.restore_charges(0, &charges); // idempotent
+        let mut closed2 = Vec::new();
+        assert_eq!(
+            w2.admit(0, 0, 2, "a", 1, 0, &mut closed2),
+            Admission::DroppedHorizonCap
+        );
+        assert_eq!(
+            w2.admit(0, 0, 3, "b", 1, 0, &mut closed2),
+            Admission::Accepted
+        );
     }
 
     #[test]

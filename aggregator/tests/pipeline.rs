@@ -105,7 +105,7 @@ fn releases_tile_the_input_and_cover_the_truth() {
     rt.block_on(async {
         let t = Topics::new("tile");
         broker
-            .create_topics(&[(&t.input, 3), (&t.output, 3), (&t.dlq, 1)])
+            .create_topics(&[(&t.input, 3), (&t.output, 3), (&t.dlq, 1), (&t.state, 2)])
             .await;
         let n = 50u64;
         let v = config(
@@ -193,7 +193,7 @@ fn bad_input_goes_to_the_dead_letter_topic_with_its_reason() {
     let rt = runtime();
     rt.block_on(async {
         let t = Topics::new("dlq");
-        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1)]).await;
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 2)]).await;
         let n = 10u64;
         let v = config(
             &broker,
@@ -268,7 +268,7 @@ fn excess_readings_are_dropped_and_counted() {
     let rt = runtime();
     rt.block_on(async {
         let t = Topics::new("excess");
-        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1)]).await;
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 2)]).await;
         // k = 2 readings per window, W = 2 windows per 1h horizon, n = 4.
         let v = config(&broker, &t, "epsilon_per_device = 1.0\nhorizon = \"1h\"", "", &temp_stream(4, 2, 2, "\"mean\""));
         let base = 1_767_225_600_000i64;
@@ -308,7 +308,7 @@ fn stop_and_restart_release_every_window_exactly_once() {
     rt.block_on(async {
         let t = Topics::new("restart");
         broker
-            .create_topics(&[(&t.input, 2), (&t.output, 2), (&t.dlq, 1)])
+            .create_topics(&[(&t.input, 2), (&t.output, 2), (&t.dlq, 1), (&t.state, 2)])
             .await;
         let n = 20u64;
         let streams = format!(
@@ -510,7 +510,7 @@ fn two_instances_share_the_work_and_hand_over_without_renumbering() {
     rt.block_on(async {
         let t = Topics::new("scale");
         broker
-            .create_topics(&[(&t.input, 4), (&t.output, 2), (&t.dlq, 1)])
+            .create_topics(&[(&t.input, 4), (&t.output, 2), (&t.dlq, 1), (&t.state, 2)])
             .await;
         let n = 20u64;
         let v = || {
@@ -617,5 +617,40 @@ fn two_instances_share_the_work_and_hand_over_without_renumbering() {
             );
             last.insert(*p, (*seq, first.last_offset));
         }
+    });
+}
+
+#[test]
+fn per_device_window_caps_survive_a_restart() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("caps");
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 2)]).await;
+        // n = 2, k = 1, W = 2 per 1h horizon.
+        let v = || config(&broker, &t, "epsilon_per_device = 1.0\nhorizon = \"1h\"", "", &temp_stream(2, 1, 2, "\"mean\""));
+        let base = 1_767_225_600_000i64;
+        let reading = |d: &str| Out {
+            partition: Some(0),
+            key: d.to_string(),
+            payload: format!(r#"{{"device_id":"{d}","stream":"cabin_temp_c","value":21.5,"event_time_ms":{base}}}"#).into_bytes(),
+            content_type: Some("application/json".into()),
+        };
+        // Run 1: a touches its two windows.
+        produce(&broker, &t.input, &["a", "b", "a", "c"].map(reading)).await;
+        let (stop, c1, h) = spawn(v());
+        assert!(wait_until(WAIT, || get(&c1.windows_released) >= 2).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        // Run 2, a new process: a's third window in the horizon is refused.
+        produce(&broker, &t.input, &["a", "d", "e"].map(reading)).await;
+        let (stop, c2, h) = spawn(v());
+        assert!(wait_until(WAIT, || get(&c2.windows_released) >= 1).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c2.dropped_horizon_cap), 1, "the cap was forgotten across the restart");
+        let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let last = releases.iter().find(|r| r.window_seq == 2).expect("window 2");
+        assert_eq!((last.first_offset, last.last_offset), (5, 6), "window 2 must hold d and e only");
     });
 }

@@ -81,6 +81,7 @@ pub struct Topics {
     pub input: String,
     pub output: String,
     pub dlq: String,
+    pub state: String,
     pub group: String,
 }
 
@@ -90,6 +91,7 @@ impl Topics {
             input: unique(&format!("{name}-in")),
             output: unique(&format!("{name}-out")),
             dlq: unique(&format!("{name}-dlq")),
+            state: unique(&format!("{name}-state")),
             group: unique(&format!("{name}-g")),
         }
     }
@@ -110,6 +112,7 @@ brokers = "{}"
 input_topic = "{}"
 output_topic = "{}"
 dead_letter_topic = "{}"
+state_topic = "{}"
 group_id = "{}"
 
 [kafka.consumer_properties]
@@ -123,7 +126,7 @@ group_id = "{}"
 
 {streams_toml}
 "#,
-        broker.brokers, t.input, t.output, t.dlq, t.group
+        broker.brokers, t.input, t.output, t.dlq, t.state, t.group
     );
     Config::parse(&text).unwrap().validate().unwrap()
 }
