@@ -123,6 +123,17 @@ struct DeviceHorizon {
     last_seq: u64,
 }
 
+impl DeviceHorizon {
+    /// No window charged yet in `horizon`.
+    fn fresh(horizon: i64) -> Self {
+        Self {
+            horizon,
+            windows: 0,
+            last_seq: u64::MAX,
+        }
+    }
+}
+
 /// All windows of one process.
 #[derive(Debug)]
 pub struct Windower {
@@ -166,17 +177,9 @@ impl Windower {
         let mut restored: KeyMap<DeviceHorizon> = KeyMap::default();
         for (seq, charges) in windows {
             for &(dk, h) in charges {
-                let e = restored.entry(dk).or_insert(DeviceHorizon {
-                    horizon: h,
-                    windows: 0,
-                    last_seq: u64::MAX,
-                });
+                let e = restored.entry(dk).or_insert(DeviceHorizon::fresh(h));
                 if h > e.horizon {
-                    *e = DeviceHorizon {
-                        horizon: h,
-                        windows: 0,
-                        last_seq: u64::MAX,
-                    };
+                    *e = DeviceHorizon::fresh(h);
                 }
                 if h == e.horizon && e.last_seq != *seq {
                     e.windows += 1;
@@ -241,11 +244,9 @@ impl Windower {
         if in_window == 0 {
             // First reading of this device in this window: charge a window.
             let horizon = event_ms.div_euclid(self.horizon_ms);
-            let entry = self.devices[stream].entry(dk).or_insert(DeviceHorizon {
-                horizon,
-                windows: 0,
-                last_seq: u64::MAX,
-            });
+            let entry = self.devices[stream]
+                .entry(dk)
+                .or_insert(DeviceHorizon::fresh(horizon));
             if horizon < entry.horizon {
                 // An older horizon whose count is no longer kept: dropping is
                 // the only choice that cannot exceed W (alternating event
@@ -253,11 +254,7 @@ impl Windower {
                 return Admission::DroppedHorizonCap;
             }
             if horizon > entry.horizon {
-                *entry = DeviceHorizon {
-                    horizon,
-                    windows: 0,
-                    last_seq: u64::MAX,
-                };
+                *entry = DeviceHorizon::fresh(horizon);
             }
             if entry.last_seq != seq {
                 if entry.windows >= rules.max_windows_per_device {

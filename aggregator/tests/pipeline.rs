@@ -44,6 +44,19 @@ statistics = [{stats}]
     )
 }
 
+/// `rounds` readings of `cabin_temp_c` from each of `devices` devices.
+fn temp_messages(devices: usize, rounds: usize) -> Vec<Out> {
+    fleet_messages(
+        FleetSpec {
+            devices,
+            signals: vec![Signal::CabinTemp],
+            bad_fraction: 0.0,
+            ..FleetSpec::default()
+        },
+        devices * rounds,
+    )
+}
+
 /// Run a pipeline in the background; returns its stop switch and handle.
 fn spawn(
     v: fleetdp::config::Validated,
@@ -116,15 +129,7 @@ fn releases_tile_the_input_and_cover_the_truth() {
             &temp_stream(n, 1, 1000, "\"mean\", \"sum\", \"histogram\""),
         );
         // 180 devices over 3 partitions, 25 rounds of one reading each.
-        let msgs = fleet_messages(
-            FleetSpec {
-                devices: 180,
-                signals: vec![Signal::CabinTemp],
-                bad_fraction: 0.0,
-                ..FleetSpec::default()
-            },
-            180 * 25,
-        );
+        let msgs = temp_messages(180, 25);
         produce(&broker, &t.input, &msgs).await;
         // Count what each partition holds to know how many windows must come.
         let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
@@ -522,15 +527,7 @@ fn two_instances_share_the_work_and_hand_over_without_renumbering() {
                 &temp_stream(n, 1, 100_000, "\"mean\""),
             )
         };
-        let msgs = fleet_messages(
-            FleetSpec {
-                devices: 160,
-                signals: vec![Signal::CabinTemp],
-                bad_fraction: 0.0,
-                ..FleetSpec::default()
-            },
-            160 * 30,
-        );
+        let msgs = temp_messages(160, 30);
         let third = msgs.len() / 3;
         let windows_in_input = || {
             let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
