@@ -306,12 +306,13 @@ impl Pipeline {
         };
 
         let mut pc = base.clone();
-        // acks=all and one request in flight keep releases in order per
-        // partition. Not idempotent: tansu 0.6 was seen to keep only part of
-        // idempotent multi-record batches, and correctness does not need it
-        // (a retried release is bit-identical and the ledger skips it).
+        // Releases are rare and latency matters: no linger. acks=all and one
+        // request in flight keep releases in order per partition. Idempotence
+        // is not needed for correctness (a retried release is bit-identical
+        // and the ledger skips it), so it is left to the operator's
+        // `kafka.properties`.
         pc.set("acks", "all")
-            .set("linger.ms", "5")
+            .set("linger.ms", "0")
             .set("max.in.flight.requests.per.connection", "1");
         let producer: FutureProducer = pc.create().context("creating producer")?;
 
