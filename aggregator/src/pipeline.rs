@@ -234,6 +234,14 @@ impl ConsumerContext for PipelineContext {
     }
 }
 
+/// Per input partition: the next offset to handle and the offset last
+/// committed.
+#[derive(Default)]
+struct Progress {
+    next_offset: BTreeMap<i32, i64>,
+    committed: BTreeMap<i32, i64>,
+}
+
 /// Releases published but not yet acknowledged. One at a time: consuming
 /// overlaps with the publish, and every release is its own produce batch
 /// (tansu 0.6 was seen to keep only part of multi-record release batches in
@@ -272,10 +280,6 @@ impl Pipeline {
             key,
             counters: Arc::new(Counters::default()),
         }
-    }
-
-    pub fn validated(&self) -> &Validated {
-        &self.v
     }
 
     fn client_config(&self) -> rdkafka::ClientConfig {
@@ -337,8 +341,7 @@ impl Pipeline {
             producer: producer.clone(),
             output_partitions,
         };
-        let mut next_offset: BTreeMap<i32, i64> = BTreeMap::new();
-        let mut committed: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut progress = Progress::default();
         let mut inflight = Inflight::default();
         let mut last_commit = Instant::now();
         let mut handled = 0u64;
@@ -368,7 +371,7 @@ impl Pipeline {
             };
             // A rebalance may have just happened inside recv(): act on it
             // before processing a message of a newly assigned partition.
-            self.apply_rebalance(&log, &mut processor, &mut next_offset, &mut committed)
+            self.apply_rebalance(&log, &mut processor, &mut progress)
                 .await?;
             let (partition, offset) = (msg.partition(), msg.offset());
             let payload = msg.payload().unwrap_or(&[]);
@@ -390,7 +393,7 @@ impl Pipeline {
                 }
                 self.start_release(&sinks, &mut inflight, w, &opts);
             }
-            next_offset.insert(partition, offset + 1);
+            progress.next_offset.insert(partition, offset + 1);
             handled += 1;
             // Reading the clock per message is measurable; every 256 is enough.
             if released_any
@@ -400,8 +403,7 @@ impl Pipeline {
                     &consumer,
                     processor.windower(),
                     &inflight,
-                    &next_offset,
-                    &mut committed,
+                    &mut progress,
                     CommitMode::Async,
                 );
                 last_commit = Instant::now();
@@ -415,8 +417,7 @@ impl Pipeline {
             &consumer,
             processor.windower(),
             &inflight,
-            &next_offset,
-            &mut committed,
+            &mut progress,
             CommitMode::Sync,
         );
         use rdkafka::producer::Producer;
@@ -431,13 +432,16 @@ impl Pipeline {
         consumer: &StreamConsumer<PipelineContext>,
         windower: &Windower,
         inflight: &Inflight,
-        next_offset: &BTreeMap<i32, i64>,
-        committed: &mut BTreeMap<i32, i64>,
+        progress: &mut Progress,
         mode: CommitMode,
     ) {
         let topic = &self.v.config.kafka.input_topic;
         let mut tpl = TopicPartitionList::new();
-        for (&p, &next) in next_offset {
+        let Progress {
+            next_offset,
+            committed,
+        } = progress;
+        for (&p, &next) in next_offset.iter() {
             // Not past an open window, nor past a release not yet acknowledged.
             let at = inflight
                 .first_offset(p)
@@ -468,8 +472,7 @@ impl Pipeline {
         &self,
         log: &RebalanceLog,
         processor: &mut Processor,
-        next_offset: &mut BTreeMap<i32, i64>,
-        committed: &mut BTreeMap<i32, i64>,
+        progress: &mut Progress,
     ) -> Result<()> {
         if !log.changed.swap(false, Ordering::AcqRel) {
             return Ok(());
@@ -478,8 +481,8 @@ impl Pipeline {
         let assigned = std::mem::take(&mut *log.assigned.lock().expect("not poisoned"));
         for &p in revoked.iter().chain(&assigned) {
             processor.windower_mut().drop_partition(p);
-            next_offset.remove(&p);
-            committed.remove(&p);
+            progress.next_offset.remove(&p);
+            progress.committed.remove(&p);
         }
         if !revoked.is_empty() {
             tracing::info!(?revoked, "partitions revoked");

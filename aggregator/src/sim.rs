@@ -133,10 +133,6 @@ impl Fleet {
         }
     }
 
-    pub fn spec(&self) -> &FleetSpec {
-        &self.spec
-    }
-
     /// Messages in one round.
     pub fn round_len(&self) -> usize {
         self.devices.len() * self.spec.signals.len()

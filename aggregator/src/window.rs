@@ -155,10 +155,6 @@ impl Windower {
         }
     }
 
-    pub fn rules(&self) -> &[StreamRules] {
-        &self.rules
-    }
-
     /// Continue a (stream, partition) after its last released window.
     pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
         let lane = self.lanes.entry((stream, partition)).or_default();
@@ -289,11 +285,6 @@ impl Windower {
             .filter(|((_, p), l)| *p == partition && !l.open.values.is_empty())
             .map(|(_, l)| l.open.first_offset)
             .fold(next_offset, i64::min)
-    }
-
-    /// Readings waiting in open windows (public: counts, not values).
-    pub fn open_readings(&self) -> usize {
-        self.lanes.values().map(|l| l.open.values.len()).sum()
     }
 }
 

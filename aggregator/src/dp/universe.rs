@@ -115,10 +115,6 @@ impl Universe {
     pub fn resolution(&self) -> f64 {
         self.resolution
     }
-    /// Units → metric value (post-processing only).
-    pub fn to_metric(&self, units: f64) -> f64 {
-        units * self.resolution
-    }
     /// A metric value → grid units, checked to lie on the grid (config values
     /// such as histogram edges).
     pub fn grid_units(&self, field: &'static str, value: f64) -> Result<i64, UniverseError> {
@@ -149,10 +145,6 @@ pub struct TopCoder {
 impl TopCoder {
     pub fn new(universe: Universe) -> Self {
         Self { universe }
-    }
-
-    pub fn universe(&self) -> &Universe {
-        &self.universe
     }
 
     /// Round `value` to the nearest grid point and clamp it to `[L, U]`.
