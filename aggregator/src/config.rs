@@ -41,6 +41,11 @@ pub struct KafkaConfig {
     pub state_topic: Option<String>,
     #[serde(default = "default_group")]
     pub group_id: String,
+    /// The producers' partitioner: each reading's device id must map to the
+    /// partition it arrived on ("murmur2", the Java default; "crc32",
+    /// librdkafka's default; "none" to skip the check).
+    #[serde(default)]
+    pub input_partitioner: crate::partitioner::Partitioner,
     /// Format of input messages without a content-type header.
     #[serde(default = "default_format")]
     pub input_format: Format,

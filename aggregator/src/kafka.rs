@@ -238,7 +238,10 @@ pub async fn produce_fleet(
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let mut pc = config.clone();
+    // Devices are placed as Kafka's Java clients place them (the service's
+    // default `kafka.input_partitioner = "murmur2"`).
     pc.set("linger.ms", "5")
+        .set("partitioner", "murmur2_random")
         .set("queue.buffering.max.messages", "1000000");
     let producer: ThreadedProducer<DefaultProducerContext> =
         pc.create().context("creating producer")?;

@@ -6,8 +6,10 @@
 pub mod config;
 pub mod demo;
 pub mod dp;
+pub mod faults;
 pub mod http;
 pub mod kafka;
+pub mod partitioner;
 pub mod pipeline;
 pub mod process;
 pub mod report;

@@ -11,9 +11,10 @@ use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
 use crate::dp::release::{ReleasedStatistic, StatKind, StreamPlan};
 use crate::dp::rng::ReleaseKey;
+use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
-use crate::window::{ClosedWindow, StreamRules, Windower};
+use crate::window::{ClosedWindow, Resume, StreamRules, Windower};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
 use prost::Message as _;
@@ -25,7 +26,7 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -298,16 +299,21 @@ impl Pipeline {
         // ledger whenever partitions are assigned (see `apply_rebalance`).
         let mut processor = Processor::new(v, self.counters.clone());
 
-        let output_partitions = {
+        let (input_partitions, output_partitions) = {
             let mut c = base.clone();
             c.set("group.id", "fleetdp-metadata");
             let md: BaseConsumer = c.create()?;
-            let topic = kc.output_topic.clone();
-            tokio::task::spawn_blocking(move || {
-                kafka::partition_count(&md, &topic, Duration::from_secs(10))
+            let (input, output) = (kc.input_topic.clone(), kc.output_topic.clone());
+            tokio::task::spawn_blocking(move || -> Result<(i32, i32)> {
+                let t = Duration::from_secs(10);
+                Ok((
+                    kafka::partition_count(&md, &input, t)? as i32,
+                    kafka::partition_count(&md, &output, t)? as i32,
+                ))
             })
-            .await?? as i32
+            .await??
         };
+        processor.set_input_partitions(input_partitions);
 
         let mut pc = base.clone();
         // Releases are rare and latency matters: no linger. acks=all and one
@@ -454,7 +460,9 @@ impl Pipeline {
             }
         }
         if tpl.count() > 0 {
-            if let Err(e) = consumer.commit(&tpl, mode) {
+            let r = consumer.commit(&tpl, mode);
+            crash_point(CrashPoint::AfterCommit);
+            if let Err(e) = r {
                 // Not fatal: a later commit covers it; a restart replays and
                 // the ledger plus keyed noise make the replay harmless.
                 tracing::warn!(error = %e, "offset commit failed");
@@ -490,22 +498,8 @@ impl Pipeline {
         if assigned.is_empty() {
             return Ok(());
         }
-        let (base, topic) = (
-            self.client_config(),
-            self.v.config.kafka.output_topic.clone(),
-        );
-        let ledger = tokio::task::spawn_blocking(move || kafka::read_ledger(&base, &topic))
-            .await?
-            .context("reading the release ledger (kafka.output_topic)")?;
-        let (base, topic, parts) = (
-            self.client_config(),
-            self.v.config.kafka.state_topic(),
-            assigned.clone(),
-        );
-        let charges =
-            tokio::task::spawn_blocking(move || kafka::read_charges(&base, &topic, &parts))
-                .await?
-                .context("reading the state topic (kafka.state_topic)")?;
+        let (ledger, charges) = self.read_state(&assigned).await?;
+        crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
         for ((stream, partition), r) in &ledger {
             if let (true, Some(i)) = (assigned.contains(partition), processor.stream_index(stream))
@@ -520,7 +514,9 @@ impl Pipeline {
                             .collect()
                     })
                     .unwrap_or_default();
-                processor.windower_mut().restore_charges(i, &windows);
+                processor
+                    .windower_mut()
+                    .restore_charges(i, *partition, &windows);
                 resumed += 1;
             }
         }
@@ -530,6 +526,43 @@ impl Pipeline {
             "partitions assigned; resumed from the release ledger"
         );
         Ok(())
+    }
+
+    /// The release ledger and the charges of `assigned`, retried with
+    /// backoff while the broker is unreachable (a rebalance can land while
+    /// it flaps); an error after the retries is fatal.
+    async fn read_state(
+        &self,
+        assigned: &[i32],
+    ) -> Result<(HashMap<(String, i32), Resume>, kafka::Charges)> {
+        let mut backoff = Duration::from_millis(500);
+        let mut attempt = 1;
+        loop {
+            let (base, output, state, parts) = (
+                self.client_config(),
+                self.v.config.kafka.output_topic.clone(),
+                self.v.config.kafka.state_topic(),
+                assigned.to_vec(),
+            );
+            let r = tokio::task::spawn_blocking(move || -> Result<_> {
+                let ledger = kafka::read_ledger(&base, &output)
+                    .context("reading the release ledger (kafka.output_topic)")?;
+                let charges = kafka::read_charges(&base, &state, &parts)
+                    .context("reading the state topic (kafka.state_topic)")?;
+                Ok((ledger, charges))
+            })
+            .await?;
+            match r {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt < 8 => {
+                    tracing::warn!(error = %format!("{e:#}"), attempt, "restoring state failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn start_release(
@@ -570,6 +603,7 @@ impl Pipeline {
                 key: CONTENT_TYPE,
                 value: Some(ct),
             });
+            crash_point(CrashPoint::BeforeState);
             // The charges this release depends on are durable first.
             publish(
                 &producer,
@@ -580,6 +614,7 @@ impl Pipeline {
                 OwnedHeaders::new(),
             )
             .await?;
+            crash_point(CrashPoint::BeforeRelease);
             publish(
                 &producer,
                 &topic,
@@ -589,6 +624,7 @@ impl Pipeline {
                 headers,
             )
             .await?;
+            crash_point(CrashPoint::AfterRelease);
             Ok(Released {
                 partition,
                 first_offset,

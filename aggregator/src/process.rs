@@ -4,6 +4,7 @@
 
 use crate::config::Validated;
 use crate::dp::universe::TopCoder;
+use crate::partitioner::Partitioner;
 use crate::pipeline::{stream_rules, Counters};
 use crate::window::{Admission, ClosedWindow, Windower};
 use ingest::{Decoder, Limits, Reason, Rejection};
@@ -31,6 +32,9 @@ pub struct Processor {
     messages: metrics::Counter,
     bytes: metrics::Counter,
     units: Vec<(usize, i64)>,
+    partitioner: Partitioner,
+    /// Partition count of the input topic (for the partition check).
+    input_partitions: Option<i32>,
 }
 
 impl Processor {
@@ -75,7 +79,15 @@ impl Processor {
             messages: metrics::counter!("fleetdp_messages_total"),
             bytes: metrics::counter!("fleetdp_bytes_total"),
             units: Vec::new(),
+            partitioner: v.config.kafka.input_partitioner,
+            input_partitions: None,
         }
+    }
+
+    /// The input topic's partition count; until it is set, the partition
+    /// of readings is not checked.
+    pub fn set_input_partitions(&mut self, partitions: i32) {
+        self.input_partitions = (partitions > 0).then_some(partitions);
     }
 
     pub fn windower(&self) -> &Windower {
@@ -118,9 +130,26 @@ impl Processor {
                     format!("reading {i}: value is NaN or infinite"),
                 )
             })?;
-            if self
-                .windower
-                .is_too_old(s, partition, r.event_time_ms, self.lateness_ms)
+            if let Some(n) = self.input_partitions {
+                match self.partitioner.partition(r.device_id.as_bytes(), n) {
+                    Some(p) if p != partition => {
+                        return Err(Rejection::new(
+                            Reason::WrongPartition,
+                            format!(
+                                "reading {i}: its device belongs on partition {p}, not {partition}"
+                            ),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+            // A replayed reading of an already released window is skipped
+            // by the windower; judging its lateness against the newer
+            // reference would dead-letter a reading that was released.
+            if !self.windower.is_released(s, partition, offset)
+                && self
+                    .windower
+                    .is_too_old(s, partition, r.event_time_ms, self.lateness_ms)
             {
                 return Err(Rejection::new(
                     Reason::TooOld,

@@ -114,6 +114,10 @@ struct Lane {
     resume_after_offset: Option<i64>,
     reference_event_ms: Option<i64>,
     open: Open,
+    /// Each device's windows in its current horizon. Kept per lane: a
+    /// device stays on one partition (checked upstream), so a lane's counts
+    /// are complete, and dropping a revoked partition drops exactly them.
+    devices: KeyMap<DeviceHorizon>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -140,15 +144,12 @@ pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
     lanes: HashMap<(usize, i32), Lane>,
-    /// Per stream: each device's windows in its current horizon.
-    devices: Vec<KeyMap<DeviceHorizon>>,
 }
 
 impl Windower {
     pub fn new(rules: Vec<StreamRules>, horizon_ms: i64) -> Self {
         assert!(horizon_ms > 0);
         Self {
-            devices: rules.iter().map(|_| KeyMap::default()).collect(),
             rules,
             horizon_ms,
             lanes: HashMap::new(),
@@ -166,10 +167,15 @@ impl Windower {
 
     /// Restore the per-device window counts of a (stream, partition) from
     /// the charges of its released windows (`seq ≤ last released`), in seq
-    /// order. Counts of the devices named are overwritten, so a restore after
-    /// a hand-over never counts a window twice; windows after the last
-    /// release are charged again when the input is replayed.
-    pub fn restore_charges(&mut self, stream: usize, windows: &[(u64, Vec<(u64, i64)>)]) {
+    /// order. The lane's counts are replaced, so a restore after a hand-over
+    /// never counts a window twice; windows after the last release are
+    /// charged again when the input is replayed.
+    pub fn restore_charges(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        windows: &[(u64, Vec<(u64, i64)>)],
+    ) {
         let mut restored: KeyMap<DeviceHorizon> = KeyMap::default();
         for (seq, charges) in windows {
             for &(dk, h) in charges {
@@ -183,12 +189,21 @@ impl Windower {
                 }
             }
         }
-        self.devices[stream].extend(restored);
+        self.lanes.entry((stream, partition)).or_default().devices = restored;
     }
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).
     pub fn drop_partition(&mut self, partition: i32) {
         self.lanes.retain(|&(_, p), _| p != partition);
+    }
+
+    /// Whether `offset` lies inside a window released before a restart (a
+    /// replayed reading that is skipped, whatever its event time).
+    pub fn is_released(&self, stream: usize, partition: i32, offset: i64) -> bool {
+        self.lanes
+            .get(&(stream, partition))
+            .and_then(|l| l.resume_after_offset)
+            .is_some_and(|o| offset <= o)
     }
 
     /// Whether a reading is older than the end of the stream's last released
@@ -240,7 +255,8 @@ impl Windower {
         if in_window == 0 {
             // First reading of this device in this window: charge a window.
             let horizon = event_ms.div_euclid(self.horizon_ms);
-            let entry = self.devices[stream]
+            let entry = lane
+                .devices
                 .entry(dk)
                 .or_insert(DeviceHorizon::fresh(horizon));
             if horizon < entry.horizon {
@@ -435,8 +451,8 @@ mod tests {
                 last_event_ms: 0,
             },
         );
-        w2.restore_charges(0, &charges);
-        w2.restore_charges(0, &charges); // idempotent
+        w2.restore_charges(0, 0, &charges);
+        w2.restore_charges(0, 0, &charges); // idempotent
         let mut closed2 = Vec::new();
         assert_eq!(
             w2.admit(0, 0, 2, "a", 1, 0, &mut closed2),

@@ -4,9 +4,8 @@
 
 mod harness;
 
-use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::dp::universe::{TopCoder, Universe};
-use fleetdp::pipeline::{Counters, Options, Pipeline};
+use fleetdp::pipeline::Counters;
 use fleetdp::sim::{FleetSpec, Signal};
 use harness::*;
 use prost::Message;
@@ -65,50 +64,11 @@ fn spawn(
     Arc<Counters>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
-    let p = Pipeline::new(v, ReleaseKey::from_bytes(KEY));
-    let counters = p.counters.clone();
-    let (tx, rx) = watch::channel(false);
-    let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
-    (tx, counters, h)
+    spawn_pipeline(v, KEY)
 }
 
 fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
     Counters::get(c)
-}
-
-/// Every (stream, partition) has seqs 0..m exactly once, each window holds
-/// `n` and the windows tile the partition's offsets from 0.
-fn assert_contiguous_and_tiling(
-    releases: &[proto::WindowRelease],
-    n: u64,
-) -> BTreeMap<(String, i32), Vec<proto::WindowRelease>> {
-    let mut by: BTreeMap<(String, i32), Vec<proto::WindowRelease>> = BTreeMap::new();
-    for r in releases {
-        by.entry((r.stream.clone(), r.partition))
-            .or_default()
-            .push(r.clone());
-    }
-    for ((s, p), rs) in by.iter_mut() {
-        rs.sort_by_key(|r| r.window_seq);
-        for (i, r) in rs.iter().enumerate() {
-            assert_eq!(
-                r.window_seq, i as u64,
-                "{s}/{p}: seqs not contiguous or duplicated"
-            );
-            assert_eq!(r.n, n, "{s}/{p}#{i}: wrong n");
-            let expected_first = if i == 0 { 0 } else { rs[i - 1].last_offset + 1 };
-            assert_eq!(
-                r.first_offset, expected_first,
-                "{s}/{p}#{i}: offsets do not tile"
-            );
-            assert_eq!(
-                r.last_offset - r.first_offset + 1,
-                n as i64,
-                "{s}/{p}#{i}: one reading per offset"
-            );
-        }
-    }
-    by
 }
 
 #[test]
@@ -649,5 +609,89 @@ fn per_device_window_caps_survive_a_restart() {
         let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
         let last = releases.iter().find(|r| r.window_seq == 2).expect("window 2");
         assert_eq!((last.first_offset, last.last_offset), (5, 6), "window 2 must hold d and e only");
+    });
+}
+
+#[test]
+fn our_partitioners_place_keys_as_librdkafka_does() {
+    use fleetdp::partitioner::Partitioner;
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        for part in [Partitioner::Murmur2, Partitioner::Crc32] {
+            let topic = unique("placement");
+            broker.create_topics(&[(&topic, 7)]).await;
+            let producer: rdkafka::producer::FutureProducer = broker
+                .client()
+                .set("partitioner", part.librdkafka_name().unwrap())
+                .create()
+                .unwrap();
+            for i in 0..300 {
+                let key = format!("vehicle-{i:05}");
+                producer
+                    .send(
+                        rdkafka::producer::FutureRecord::to(&topic)
+                            .key(&key)
+                            .payload("x"),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .unwrap();
+            }
+            let got = tokio::task::block_in_place(|| read_all(&broker, &topic));
+            assert_eq!(got.len(), 300);
+            for m in got {
+                assert_eq!(
+                    part.partition(&m.key, 7),
+                    Some(m.partition),
+                    "{part:?}: {}",
+                    String::from_utf8_lossy(&m.key)
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn readings_on_the_wrong_partition_are_dead_lettered() {
+    use fleetdp::partitioner::Partitioner;
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("wrongp");
+        broker.create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)]).await;
+        let v = config(&broker, &t, "epsilon_per_device = 1.0\nhorizon = \"24h\"", "", &temp_stream(4, 1, 1000, "\"mean\""));
+        let base = 1_767_225_600_000i64;
+        let reading = |d: &str, p: i32| Out {
+            partition: Some(p),
+            key: d.to_string(),
+            payload: format!(r#"{{"device_id":"{d}","stream":"cabin_temp_c","value":21.5,"event_time_ms":{base}}}"#).into_bytes(),
+            content_type: Some("application/json".into()),
+        };
+        let home = |d: &str| Partitioner::Murmur2.partition(d.as_bytes(), 2).unwrap();
+        let devices: Vec<String> = (0..12).map(|i| format!("dev-{i}")).collect();
+        let mut msgs = Vec::new();
+        let mut wrong = 0;
+        for d in &devices {
+            msgs.push(reading(d, home(d)));
+            // The same device again on the other partition: refused, or its
+            // caps would be counted twice.
+            msgs.push(reading(d, 1 - home(d)));
+            wrong += 1;
+        }
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn(v);
+        assert!(wait_until(WAIT, || get(&c.messages) >= msgs.len() as u64).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.readings_accepted), devices.len() as u64);
+        assert_eq!(c.dead_letters(ingest::Reason::WrongPartition), wrong);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        assert_eq!(dlq.len() as u64, wrong);
+        for m in &dlq {
+            assert_eq!(m.headers["fleetdp-reason"], "wrong_partition");
+            let d = String::from_utf8_lossy(&m.key).into_owned();
+            assert_eq!(m.headers["fleetdp-source-partition"], (1 - home(&d)).to_string());
+        }
     });
 }

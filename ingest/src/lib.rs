@@ -73,10 +73,13 @@ pub enum Reason {
     BatchSize,
     /// The event time is older than the stream's allowed lateness.
     TooOld,
+    /// A reading's device id does not belong on the message's partition
+    /// under the declared partitioner (a device must stay on one partition).
+    WrongPartition,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Undecodable,
         Reason::MissingField,
         Reason::NotFinite,
@@ -84,6 +87,7 @@ impl Reason {
         Reason::Oversize,
         Reason::BatchSize,
         Reason::TooOld,
+        Reason::WrongPartition,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -95,6 +99,7 @@ impl Reason {
             Reason::Oversize => "oversize",
             Reason::BatchSize => "batch_size",
             Reason::TooOld => "too_old",
+            Reason::WrongPartition => "wrong_partition",
         }
     }
 }

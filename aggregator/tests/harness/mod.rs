@@ -13,6 +13,8 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+pub mod outage;
+
 pub struct Broker {
     pub brokers: String,
     mock: Option<MockCluster<'static, DefaultProducerContext>>,
@@ -34,6 +36,14 @@ impl Broker {
         Broker {
             brokers: mock.bootstrap_servers(),
             mock: Some(mock),
+        }
+    }
+
+    /// A broker someone else runs (and keeps alive).
+    pub fn external(brokers: String) -> Broker {
+        Broker {
+            brokers,
+            mock: None,
         }
     }
 
@@ -105,7 +115,19 @@ pub fn config(
     extra_toml: &str,
     streams_toml: &str,
 ) -> Validated {
-    let text = format!(
+    let text = config_text(broker, t, privacy_toml, extra_toml, streams_toml);
+    Config::parse(&text).unwrap().validate().unwrap()
+}
+
+/// The TOML text of such a config (for `fleetdp run` child processes).
+pub fn config_text(
+    broker: &Broker,
+    t: &Topics,
+    privacy_toml: &str,
+    extra_toml: &str,
+    streams_toml: &str,
+) -> String {
+    format!(
         r#"
 [kafka]
 brokers = "{}"
@@ -127,8 +149,7 @@ group_id = "{}"
 {streams_toml}
 "#,
         broker.brokers, t.input, t.output, t.dlq, t.state, t.group
-    );
-    Config::parse(&text).unwrap().validate().unwrap()
+    )
 }
 
 /// One message to produce.
@@ -157,7 +178,12 @@ pub fn fleet_messages(spec: fleetdp::sim::FleetSpec, count: usize) -> Vec<Out> {
 
 /// Produce messages in order and wait for every ack.
 pub async fn produce(broker: &Broker, topic: &str, msgs: &[Out]) {
-    let producer: FutureProducer = broker.client().set("linger.ms", "5").create().unwrap();
+    let producer: FutureProducer = broker
+        .client()
+        .set("linger.ms", "5")
+        .set("partitioner", "murmur2_random")
+        .create()
+        .unwrap();
     // In order: one at a time per partition is enough for test sizes, but
     // batching the futures keeps it fast while preserving order per partition
     // (librdkafka keeps order within a partition).
@@ -289,4 +315,56 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// Run a pipeline in the background; returns its stop switch, counters and handle.
+pub fn spawn_pipeline(
+    v: Validated,
+    key: [u8; 32],
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    std::sync::Arc<fleetdp::pipeline::Counters>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(key));
+    let counters = p.counters.clone();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let h = tokio::spawn(async move { p.run(rx, fleetdp::pipeline::Options::default()).await });
+    (tx, counters, h)
+}
+
+/// Every (stream, partition) has seqs 0..m exactly once, each window holds
+/// `n` and the windows tile the partition's offsets from 0.
+pub fn assert_contiguous_and_tiling(
+    releases: &[proto::WindowRelease],
+    n: u64,
+) -> std::collections::BTreeMap<(String, i32), Vec<proto::WindowRelease>> {
+    let mut by: std::collections::BTreeMap<(String, i32), Vec<proto::WindowRelease>> =
+        Default::default();
+    for r in releases {
+        by.entry((r.stream.clone(), r.partition))
+            .or_default()
+            .push(r.clone());
+    }
+    for ((s, p), rs) in by.iter_mut() {
+        rs.sort_by_key(|r| r.window_seq);
+        for (i, r) in rs.iter().enumerate() {
+            assert_eq!(
+                r.window_seq, i as u64,
+                "{s}/{p}: seqs not contiguous or duplicated"
+            );
+            assert_eq!(r.n, n, "{s}/{p}#{i}: wrong n");
+            let expected_first = if i == 0 { 0 } else { rs[i - 1].last_offset + 1 };
+            assert_eq!(
+                r.first_offset, expected_first,
+                "{s}/{p}#{i}: offsets do not tile"
+            );
+            assert_eq!(
+                r.last_offset - r.first_offset + 1,
+                n as i64,
+                "{s}/{p}#{i}: one reading per offset"
+            );
+        }
+    }
+    by
 }

@@ -1,0 +1,396 @@
+//! Crash test (DESIGN §7): three `fleetdp run` processes share one consumer
+//! group on a deterministic fleet while the harness kills them with SIGKILL
+//! — at random moments (often mid-rebalance, since every kill triggers one)
+//! and at armed crash points of the release protocol (before the state
+//! write, between state and release, between release and commit, after a
+//! commit, while applying an assignment) — and restarts them.
+//!
+//! At the end every window an uninterrupted run would release must be in
+//! the output exactly once or as bit-identical copies, with the same `n`,
+//! offsets and noisy statistics (so no window was re-noised and no device
+//! exceeded its caps, which would shift the offsets), nothing else may be
+//! released, every bad message is dead-lettered, and the state topic's
+//! charges keep every device within `W` windows per horizon.
+
+mod harness;
+
+use fleetdp::config::Config;
+use fleetdp::dp::rng::ReleaseKey;
+use fleetdp::faults::CrashPoint;
+use fleetdp::pipeline::Counters;
+use fleetdp::process::Processor;
+use fleetdp::sim::{FleetSpec, Signal};
+use harness::*;
+use prost::Message as _;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const KEY_HEX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const INSTANCES: usize = 3;
+const MIN_KILLS: usize = 24;
+const W: u32 = 2;
+
+const STREAMS: &str = r#"
+[[stream]]
+name = "cabin_temp_c"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 20
+max_readings_per_device = 1
+max_windows_per_device = 2
+budget_share = 0.5
+statistics = ["mean", "histogram"]
+histogram_edges = [-20, 0, 10, 20, 30, 40, 60]
+
+[[stream]]
+name = "battery_v"
+lower = 10.0
+upper = 15.0
+resolution = 0.01
+window_size = 20
+max_readings_per_device = 1
+max_windows_per_device = 2
+budget_share = 0.5
+statistics = ["mean", "quantiles"]
+quantiles = [0.5]
+"#;
+
+/// One `fleetdp run` process.
+struct Instance {
+    child: Option<Child>,
+    armed: Option<CrashPoint>,
+    runs: usize,
+}
+
+fn start(
+    bin: &Path,
+    config: &Path,
+    dir: &Path,
+    id: usize,
+    run: usize,
+    armed: Option<(CrashPoint, u32)>,
+) -> Child {
+    let log = std::fs::File::create(dir.join(format!("instance-{id}-run-{run}.log"))).unwrap();
+    let mut cmd = Command::new(bin);
+    cmd.arg("run")
+        .arg("--config")
+        .arg(config)
+        .env("FLEETDP_CRASH_KEY", KEY_HEX)
+        .env("RUST_LOG", "info")
+        .env_remove("FLEETDP_CRASH_AT")
+        .stdout(Stdio::null())
+        .stderr(log);
+    if let Some((p, n)) = armed {
+        cmd.env("FLEETDP_CRASH_AT", format!("{}:{n}", p.as_str()));
+    }
+    cmd.spawn().expect("spawn fleetdp run")
+}
+
+/// Died by SIGKILL (ours or its own crash point)?
+fn killed(status: std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGKILL)
+}
+
+#[test]
+fn killed_instances_release_every_window_exactly_once() {
+    let broker = Broker::start();
+    let rt = runtime();
+    let seed: u64 = std::env::var("FLEETDP_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("crash test seed {seed} (FLEETDP_CRASH_SEED={seed} repeats the schedule)");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    rt.block_on(async {
+        let t = Topics::new("crash");
+        broker
+            .create_topics(&[(&t.input, 4), (&t.output, 2), (&t.dlq, 1), (&t.state, 2)])
+            .await;
+        let dir: PathBuf = std::env::temp_dir().join(unique("fleetdp-crash"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let text = config_text(
+            &broker,
+            &t,
+            "epsilon_per_device = 4.0\nhorizon = \"1h\"\nkey_env = \"FLEETDP_CRASH_KEY\"",
+            "[http]\nlisten = \"\"",
+            STREAMS,
+        );
+        let config_path = dir.join("fleetdp.toml");
+        std::fs::write(&config_path, &text).unwrap();
+        let v = Config::parse(&text).unwrap().validate().unwrap();
+
+        // 240 devices × 2 streams × 30 rounds (15 simulated minutes each):
+        // W = 2 per hour drops about half of the readings.
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 240,
+                seed: 7,
+                signals: vec![Signal::CabinTemp, Signal::BatteryVolts],
+                bad_fraction: 0.01,
+                ..FleetSpec::default()
+            },
+            240 * 2 * 30,
+        );
+        // Fed slice by slice while the kills go on.
+        let slices: Vec<&[Out]> = msgs.chunks(600).collect();
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_fleetdp"));
+        let mut instances: Vec<Instance> = (0..INSTANCES)
+            .map(|i| Instance {
+                child: Some(start(&bin, &config_path, &dir, i, 0, None)),
+                armed: None,
+                runs: 1,
+            })
+            .collect();
+
+        let mut kills = 0usize;
+        let mut external = 0usize;
+        let mut points_hit: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut next_point = 0usize;
+        let mut produced = 0usize;
+        let started = Instant::now();
+        while kills < MIN_KILLS
+            || produced < slices.len()
+            || points_hit.len() < CrashPoint::ALL.len()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(600),
+                "kill phase did not finish: {kills} kills, points {points_hit:?}; logs in {}",
+                dir.display()
+            );
+            if produced < slices.len() {
+                produce(&broker, &t.input, slices[produced]).await;
+                produced += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(500..2000))).await;
+            // Instances that died by their crash point.
+            for (i, inst) in instances.iter_mut().enumerate() {
+                let child = inst.child.as_mut().unwrap();
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(
+                        killed(status),
+                        "instance {i} exited by itself with {status}; logs in {}",
+                        dir.display()
+                    );
+                    let p = inst.armed.expect("only armed instances die by themselves");
+                    *points_hit.entry(p.as_str()).or_default() += 1;
+                    kills += 1;
+                    inst.child = None;
+                }
+            }
+            // Kill one unarmed instance at a random moment.
+            let live: Vec<usize> = (0..INSTANCES)
+                .filter(|&i| instances[i].child.is_some() && instances[i].armed.is_none())
+                .collect();
+            if !live.is_empty() && (kills < MIN_KILLS || rng.gen_bool(0.3)) {
+                let i = live[rng.gen_range(0..live.len())];
+                let mut child = instances[i].child.take().unwrap();
+                child.kill().unwrap();
+                let status = child.wait().unwrap();
+                if killed(status) {
+                    kills += 1;
+                    external += 1;
+                }
+            }
+            // Restart the dead, half of them armed with the next crash point.
+            for (i, inst) in instances.iter_mut().enumerate() {
+                if inst.child.is_none() {
+                    tokio::time::sleep(Duration::from_millis(rng.gen_range(0..800))).await;
+                    // Arm every restart until each point was reached, then half.
+                    let armed = if points_hit.len() < CrashPoint::ALL.len() || rng.gen_bool(0.5) {
+                        let p = CrashPoint::ALL[next_point % CrashPoint::ALL.len()];
+                        next_point += 1;
+                        Some((p, rng.gen_range(1..=2)))
+                    } else {
+                        None
+                    };
+                    inst.armed = armed.map(|a| a.0);
+                    inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, armed));
+                    inst.runs += 1;
+                }
+            }
+            if produced == slices.len() && kills >= MIN_KILLS {
+                // Armed instances that cannot reach their point (no more
+                // input) are killed by hand.
+                for (i, inst) in instances.iter_mut().enumerate() {
+                    if inst
+                        .armed
+                        .is_some_and(|p| points_hit.contains_key(p.as_str()))
+                    {
+                        let mut c = inst.child.take().unwrap();
+                        c.kill().unwrap();
+                        c.wait().unwrap();
+                        kills += 1;
+                        external += 1;
+                        inst.armed = None;
+                        inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, None));
+                        inst.runs += 1;
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "{kills} kills ({external} at random moments, crash points {points_hit:?}) in {:.0}s",
+            started.elapsed().as_secs_f64()
+        );
+
+        // The reference: one uninterrupted pass over the input as stored.
+        let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+        let mut by_partition: BTreeMap<i32, Vec<&Read>> = BTreeMap::new();
+        for m in &input {
+            by_partition.entry(m.partition).or_default().push(m);
+        }
+        let key = ReleaseKey::from_hex(KEY_HEX).unwrap();
+        let mut processor = Processor::new(&v, Arc::new(Counters::default()));
+        processor.set_input_partitions(4);
+        let mut expected = BTreeMap::new();
+        let mut expected_charges = BTreeMap::new();
+        let mut bad: BTreeSet<(i32, i64)> = BTreeSet::new();
+        for (p, ms) in &by_partition {
+            let mut closed = Vec::new();
+            for m in ms {
+                if processor
+                    .process(
+                        *p,
+                        m.offset,
+                        &m.payload,
+                        m.headers.get("content-type").map(String::as_str),
+                        &mut closed,
+                    )
+                    .is_err()
+                {
+                    bad.insert((*p, m.offset));
+                }
+            }
+            for w in closed {
+                let s = &v.plan.streams[w.stream];
+                let stats = fleetdp::pipeline::build_release(
+                    &v,
+                    s,
+                    &w,
+                    &s.release(&key, w.partition, w.seq, &w.values),
+                );
+                let k = (s.spec.name.clone(), w.partition, w.seq);
+                expected_charges.insert(k.clone(), w.charges.clone());
+                expected.insert(k, stats);
+            }
+        }
+        assert!(
+            expected.len() > 200,
+            "the dataset should make hundreds of windows, got {}",
+            expected.len()
+        );
+
+        // Let the survivors finish, then stop them cleanly.
+        let distinct = || {
+            tokio::task::block_in_place(|| releases(&broker, &t.output))
+                .into_iter()
+                .map(|r| (r.stream, r.partition, r.window_seq))
+                .collect::<BTreeSet<_>>()
+        };
+        let done = {
+            let deadline = Instant::now() + Duration::from_secs(240);
+            loop {
+                let d = distinct();
+                if d.len() >= expected.len() || Instant::now() > deadline {
+                    break d.len() >= expected.len();
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        };
+        for inst in &mut instances {
+            let mut c = inst.child.take().unwrap();
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let status = c.wait().unwrap();
+            assert!(
+                status.success() || killed(status),
+                "an instance failed on shutdown ({status}); logs in {}",
+                dir.display()
+            );
+        }
+        assert!(
+            done,
+            "not every window was released: {} of {}; logs in {}",
+            distinct().len(),
+            expected.len(),
+            dir.display()
+        );
+
+        // Every window exactly once or as bit-identical copies, equal to the reference.
+        let got = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let mut copies: BTreeMap<(String, i32, u64), usize> = BTreeMap::new();
+        for r in &got {
+            let k = (r.stream.clone(), r.partition, r.window_seq);
+            let e = expected
+                .get(&k)
+                .unwrap_or_else(|| panic!("{k:?} released but not in the reference (seed {seed})"));
+            assert_eq!(
+                (r.n, r.first_offset, r.last_offset, r.padded),
+                (e.n, e.first_offset, e.last_offset, e.padded),
+                "{k:?}: window contents differ from an uninterrupted run (seed {seed})"
+            );
+            assert_eq!(
+                r.statistics, e.statistics,
+                "{k:?}: re-noised or different values (seed {seed})"
+            );
+            *copies.entry(k).or_default() += 1;
+        }
+        assert_eq!(copies.len(), expected.len());
+        let duplicates: usize = copies.values().map(|c| c - 1).sum();
+        eprintln!(
+            "{} windows released, {duplicates} bit-identical duplicates",
+            copies.len()
+        );
+
+        // Every bad message is dead-lettered (at least once: a replay may repeat one).
+        let dlq: BTreeSet<(i32, i64)> = tokio::task::block_in_place(|| read_all(&broker, &t.dlq))
+            .iter()
+            .map(|m| {
+                (
+                    m.headers["fleetdp-source-partition"].parse().unwrap(),
+                    m.headers["fleetdp-source-offset"].parse().unwrap(),
+                )
+            })
+            .collect();
+        assert!(!bad.is_empty());
+        assert_eq!(dlq, bad, "dead letters differ from the bad messages");
+
+        // The state topic: each released window's charges as in the reference,
+        // and no device beyond W windows per (stream, horizon).
+        let mut per_device: HashMap<(String, u64, i64), BTreeSet<u64>> = HashMap::new();
+        for m in tokio::task::block_in_place(|| read_all(&broker, &t.state)) {
+            let c = proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap();
+            let k = (c.stream.clone(), c.partition, c.window_seq);
+            let charges: Vec<(u64, i64)> = c
+                .device_keys
+                .iter()
+                .copied()
+                .zip(c.horizons.iter().copied())
+                .collect();
+            if let Some(e) = expected_charges.get(&k) {
+                assert_eq!(&charges, e, "{k:?}: charges differ from the reference");
+            }
+            for (d, h) in charges {
+                per_device
+                    .entry((c.stream.clone(), d, h))
+                    .or_default()
+                    .insert(c.window_seq);
+            }
+        }
+        let worst = per_device.values().map(|s| s.len()).max().unwrap_or(0);
+        assert!(
+            worst as u32 <= W,
+            "a device was charged {worst} windows in one horizon (W = {W})"
+        );
+        assert_eq!(worst as u32, W, "the dataset should make devices reach W");
+        assert!(kills >= 20 && external > 0, "{kills} kills");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
