@@ -185,6 +185,7 @@ fn end_to_end() {
                     (&format!("{input}.dlq"), 1),
                     (&format!("{output}.state"), parts),
                 ],
+                &[],
             )
             .await
             .unwrap(),

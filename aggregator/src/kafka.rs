@@ -1,6 +1,7 @@
 //! Kafka plumbing shared by the service, the simulator, the demo and the
-//! tests: client configuration, topic creation, and reading the release
-//! ledger (the output topic) to find where each (stream, partition) resumes.
+//! tests: client configuration, topic creation, and restoring where each
+//! (stream, partition) resumes from the state topic's ledger entries and
+//! the output topic.
 
 use crate::window::Resume;
 use anyhow::{anyhow, Context, Result};
@@ -38,13 +39,24 @@ pub fn header<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
 }
 
 /// Create topics that do not exist yet (demo and tests; production topics are
-/// the operator's).
-pub async fn ensure_topics(config: &ClientConfig, topics: &[(&str, i32)]) -> Result<()> {
+/// the operator's); those named in `compacted` keep the latest record per key.
+pub async fn ensure_topics(
+    config: &ClientConfig,
+    topics: &[(&str, i32)],
+    compacted: &[&str],
+) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         config.create().context("creating admin client")?;
     let new: Vec<NewTopic> = topics
         .iter()
-        .map(|(name, parts)| NewTopic::new(name, *parts, TopicReplication::Fixed(1)))
+        .map(|(name, parts)| {
+            let t = NewTopic::new(name, *parts, TopicReplication::Fixed(1));
+            if compacted.contains(name) {
+                t.set("cleanup.policy", "compact")
+            } else {
+                t
+            }
+        })
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for r in admin
@@ -94,11 +106,20 @@ pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<prot
     }
 }
 
-/// Read a topic from its low to its current high watermarks, calling `f`
-/// on every message. Blocking; call from a blocking context.
+/// Header telling the state topic's record kinds apart.
+pub const RECORD_KIND: &str = "fleetdp-record";
+/// [`RECORD_KIND`] of a window's charges (or their tombstone).
+pub const CHARGES: &str = "charges";
+/// [`RECORD_KIND`] of a ledger entry.
+pub const LEDGER: &str = "ledger";
+
+/// Read a topic up to its current high watermarks, each partition from
+/// `start(partition, low watermark)` (`None`: skip it), calling `f` on every
+/// message. Blocking; call from a blocking context.
 pub fn read_topic(
     config: &ClientConfig,
     topic: &str,
+    start: impl Fn(i32, i64) -> Option<i64>,
     mut f: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut c = config.clone();
@@ -113,9 +134,11 @@ pub fn read_topic(
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
             .with_context(|| format!("watermarks of {topic}/{p}"))?;
-        if high > low {
-            tpl.add_partition_offset(topic, p, Offset::Offset(low))?;
-            remaining.insert(p, high);
+        if let Some(from) = start(p, low).map(|o| o.max(low)) {
+            if high > from {
+                tpl.add_partition_offset(topic, p, Offset::Offset(from))?;
+                remaining.insert(p, high);
+            }
         }
     }
     if remaining.is_empty() {
@@ -142,82 +165,159 @@ pub fn read_topic(
     Ok(())
 }
 
-/// Read the whole output topic and return, per (stream, input partition),
-/// where to resume: after the end of the contiguous run of released seqs. A
-/// gap (a release that failed while a later one succeeded) is re-released
-/// from replay, and what follows it repeats bit for bit (keyed noise).
-pub fn read_ledger(
-    config: &ClientConfig,
-    output_topic: &str,
-) -> Result<HashMap<(String, i32), Resume>> {
-    let mut seen: HashMap<(String, i32), BTreeMap<u64, Resume>> = HashMap::new();
-    read_topic(config, output_topic, |msg| {
-        if let Some(payload) = msg.payload() {
-            let r = decode_release(payload, header(msg, CONTENT_TYPE)).with_context(|| {
-                format!(
-                    "release at {output_topic}/{}@{} is not decodable",
-                    msg.partition(),
-                    msg.offset()
-                )
-            })?;
-            seen.entry((r.stream.clone(), r.partition))
-                .or_default()
-                .insert(
-                    r.window_seq,
-                    Resume {
-                        last_seq: r.window_seq,
-                        last_offset: r.last_offset,
-                        last_event_ms: r.last_event_time_ms,
-                    },
-                );
-        }
-        Ok(())
-    })?;
-    let mut ledger = HashMap::new();
-    for (lane, seqs) in seen {
-        let mut it = seqs.into_iter();
-        let (mut prev, mut last) = it.next().expect("non-empty");
-        for (seq, r) in it {
-            if seq != prev + 1 {
-                break;
-            }
-            (prev, last) = (seq, r);
-        }
-        ledger.insert(lane, last);
-    }
-    Ok(ledger)
-}
-
 /// Charges recorded in the state topic for the given input partitions:
 /// per (stream, partition), `(seq, [(device key, horizon)])` by seq.
 pub type Charges = HashMap<(String, i32), BTreeMap<u64, Vec<(u64, i64)>>>;
 
-/// Read the state topic's window charges of `partitions`.
-pub fn read_charges(
+/// What a newly assigned partition restores.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Per (stream, input partition): where it resumes.
+    pub resume: HashMap<(String, i32), Resume>,
+    /// The live charges of the assigned partitions.
+    pub charges: Charges,
+}
+
+/// Restore the state of input `partitions`: the ledger entries and live
+/// window charges from the (compacted) state topic, then the output topic
+/// from the oldest recorded release onwards (all of it for an output
+/// partition with no entry), for releases acknowledged after their entry
+/// was written. Each (stream, partition) resumes after the end of its
+/// contiguous run of released seqs; a gap is re-released from replay and
+/// what follows repeats bit for bit (keyed noise).
+pub fn restore(
     config: &ClientConfig,
+    output_topic: &str,
     state_topic: &str,
     partitions: &[i32],
-) -> Result<Charges> {
-    let mut out: Charges = HashMap::new();
-    read_topic(config, state_topic, |msg| {
-        if let Some(payload) = msg.payload() {
-            let c = proto::v1::WindowCharges::decode(payload).with_context(|| {
+) -> Result<Restored> {
+    let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
+    let mut charges: Charges = HashMap::new();
+    read_topic(
+        config,
+        state_topic,
+        |_, low| Some(low),
+        |msg| {
+            let at = || {
                 format!(
-                    "state at {state_topic}/{}@{} is not decodable",
+                    "state at {state_topic}/{}@{}",
                     msg.partition(),
                     msg.offset()
                 )
-            })?;
-            if partitions.contains(&c.partition) && c.device_keys.len() == c.horizons.len() {
-                let charges = c.device_keys.into_iter().zip(c.horizons).collect();
-                out.entry((c.stream, c.partition))
-                    .or_default()
-                    .insert(c.window_seq, charges);
+            };
+            if header(msg, RECORD_KIND) == Some(LEDGER) {
+                let Some(payload) = msg.payload() else {
+                    return Ok(());
+                };
+                let e = proto::v1::LedgerEntry::decode(payload)
+                    .with_context(|| format!("{} is not a ledger entry", at()))?;
+                let lane = (e.stream.clone(), e.partition);
+                if entries
+                    .get(&lane)
+                    .is_none_or(|old| old.last_seq <= e.last_seq)
+                {
+                    entries.insert(lane, e);
+                }
+                return Ok(());
             }
+            let Some(key) = msg.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+                return Ok(());
+            };
+            let Some((stream, partition, seq)) = proto::parse_release_key(key) else {
+                return Err(anyhow!("{}: key {key:?} is not stream/partition/seq", at()));
+            };
+            if !partitions.contains(&partition) {
+                return Ok(());
+            }
+            let lane = charges.entry((stream, partition)).or_default();
+            match msg.payload() {
+                // A tombstone: the window's charges are retired.
+                None => {
+                    lane.remove(&seq);
+                }
+                Some(payload) => {
+                    let c = proto::v1::WindowCharges::decode(payload)
+                        .with_context(|| format!("{} is not decodable", at()))?;
+                    if c.device_keys.len() != c.horizons.len() {
+                        return Err(anyhow!(
+                            "{}: device keys and horizons differ in length",
+                            at()
+                        ));
+                    }
+                    lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
+                }
+            }
+            Ok(())
+        },
+    )?;
+
+    // Releases after the recorded ones.
+    let mut from: HashMap<i32, i64> = HashMap::new();
+    for e in entries.values() {
+        let o = from.entry(e.output_partition).or_insert(i64::MAX);
+        *o = (*o).min(e.output_offset + 1);
+    }
+    let mut seen: HashMap<(String, i32), BTreeMap<u64, (i64, i64)>> = HashMap::new();
+    read_topic(
+        config,
+        output_topic,
+        |p, low| Some(from.get(&p).copied().unwrap_or(low)),
+        |msg| {
+            if let Some(payload) = msg.payload() {
+                let r = decode_release(payload, header(msg, CONTENT_TYPE)).with_context(|| {
+                    format!(
+                        "release at {output_topic}/{}@{} is not decodable",
+                        msg.partition(),
+                        msg.offset()
+                    )
+                })?;
+                seen.entry((r.stream.clone(), r.partition))
+                    .or_default()
+                    .insert(r.window_seq, (r.last_offset, r.last_event_time_ms));
+            }
+            Ok(())
+        },
+    )?;
+
+    let mut resume: HashMap<(String, i32), Resume> = entries
+        .iter()
+        .map(|(lane, e)| {
+            (
+                lane.clone(),
+                Resume {
+                    last_seq: e.last_seq,
+                    last_offset: e.last_offset,
+                    reference_event_ms: e.reference_event_time_ms,
+                },
+            )
+        })
+        .collect();
+    for (lane, seqs) in seen {
+        let mut cur = resume.get(&lane).copied();
+        for (seq, (last_offset, last_event)) in seqs {
+            cur = match cur {
+                // Already covered by the ledger entry.
+                Some(c) if seq <= c.last_seq => Some(c),
+                Some(c) if seq == c.last_seq + 1 => Some(Resume {
+                    last_seq: seq,
+                    last_offset,
+                    reference_event_ms: c.reference_event_ms.max(last_event),
+                }),
+                // A gap: resume before it.
+                Some(_) => break,
+                None => Some(Resume {
+                    last_seq: seq,
+                    last_offset,
+                    reference_event_ms: last_event,
+                }),
+            };
         }
-        Ok(())
-    })?;
-    Ok(out)
+        if let Some(c) = cur {
+            resume.insert(lane, c);
+        }
+    }
+    resume.retain(|(_, p), _| partitions.contains(p));
+    Ok(Restored { resume, charges })
 }
 
 /// Produce a simulated fleet's messages to `topic` at `rate` messages per

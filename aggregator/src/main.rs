@@ -220,6 +220,7 @@ fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
                     (&k.dead_letter_topic, 1),
                     (&state, p),
                 ],
+                &[&state],
             )
             .await?;
         }

@@ -14,7 +14,7 @@ use crate::dp::rng::ReleaseKey;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
-use crate::window::{ClosedWindow, Resume, StreamRules, Windower};
+use crate::window::{ClosedWindow, StreamRules, Windower};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
 use prost::Message as _;
@@ -26,7 +26,7 @@ use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -498,7 +498,10 @@ impl Pipeline {
         if assigned.is_empty() {
             return Ok(());
         }
-        let (ledger, charges) = self.read_state(&assigned).await?;
+        let kafka::Restored {
+            resume: ledger,
+            charges,
+        } = self.read_state(&assigned).await?;
         crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
         for ((stream, partition), r) in &ledger {
@@ -531,10 +534,7 @@ impl Pipeline {
     /// The release ledger and the charges of `assigned`, retried with
     /// backoff while the broker is unreachable (a rebalance can land while
     /// it flaps); an error after the retries is fatal.
-    async fn read_state(
-        &self,
-        assigned: &[i32],
-    ) -> Result<(HashMap<(String, i32), Resume>, kafka::Charges)> {
+    async fn read_state(&self, assigned: &[i32]) -> Result<kafka::Restored> {
         let mut backoff = Duration::from_millis(500);
         let mut attempt = 1;
         loop {
@@ -545,11 +545,8 @@ impl Pipeline {
                 assigned.to_vec(),
             );
             let r = tokio::task::spawn_blocking(move || -> Result<_> {
-                let ledger = kafka::read_ledger(&base, &output)
-                    .context("reading the release ledger (kafka.output_topic)")?;
-                let charges = kafka::read_charges(&base, &state, &parts)
-                    .context("reading the state topic (kafka.state_topic)")?;
-                Ok((ledger, charges))
+                kafka::restore(&base, &output, &state, &parts)
+                    .context("restoring state (kafka.state_topic, kafka.output_topic)")
             })
             .await?;
             match r {
@@ -598,33 +595,69 @@ impl Pipeline {
         let producer = sinks.producer.clone();
         let topic = self.v.config.kafka.output_topic.clone();
         let (partition, first_offset, padded) = (w.partition, w.first_offset, w.padded);
+        let mut ledger = proto::v1::LedgerEntry {
+            stream: stream.spec.name.clone(),
+            partition: w.partition,
+            last_seq: w.seq,
+            last_offset: w.last_offset,
+            reference_event_time_ms: w.reference_event_ms,
+            ..Default::default()
+        };
+        let lane_key = format!("{}/{}", stream.spec.name, w.partition);
+        let retired: Vec<String> = w
+            .retired
+            .iter()
+            .map(|&s| proto::release_key(&stream.spec.name, w.partition, s))
+            .collect();
         inflight.tasks.spawn(async move {
             let headers = OwnedHeaders::new().insert(Header {
                 key: CONTENT_TYPE,
                 value: Some(ct),
             });
+            let kind = |k: &'static str| {
+                OwnedHeaders::new().insert(Header {
+                    key: kafka::RECORD_KIND,
+                    value: Some(k),
+                })
+            };
             crash_point(CrashPoint::BeforeState);
             // The charges this release depends on are durable first.
             publish(
                 &producer,
                 &state_topic,
                 key.as_bytes(),
-                &charges,
+                Some(&charges),
                 None,
-                OwnedHeaders::new(),
+                kind(kafka::CHARGES),
             )
             .await?;
             crash_point(CrashPoint::BeforeRelease);
-            publish(
+            (ledger.output_partition, ledger.output_offset) = publish(
                 &producer,
                 &topic,
                 key.as_bytes(),
-                &payload,
+                Some(&payload),
                 Some(out_partition),
                 headers,
             )
             .await?;
             crash_point(CrashPoint::AfterRelease);
+            // Bookkeeping that only saves work on restore: the ledger entry
+            // (else the output topic is scanned further back) and tombstones
+            // for retired charges (else they are retired again). Not awaited.
+            let entry = ledger.encode_to_vec();
+            let records =
+                std::iter::once((lane_key.as_str(), Some(entry.as_slice()), kafka::LEDGER))
+                    .chain(retired.iter().map(|k| (k.as_str(), None, kafka::CHARGES)));
+            for (k, payload, what) in records {
+                let mut r = FutureRecord::to(&state_topic).key(k).headers(kind(what));
+                if let Some(p) = payload {
+                    r = r.payload(p);
+                }
+                if let Err((e, _)) = producer.send_result(r) {
+                    tracing::warn!(error = %e, "state bookkeeping not sent");
+                }
+            }
             Ok(Released {
                 partition,
                 first_offset,
@@ -715,7 +748,7 @@ impl Pipeline {
             producer,
             &kc.dead_letter_topic,
             msg.key().unwrap_or(&[]),
-            msg.payload().unwrap_or(&[]),
+            Some(msg.payload().unwrap_or(&[])),
             None,
             headers,
         )
@@ -731,16 +764,16 @@ async fn publish(
     producer: &FutureProducer,
     topic: &str,
     key: &[u8],
-    payload: &[u8],
+    payload: Option<&[u8]>,
     partition: Option<i32>,
     headers: OwnedHeaders,
-) -> Result<()> {
+) -> Result<(i32, i64)> {
     let mut backoff = Duration::from_millis(100);
     for attempt in 1..=8 {
-        let mut record = FutureRecord::to(topic)
-            .key(key)
-            .payload(payload)
-            .headers(headers.clone());
+        let mut record = FutureRecord::to(topic).key(key).headers(headers.clone());
+        if let Some(p) = payload {
+            record = record.payload(p);
+        }
         if let Some(p) = partition {
             record = record.partition(p);
         }
@@ -748,7 +781,7 @@ async fn publish(
             .send(record, Timeout::After(Duration::from_secs(30)))
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) => {
                 metrics::counter!("fleetdp_produce_errors_total", "topic" => topic.to_string())
                     .increment(1);

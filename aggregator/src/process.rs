@@ -26,7 +26,6 @@ pub struct Processor {
     names: HashMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
-    lateness_ms: i64,
     counters: Arc<Counters>,
     metrics: Vec<StreamMetrics>,
     messages: metrics::Counter,
@@ -71,8 +70,11 @@ impl Processor {
         Self {
             decoder,
             coders: v.plan.streams.iter().map(|s| s.top_coder()).collect(),
-            windower: Windower::new(stream_rules(v), v.horizon.as_millis() as i64),
-            lateness_ms: v.max_lateness.as_millis() as i64,
+            windower: Windower::new(
+                stream_rules(v),
+                v.horizon.as_millis() as i64,
+                v.max_lateness.as_millis() as i64,
+            ),
             names,
             counters,
             metrics,
@@ -147,9 +149,7 @@ impl Processor {
             // by the windower; judging its lateness against the newer
             // reference would dead-letter a reading that was released.
             if !self.windower.is_released(s, partition, offset)
-                && self
-                    .windower
-                    .is_too_old(s, partition, r.event_time_ms, self.lateness_ms)
+                && self.windower.is_too_old(s, partition, r.event_time_ms)
             {
                 return Err(Rejection::new(
                     Reason::TooOld,

@@ -84,6 +84,13 @@ pub struct ClosedWindow {
     /// Devices charged one of their `W` windows by this window, with the
     /// horizon charged (internal state, never published).
     pub charges: Vec<(u64, i64)>,
+    /// The lane's lateness reference after this window: the latest event
+    /// time of any window so far (monotone).
+    pub reference_event_ms: i64,
+    /// Earlier windows whose charges can no longer matter (every horizon
+    /// they charged is older than any reading the lane still accepts): their
+    /// state records can be deleted (compaction tombstones).
+    pub retired: Vec<u64>,
 }
 
 /// Where a (stream, partition) resumes after a restart, from the release ledger.
@@ -93,8 +100,8 @@ pub struct Resume {
     pub last_seq: u64,
     /// Last input offset of that window.
     pub last_offset: i64,
-    /// Last event time of that window.
-    pub last_event_ms: i64,
+    /// The lane's lateness reference after it ([`ClosedWindow::reference_event_ms`]).
+    pub reference_event_ms: i64,
 }
 
 #[derive(Debug, Default)]
@@ -118,6 +125,8 @@ struct Lane {
     /// device stays on one partition (checked upstream), so a lane's counts
     /// are complete, and dropping a revoked partition drops exactly them.
     devices: KeyMap<DeviceHorizon>,
+    /// Windows whose charges are still needed: (seq, latest horizon charged).
+    live: Vec<(u64, i64)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -143,15 +152,19 @@ impl DeviceHorizon {
 pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
+    lateness_ms: i64,
     lanes: HashMap<(usize, i32), Lane>,
 }
 
 impl Windower {
-    pub fn new(rules: Vec<StreamRules>, horizon_ms: i64) -> Self {
-        assert!(horizon_ms > 0);
+    /// Readings more than `lateness_ms` older than a lane's reference are
+    /// refused ([`Windower::is_too_old`]).
+    pub fn new(rules: Vec<StreamRules>, horizon_ms: i64, lateness_ms: i64) -> Self {
+        assert!(horizon_ms > 0 && lateness_ms >= 0);
         Self {
             rules,
             horizon_ms,
+            lateness_ms,
             lanes: HashMap::new(),
         }
     }
@@ -161,7 +174,7 @@ impl Windower {
         let lane = self.lanes.entry((stream, partition)).or_default();
         lane.next_seq = r.last_seq + 1;
         lane.resume_after_offset = Some(r.last_offset);
-        lane.reference_event_ms = Some(r.last_event_ms);
+        lane.reference_event_ms = Some(r.reference_event_ms);
         lane.open = Open::default();
     }
 
@@ -189,7 +202,12 @@ impl Windower {
                 }
             }
         }
-        self.lanes.entry((stream, partition)).or_default().devices = restored;
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        lane.devices = restored;
+        lane.live = windows
+            .iter()
+            .map(|(seq, c)| (*seq, c.iter().map(|x| x.1).max().unwrap_or(i64::MIN)))
+            .collect();
     }
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).
@@ -206,19 +224,14 @@ impl Windower {
             .is_some_and(|o| offset <= o)
     }
 
-    /// Whether a reading is older than the end of the stream's last released
-    /// window by more than `max_lateness_ms` (a deterministic reference).
-    pub fn is_too_old(
-        &self,
-        stream: usize,
-        partition: i32,
-        event_ms: i64,
-        max_lateness_ms: i64,
-    ) -> bool {
+    /// Whether a reading is older than the lane's reference (the latest
+    /// event time of its closed windows, a deterministic figure) by more
+    /// than the allowed lateness.
+    pub fn is_too_old(&self, stream: usize, partition: i32, event_ms: i64) -> bool {
         self.lanes
             .get(&(stream, partition))
             .and_then(|l| l.reference_event_ms)
-            .is_some_and(|r| event_ms < r.saturating_sub(max_lateness_ms))
+            .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
     }
 
     /// Offer one top-coded reading; returns what happened and any windows
@@ -243,7 +256,14 @@ impl Windower {
             if !lane.open.values.is_empty()
                 && event_ms.saturating_sub(lane.open.first_event_ms) >= t
             {
-                closed.push(close(lane, stream, partition, rules));
+                closed.push(close(
+                    lane,
+                    stream,
+                    partition,
+                    rules,
+                    self.horizon_ms,
+                    self.lateness_ms,
+                ));
             }
         }
         let seq = lane.next_seq;
@@ -287,7 +307,14 @@ impl Windower {
         open.values.push(units);
         *open.per_device.entry(dk).or_insert(0) += 1;
         if open.values.len() >= rules.window_size {
-            closed.push(close(lane, stream, partition, rules));
+            closed.push(close(
+                lane,
+                stream,
+                partition,
+                rules,
+                self.horizon_ms,
+                self.lateness_ms,
+            ));
         }
         Admission::Accepted
     }
@@ -304,7 +331,14 @@ impl Windower {
     }
 }
 
-fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) -> ClosedWindow {
+fn close(
+    lane: &mut Lane,
+    stream: usize,
+    partition: i32,
+    rules: &StreamRules,
+    horizon_ms: i64,
+    lateness_ms: i64,
+) -> ClosedWindow {
     // Keep the device map's capacity for the next window (no rehash growth).
     let mut per_device = std::mem::take(&mut lane.open.per_device);
     per_device.clear();
@@ -316,6 +350,26 @@ fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) ->
             ..Open::default()
         },
     );
+    let reference = lane
+        .reference_event_ms
+        .map_or(open.last_event_ms, |r| r.max(open.last_event_ms));
+    lane.reference_event_ms = Some(reference);
+    // Horizons ending at or before the oldest event time still accepted can
+    // never be charged again: windows that charged only those are retired.
+    let oldest_accepted = reference.saturating_sub(lateness_ms);
+    let seq = lane.next_seq;
+    lane.live.push((
+        seq,
+        open.charges.iter().map(|c| c.1).max().unwrap_or(i64::MIN),
+    ));
+    let mut retired = Vec::new();
+    lane.live.retain(|&(s, h)| {
+        let dead = h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted;
+        if dead {
+            retired.push(s);
+        }
+        !dead
+    });
     let mut values = open.values;
     let padded = rules.window_size.saturating_sub(values.len()) as u64;
     values.resize(rules.window_size, rules.midpoint);
@@ -330,9 +384,10 @@ fn close(lane: &mut Lane, stream: usize, partition: i32, rules: &StreamRules) ->
         last_event_ms: open.last_event_ms,
         padded,
         charges: open.charges,
+        reference_event_ms: reference,
+        retired,
     };
     lane.next_seq += 1;
-    lane.reference_event_ms = Some(open.last_event_ms);
     w
 }
 
@@ -351,6 +406,7 @@ mod tests {
                 timeout_ms: timeout,
             }],
             1000,
+            3000,
         )
     }
 
@@ -448,7 +504,7 @@ mod tests {
             Resume {
                 last_seq: 1,
                 last_offset: 1,
-                last_event_ms: 0,
+                reference_event_ms: 0,
             },
         );
         w2.restore_charges(0, 0, &charges);
@@ -486,7 +542,7 @@ mod tests {
             Resume {
                 last_seq: 4,
                 last_offset: 9,
-                last_event_ms: 5000,
+                reference_event_ms: 5000,
             },
         );
         let mut closed = Vec::new();
@@ -494,10 +550,31 @@ mod tests {
             w.admit(0, 0, 9, "a", 1, 5000, &mut closed),
             Admission::AlreadyReleased
         );
-        assert!(w.is_too_old(0, 0, 1000, 3000));
-        assert!(!w.is_too_old(0, 0, 2000, 3000));
+        assert!(w.is_too_old(0, 0, 1000));
+        assert!(!w.is_too_old(0, 0, 2000));
         w.admit(0, 0, 10, "a", 1, 5000, &mut closed);
         w.admit(0, 0, 11, "b", 1, 5000, &mut closed);
         assert_eq!(closed[0].seq, 5);
+    }
+
+    #[test]
+    fn windows_retire_once_their_horizons_are_beyond_lateness() {
+        // horizon 1000 ms, lateness 3000 ms, n = 1.
+        let mut w = windower(1, 1, 100, None);
+        let mut closed = Vec::new();
+        w.admit(0, 0, 0, "a", 1, 500, &mut closed); // horizon 0
+        w.admit(0, 0, 1, "a", 1, 1500, &mut closed); // horizon 1
+        w.admit(0, 0, 2, "a", 1, 3999, &mut closed); // oldest accepted 999: nothing retires
+        assert!(closed.iter().all(|c| c.retired.is_empty()));
+        w.admit(0, 0, 3, "a", 1, 4000, &mut closed); // oldest accepted 1000: horizon 0 retires
+        assert_eq!(closed[3].retired, vec![0]);
+        assert_eq!(closed[3].reference_event_ms, 4000);
+        // An older event time does not move the reference back.
+        w.admit(0, 0, 4, "b", 1, 3500, &mut closed);
+        assert_eq!(closed[4].reference_event_ms, 4000);
+        w.admit(0, 0, 5, "a", 1, 5000, &mut closed); // oldest accepted 2000: horizon 1 retires
+        assert_eq!(closed[5].retired, vec![1]);
+        assert!(w.is_too_old(0, 0, 1999));
+        assert!(!w.is_too_old(0, 0, 2000));
     }
 }

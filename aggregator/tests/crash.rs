@@ -365,7 +365,23 @@ fn killed_instances_release_every_window_exactly_once() {
         // The state topic: each released window's charges as in the reference,
         // and no device beyond W windows per (stream, horizon).
         let mut per_device: HashMap<(String, u64, i64), BTreeSet<u64>> = HashMap::new();
+        let (mut tombstones, mut ledger_entries) = (0, 0);
         for m in tokio::task::block_in_place(|| read_all(&broker, &t.state)) {
+            match m
+                .headers
+                .get(fleetdp::kafka::RECORD_KIND)
+                .map(String::as_str)
+            {
+                Some(fleetdp::kafka::LEDGER) => {
+                    ledger_entries += 1;
+                    continue;
+                }
+                _ if m.payload.is_empty() => {
+                    tombstones += 1;
+                    continue;
+                }
+                _ => {}
+            }
             let c = proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap();
             let k = (c.stream.clone(), c.partition, c.window_seq);
             let charges: Vec<(u64, i64)> = c
@@ -384,6 +400,10 @@ fn killed_instances_release_every_window_exactly_once() {
                     .insert(c.window_seq);
             }
         }
+        assert!(
+            ledger_entries > 0 && tombstones > 0,
+            "ledger entries {ledger_entries}, tombstones {tombstones}"
+        );
         let worst = per_device.values().map(|s| s.len()).max().unwrap_or(0);
         assert!(
             worst as u32 <= W,

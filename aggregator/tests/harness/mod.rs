@@ -60,7 +60,7 @@ impl Broker {
                     m.create_topic(t, *p, 1).expect("mock topic");
                 }
             }
-            None => fleetdp::kafka::ensure_topics(&self.client(), topics)
+            None => fleetdp::kafka::ensure_topics(&self.client(), topics, &[])
                 .await
                 .expect("create topics"),
         }
