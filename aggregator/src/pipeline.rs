@@ -254,13 +254,30 @@ struct Inflight {
     tasks: tokio::task::JoinSet<Result<Released>>,
     /// Per input partition: first offsets of windows in flight (with counts).
     first_offsets: BTreeMap<i32, BTreeMap<i64, usize>>,
+    /// Dead letters sent and not yet acknowledged: (partition, offset, reason).
+    dead_letters: tokio::task::JoinSet<Result<(i32, i64, Reason)>>,
+    /// Per input partition: offsets of those dead letters.
+    dead_letter_offsets: BTreeMap<i32, std::collections::BTreeSet<i64>>,
 }
 
+/// Dead letters in flight at most (each holds its message's bytes).
+const MAX_DEAD_LETTERS_INFLIGHT: usize = 10_000;
+
 impl Inflight {
+    /// The first offset of `partition` that is not yet safely handled.
     fn first_offset(&self, partition: i32) -> Option<i64> {
-        self.first_offsets
+        let release = self
+            .first_offsets
             .get(&partition)
-            .and_then(|m| m.keys().next().copied())
+            .and_then(|m| m.keys().next().copied());
+        let dead = self
+            .dead_letter_offsets
+            .get(&partition)
+            .and_then(|m| m.first().copied());
+        match (release, dead) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -364,6 +381,10 @@ impl Pipeline {
                     self.finish_release(&mut inflight, done??, &opts);
                     continue;
                 }
+                Some(done) = inflight.dead_letters.join_next(), if !inflight.dead_letters.is_empty() => {
+                    self.finish_dead_letter(&mut inflight, done??);
+                    continue;
+                }
                 m = consumer.recv() => m,
                 _ = shutdown.changed() => break,
             };
@@ -388,7 +409,8 @@ impl Pipeline {
                 kafka::header(&msg, CONTENT_TYPE),
                 &mut closed,
             ) {
-                self.dead_letter(&producer, &msg, &rejection).await?;
+                self.dead_letter(&producer, &mut inflight, &msg, &rejection)
+                    .await?;
             }
             let released_any = !closed.is_empty();
             for w in closed.drain(..) {
@@ -418,6 +440,9 @@ impl Pipeline {
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
         while let Some(done) = inflight.tasks.join_next().await {
             self.finish_release(&mut inflight, done??, &opts);
+        }
+        while let Some(done) = inflight.dead_letters.join_next().await {
+            self.finish_dead_letter(&mut inflight, done??);
         }
         self.commit(
             &consumer,
@@ -703,9 +728,12 @@ impl Pipeline {
         }
     }
 
+    /// Send a message to the dead-letter topic without waiting for the ack;
+    /// commits stay behind it until it is acknowledged.
     async fn dead_letter(
         &self,
         producer: &FutureProducer,
+        inflight: &mut Inflight,
         msg: &BorrowedMessage<'_>,
         rejection: &Rejection,
     ) -> Result<()> {
@@ -744,17 +772,56 @@ impl Pipeline {
                 key: "fleetdp-source-offset",
                 value: Some(offset.as_str()),
             });
-        publish(
-            producer,
-            &kc.dead_letter_topic,
-            msg.key().unwrap_or(&[]),
-            Some(msg.payload().unwrap_or(&[])),
-            None,
-            headers,
-        )
-        .await?;
-        self.counters.add_dead_letter(rejection.reason);
+        while inflight.dead_letters.len() >= MAX_DEAD_LETTERS_INFLIGHT {
+            let done = inflight
+                .dead_letters
+                .join_next()
+                .await
+                .expect("non-empty")??;
+            self.finish_dead_letter(inflight, done);
+        }
+        let mut record = FutureRecord::to(&kc.dead_letter_topic)
+            .key(msg.key().unwrap_or(&[]))
+            .payload(msg.payload().unwrap_or(&[]))
+            .headers(headers);
+        let delivery = loop {
+            match producer.send_result(record) {
+                Ok(d) => break d,
+                Err((e, r)) => {
+                    // A full queue drains as acks arrive.
+                    tracing::debug!(error = %e, "dead-letter queue full; waiting");
+                    record = r;
+                    match inflight.dead_letters.join_next().await {
+                        Some(done) => self.finish_dead_letter(inflight, done??),
+                        None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+            }
+        };
+        let (p, o, reason) = (msg.partition(), msg.offset(), rejection.reason);
+        inflight.dead_letter_offsets.entry(p).or_default().insert(o);
+        let topic = kc.dead_letter_topic.clone();
+        inflight.dead_letters.spawn(async move {
+            match delivery.await {
+                Ok(Ok(_)) => Ok((p, o, reason)),
+                Ok(Err((e, _))) => {
+                    metrics::counter!("fleetdp_produce_errors_total", "topic" => topic.clone())
+                        .increment(1);
+                    Err(anyhow!(
+                        "dead-lettering {p}@{o} to {topic} failed: {e}; exiting so an orchestrator can restart"
+                    ))
+                }
+                Err(_) => Err(anyhow!("dead-lettering {p}@{o}: the producer went away")),
+            }
+        });
         Ok(())
+    }
+
+    fn finish_dead_letter(&self, inflight: &mut Inflight, (p, o, reason): (i32, i64, Reason)) {
+        if let Some(set) = inflight.dead_letter_offsets.get_mut(&p) {
+            set.remove(&o);
+        }
+        self.counters.add_dead_letter(reason);
     }
 }
 

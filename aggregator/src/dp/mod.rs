@@ -10,6 +10,7 @@
 
 pub mod accountant;
 pub mod accuracy;
+pub mod continual;
 pub mod mechanism;
 pub mod rational;
 pub mod relation;

@@ -1,0 +1,361 @@
+//! Running totals (dp::continual): the BLT sensitivity bound against the
+//! materialised matrices by brute force, the closed-form noise energy
+//! against the direct recursion, Monte-Carlo variances against the closed
+//! forms (BLT and the Honaker tree), restart continuity, and the utility
+//! targets at T = 2¹⁶.
+
+use fleetdp::dp::continual::{baseline, Blt, BltNoise, RunningPlan, RunningState};
+use fleetdp::dp::mechanism::Measure;
+use fleetdp::dp::rational::ratio;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// Strategies to check: the tuned ones and a few fast-decaying ones.
+fn strategies() -> Vec<Blt> {
+    let mut out: Vec<Blt> = [10, 16, 24].iter().map(|&l| Blt::for_lifetime(l)).collect();
+    out.push(Blt::new(vec![0.5], vec![0.5]).unwrap());
+    out.push(Blt::new(vec![0.3, 0.8], vec![0.2, 0.7]).unwrap());
+    out.push(Blt::new(vec![0.9, 0.1, 0.6], vec![0.05, 0.5, 0.45]).unwrap());
+    out
+}
+
+/// `C` for `t` windows.
+fn c_matrix(b: &Blt, t: usize) -> Vec<Vec<f64>> {
+    (0..t)
+        .map(|i| {
+            (0..t)
+                .map(|j| if j <= i { b.c(i - j) } else { 0.0 })
+                .collect()
+        })
+        .collect()
+}
+
+/// max over window sets S (|S| ≤ w) and changes u ∈ [−1, 1]^S of ‖C·u‖²
+/// (a convex function: the maximum is at a vertex, u ∈ {±1}^S).
+fn brute_force(c: &[Vec<f64>], w: usize) -> f64 {
+    let t = c.len();
+    let mut best = 0.0f64;
+    let mut set = Vec::new();
+    fn rec(c: &[Vec<f64>], w: usize, start: usize, set: &mut Vec<usize>, best: &mut f64) {
+        if !set.is_empty() {
+            for signs in 0u32..(1 << set.len()) {
+                let mut norm = 0.0;
+                for row in c {
+                    let mut v = 0.0;
+                    for (a, &s) in set.iter().enumerate() {
+                        let u = if signs >> a & 1 == 1 { -1.0 } else { 1.0 };
+                        v += row[s] * u;
+                    }
+                    norm += v * v;
+                }
+                *best = best.max(norm);
+            }
+        }
+        if set.len() == w {
+            return;
+        }
+        for s in start..c.len() {
+            set.push(s);
+            rec(c, w, s + 1, set, best);
+            set.pop();
+        }
+    }
+    rec(c, w, 0, &mut set, &mut best);
+    let _ = t;
+    best
+}
+
+#[test]
+fn sensitivity_bound_holds_against_the_materialised_matrices() {
+    for b in strategies() {
+        // The decay conditions the proof needs.
+        for i in 0..200 {
+            assert!(
+                b.c(i) >= 0.0 && b.c(i + 1) <= b.c(i),
+                "c must be non-negative, non-increasing"
+            );
+        }
+        for w in 1..=3u32 {
+            let bound = b.sensitivity_sq(w);
+            for t in [w as usize, 6, 11] {
+                let bf = brute_force(&c_matrix(&b, t), w as usize);
+                assert!(
+                    bf <= bound * (1.0 + 1e-12),
+                    "T={t} W={w}: brute force {bf} > bound {bound} for {b:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sensitivity_bound_is_tight_for_long_streams() {
+    // With fast decay, a 200-window prefix holds the whole infinite sum:
+    // contiguous windows from the start, all changed upwards, attain it.
+    let b = Blt::new(vec![0.3, 0.8], vec![0.2, 0.7]).unwrap();
+    let c = c_matrix(&b, 200);
+    for w in 1..=3usize {
+        let attained: f64 = c
+            .iter()
+            .map(|row| row[..w].iter().sum::<f64>().powi(2))
+            .sum();
+        let bound = b.sensitivity_sq(w as u32);
+        assert!(
+            (attained - bound).abs() <= 1e-9 * bound,
+            "W={w}: {attained} vs {bound}"
+        );
+    }
+}
+
+#[test]
+fn vector_changes_stay_within_l2_times_the_bound() {
+    // Histograms: each changed window moves a vector of L2 norm ≤ 1.
+    let mut rng = ChaCha20Rng::seed_from_u64(5);
+    for b in strategies() {
+        let t = 12;
+        let c = c_matrix(&b, t);
+        for w in 1..=3usize {
+            let bound = b.sensitivity_sq(w as u32);
+            for _ in 0..300 {
+                let mut set: Vec<usize> = (0..t).collect();
+                for i in 0..w {
+                    let j = rng.gen_range(i..t);
+                    set.swap(i, j);
+                }
+                let set = &set[..w];
+                let dim = 4;
+                let u: Vec<Vec<f64>> = (0..w)
+                    .map(|_| {
+                        let v: Vec<f64> = (0..dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                        let n = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                        v.iter().map(|x| x / n).collect()
+                    })
+                    .collect();
+                let mut norm = 0.0;
+                for row in &c {
+                    for k in 0..dim {
+                        let v: f64 = set.iter().zip(&u).map(|(&s, uv)| row[s] * uv[k]).sum();
+                        norm += v * v;
+                    }
+                }
+                assert!(norm <= bound * (1.0 + 1e-12));
+            }
+        }
+    }
+}
+
+#[test]
+fn closed_form_noise_energy_matches_the_recursion() {
+    for b in strategies() {
+        let coeffs = b.noise_coefficients(3000);
+        let mut direct = 0.0;
+        for (i, x) in coeffs.iter().enumerate() {
+            direct += x * x;
+            let t = i as u64 + 1;
+            if [1, 2, 3, 7, 64, 1000, 3000].contains(&t) {
+                let closed = b.noise_energy(t);
+                assert!(
+                    (closed - direct).abs() <= 1e-9 * direct,
+                    "t={t}: {closed} vs {direct}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_blt_meets_its_utility_targets_at_2_to_the_16() {
+    let t = 1u64 << 16;
+    let blt = Blt::for_lifetime(16).loss(t);
+    let sqrt = baseline::sqrt_factorization(t);
+    let tree = baseline::gaussian_tree(t, false);
+    let ratio_sqrt = (blt / sqrt).sqrt();
+    let ratio_tree = (tree / blt).sqrt();
+    assert!(
+        ratio_sqrt <= 1.05,
+        "BLT std is {ratio_sqrt}× the square-root factorization's"
+    );
+    assert!(
+        ratio_tree >= 3.0,
+        "the plain tree's std is only {ratio_tree}× the BLT's"
+    );
+    // And the tuner finds nothing much better than the table.
+    let tuned = fleetdp::dp::continual::tune(4, t).loss(t);
+    assert!(blt <= tuned * 1.01);
+}
+
+/// Empirical variance of `samples` and its standard error.
+fn var_and_se(samples: &[f64]) -> (f64, f64) {
+    let n = samples.len() as f64;
+    let mean = samples.iter().sum::<f64>() / n;
+    let var = samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let m4 = samples.iter().map(|x| (x - mean).powi(4)).sum::<f64>() / n;
+    (var, ((m4 - var * var) / n).sqrt())
+}
+
+fn monte_carlo(plan: &RunningPlan, steps: usize, reps: usize, at: &[usize]) -> Vec<Vec<f64>> {
+    let mut out = vec![Vec::with_capacity(reps); at.len()];
+    for rep in 0..reps {
+        let mut rng = ChaCha20Rng::seed_from_u64(rep as u64);
+        let mut state = RunningState::new(plan);
+        for step in 0..steps {
+            let r = plan.step(&mut state, &[vec![0]], &mut rng).unwrap();
+            if let Some(i) = at.iter().position(|&a| a == step + 1) {
+                out[i].push(r[0][0]);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn monte_carlo_variance_matches_the_closed_form() {
+    for measure in [Measure::Zcdp, Measure::Pure] {
+        // Sum of a universe of width 100, k = 1, W = 2, ρ (or ε) = 1 per horizon.
+        let plan = RunningPlan::calibrate(
+            measure,
+            &[("sum", 1, 100, 100 * 100)],
+            2,
+            &ratio(1, 1),
+            10,
+            1.0,
+        );
+        let at = [1usize, 5, 64, 255];
+        let samples = monte_carlo(&plan, 255, 20_000, &at);
+        for (t, s) in at.iter().zip(&samples) {
+            let (var, se) = var_and_se(s);
+            let std = plan.groups[0].noise.std_after(*t as u64).unwrap();
+            // The BLT's noise is rounded to the grid: + 1/12 per release.
+            let expected = std * std
+                + if measure == Measure::Zcdp {
+                    1.0 / 12.0
+                } else {
+                    0.0
+                };
+            assert!(
+                (var - expected).abs() <= 5.0 * se,
+                "{measure:?} t={t}: empirical variance {var} vs closed form {expected} (se {se})"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_restart_continues_the_same_noise_and_never_renoises_a_step() {
+    for measure in [Measure::Zcdp, Measure::Pure] {
+        let plan = RunningPlan::calibrate(
+            measure,
+            &[("sum", 1, 50, 2500), ("histogram", 3, 2, 2)],
+            1,
+            &ratio(1, 2),
+            12,
+            0.1,
+        );
+        let window = |i: u64| vec![vec![(i as i128 * 37) % 50], vec![1, (i % 2) as i128, 0]];
+        // The keyed generator of window i: the same bits on a replay.
+        let rng = |i: u64| ChaCha20Rng::seed_from_u64(1000 + i);
+        let mut a = RunningState::new(&plan);
+        let straight: Vec<_> = (0..100)
+            .map(|i| plan.step(&mut a, &window(i), &mut rng(i)).unwrap())
+            .collect();
+        // Stop after 60, persist, restore in a "new process", continue.
+        let mut b = RunningState::new(&plan);
+        for i in 0..60 {
+            plan.step(&mut b, &window(i), &mut rng(i)).unwrap();
+        }
+        let saved = serde_json::to_vec(&b).unwrap();
+        let mut restored: RunningState = serde_json::from_slice(&saved).unwrap();
+        assert_eq!(restored, b);
+        // Replaying window 59 from the state before it gives the same release.
+        let before_59 = {
+            let mut s = RunningState::new(&plan);
+            for i in 0..59 {
+                plan.step(&mut s, &window(i), &mut rng(i)).unwrap();
+            }
+            s
+        };
+        assert_eq!(
+            plan.step(&mut before_59.clone(), &window(59), &mut rng(59))
+                .unwrap(),
+            straight[59]
+        );
+        for i in 60..100 {
+            let r = plan.step(&mut restored, &window(i), &mut rng(i)).unwrap();
+            assert_eq!(
+                r, straight[i as usize],
+                "{measure:?}: step {i} differs after the restart"
+            );
+        }
+        // The noise really is correlated over time (not re-drawn per step):
+        // consecutive errors of the running sum are close.
+        let truth: Vec<f64> = (0..100u64)
+            .scan(0i128, |acc, i| {
+                *acc += window(i)[0][0];
+                Some(*acc as f64)
+            })
+            .collect();
+        let errs: Vec<f64> = straight
+            .iter()
+            .zip(&truth)
+            .map(|(r, t)| r[0][0] - t)
+            .collect();
+        let jump = errs.windows(2).map(|w| (w[1] - w[0]).abs()).sum::<f64>() / 99.0;
+        let spread = errs.iter().map(|e| e.abs()).sum::<f64>() / 100.0;
+        assert!(
+            jump < 2.0 * spread + 1.0,
+            "{measure:?}: mean step {jump} vs mean error {spread}"
+        );
+    }
+}
+
+#[test]
+fn the_tree_stops_at_its_lifetime() {
+    let plan = RunningPlan::calibrate(
+        Measure::Pure,
+        &[("sum", 1, 10, 100)],
+        1,
+        &ratio(1, 1),
+        3,
+        1.0,
+    );
+    let mut s = RunningState::new(&plan);
+    let mut rng = ChaCha20Rng::seed_from_u64(1);
+    for _ in 0..8 {
+        assert!(plan.step(&mut s, &[vec![1]], &mut rng).is_some());
+    }
+    assert!(plan.step(&mut s, &[vec![1]], &mut rng).is_none());
+    assert_eq!(s.steps, 8);
+}
+
+#[test]
+fn blt_noise_is_independent_of_data() {
+    // Two neighbouring streams (one window differs) with the same draws:
+    // the released difference is exactly the data difference.
+    let plan = RunningPlan::calibrate(
+        Measure::Zcdp,
+        &[("sum", 1, 100, 10_000)],
+        1,
+        &ratio(1, 1),
+        10,
+        1.0,
+    );
+    let (mut a, mut b) = (RunningState::new(&plan), RunningState::new(&plan));
+    for i in 0..50i128 {
+        let ra = plan
+            .step(
+                &mut a,
+                &[vec![i]],
+                &mut ChaCha20Rng::seed_from_u64(i as u64),
+            )
+            .unwrap();
+        let rb = plan
+            .step(
+                &mut b,
+                &[vec![if i == 7 { i + 100 } else { i }]],
+                &mut ChaCha20Rng::seed_from_u64(i as u64),
+            )
+            .unwrap();
+        assert_eq!(rb[0][0] - ra[0][0], if i >= 7 { 100.0 } else { 0.0 });
+    }
+    let _ = BltNoise::new(1);
+}
