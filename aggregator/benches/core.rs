@@ -70,6 +70,8 @@ fn window_release(c: &mut Criterion) {
         quantiles: vec![0.1, 0.5, 0.9, 0.99],
         quantile_candidates: None,
         window_timeout: None,
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
     };
     let mut g = c.benchmark_group("window_release_n10000");
     for measure in [Measure::Pure, Measure::Zcdp] {

@@ -176,6 +176,8 @@ pub struct Restored {
     pub resume: HashMap<(String, i32), Resume>,
     /// The live charges of the assigned partitions.
     pub charges: Charges,
+    /// Running-total state recorded with each live window (empty: none).
+    pub running: HashMap<(String, i32, u64), Vec<u8>>,
 }
 
 /// Restore the state of input `partitions`: the ledger entries and live
@@ -193,6 +195,7 @@ pub fn restore(
 ) -> Result<Restored> {
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     let mut charges: Charges = HashMap::new();
+    let mut running = HashMap::new();
     read_topic(
         config,
         state_topic,
@@ -229,11 +232,12 @@ pub fn restore(
             if !partitions.contains(&partition) {
                 return Ok(());
             }
-            let lane = charges.entry((stream, partition)).or_default();
+            let lane = charges.entry((stream.clone(), partition)).or_default();
             match msg.payload() {
                 // A tombstone: the window's charges are retired.
                 None => {
                     lane.remove(&seq);
+                    running.remove(&(stream, partition, seq));
                 }
                 Some(payload) => {
                     let c = proto::v1::WindowCharges::decode(payload)
@@ -245,6 +249,7 @@ pub fn restore(
                         ));
                     }
                     lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
+                    running.insert((stream, partition, seq), c.running_state);
                 }
             }
             Ok(())
@@ -317,7 +322,11 @@ pub fn restore(
         }
     }
     resume.retain(|(_, p), _| partitions.contains(p));
-    Ok(Restored { resume, charges })
+    Ok(Restored {
+        resume,
+        charges,
+        running,
+    })
 }
 
 /// Produce a simulated fleet's messages to `topic` at `rate` messages per

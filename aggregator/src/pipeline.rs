@@ -7,9 +7,10 @@
 //! be committed. Logs carry counts, offsets and latencies, never values.
 
 use crate::config::{OutputFormat, Validated};
+use crate::dp::continual::RunningState;
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
-use crate::dp::release::{ReleasedStatistic, StatKind, StreamPlan};
+use crate::dp::release::{ReleasedStatistic, RunningValue, StatKind, StreamPlan};
 use crate::dp::rng::ReleaseKey;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
@@ -129,6 +130,7 @@ pub fn build_release(
     stream: &StreamPlan,
     w: &ClosedWindow,
     stats: &[ReleasedStatistic],
+    running: &[RunningValue],
 ) -> proto::WindowRelease {
     let plan = &v.plan;
     let budget = &plan.privacy.budget;
@@ -181,6 +183,23 @@ pub fn build_release(
             max_windows_per_device: stream.spec.max_windows_per_device,
         }),
         released_at_ms: now_ms(),
+        running: running
+            .iter()
+            .map(|r| proto::v1::RunningTotal {
+                name: r.name.into(),
+                windows: r.windows,
+                count: r.count,
+                values: r.values.clone(),
+                std: r.std,
+                mechanism: r.mechanism.into(),
+                spent: r.spent,
+                bin_edges: if r.name == "histogram" {
+                    stream.spec.histogram_edges.clone()
+                } else {
+                    vec![]
+                },
+            })
+            .collect(),
     }
 }
 
@@ -241,6 +260,9 @@ impl ConsumerContext for PipelineContext {
 struct Progress {
     next_offset: BTreeMap<i32, i64>,
     committed: BTreeMap<i32, i64>,
+    /// Per (stream, partition): running-total state after its last closed
+    /// window (restored on assignment, dropped on revoke).
+    running: BTreeMap<(usize, i32), RunningState>,
 }
 
 /// Releases published but not yet acknowledged. One at a time: consuming
@@ -419,7 +441,7 @@ impl Pipeline {
                     let done = inflight.tasks.join_next().await.expect("non-empty")??;
                     self.finish_release(&mut inflight, done, &opts);
                 }
-                self.start_release(&sinks, &mut inflight, w, &opts);
+                self.start_release(&sinks, &mut inflight, &mut progress, w, &opts);
             }
             progress.next_offset.insert(partition, offset + 1);
             handled += 1;
@@ -471,6 +493,7 @@ impl Pipeline {
         let Progress {
             next_offset,
             committed,
+            ..
         } = progress;
         for (&p, &next) in next_offset.iter() {
             // Not past an open window, nor past a release not yet acknowledged.
@@ -516,6 +539,7 @@ impl Pipeline {
             processor.windower_mut().drop_partition(p);
             progress.next_offset.remove(&p);
             progress.committed.remove(&p);
+            progress.running.retain(|&(_, q), _| q != p);
         }
         if !revoked.is_empty() {
             tracing::info!(?revoked, "partitions revoked");
@@ -526,6 +550,7 @@ impl Pipeline {
         let kafka::Restored {
             resume: ledger,
             charges,
+            running,
         } = self.read_state(&assigned).await?;
         crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
@@ -545,6 +570,22 @@ impl Pipeline {
                 processor
                     .windower_mut()
                     .restore_charges(i, *partition, &windows);
+                if self.v.plan.streams[i].running.is_some() {
+                    let lane = (stream.clone(), *partition, r.last_seq);
+                    let state = match running.get(&lane) {
+                        // Running totals start with this window's successor.
+                        Some(b) if b.is_empty() => RunningState::default(),
+                        Some(b) => serde_json::from_slice(b).with_context(|| {
+                            format!("running-total state of {stream}/{partition}#{} is not readable", r.last_seq)
+                        })?,
+                        None => anyhow::bail!(
+                            "the state topic has no record of {stream}/{partition}#{}: its running totals cannot continue \
+                             without re-noising released steps (see the README's playbook: state topic lost)",
+                            r.last_seq
+                        ),
+                    };
+                    progress.running.insert((i, *partition), state);
+                }
                 resumed += 1;
             }
         }
@@ -591,13 +632,27 @@ impl Pipeline {
         &self,
         sinks: &Sinks,
         inflight: &mut Inflight,
+        progress: &mut Progress,
         w: ClosedWindow,
         opts: &Options,
     ) {
         let started = Instant::now();
         let stream = &self.v.plan.streams[w.stream];
         let stats = stream.release(&self.key, w.partition, w.seq, &w.values);
-        let release = build_release(&self.v, stream, &w, &stats);
+        let (running, running_state) = match &stream.running {
+            Some(_) => {
+                let state = progress.running.entry((w.stream, w.partition)).or_default();
+                let r = stream
+                    .running_step(&self.key, w.partition, w.seq, &w.values, state)
+                    .unwrap_or_default();
+                (
+                    r,
+                    serde_json::to_vec(state).expect("running state serialises"),
+                )
+            }
+            None => (vec![], vec![]),
+        };
+        let release = build_release(&self.v, stream, &w, &stats, &running);
         let (payload, ct) = encode_release(&release, self.v.config.kafka.output_format);
         let key = proto::release_key(&stream.spec.name, w.partition, w.seq);
         let out_partition = w.partition.rem_euclid(sinks.output_partitions);
@@ -614,6 +669,7 @@ impl Pipeline {
             window_seq: w.seq,
             device_keys: w.charges.iter().map(|c| c.0).collect(),
             horizons: w.charges.iter().map(|c| c.1).collect(),
+            running_state,
         }
         .encode_to_vec();
         let state_topic = self.v.config.kafka.state_topic();

@@ -32,6 +32,83 @@ pub struct StreamReport {
     pub spent_per_window: f64,
     pub spent_per_horizon: f64,
     pub statistics: Vec<StatisticReport>,
+    /// Running totals (streams with `running_share > 0`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<RunningReport>,
+}
+
+/// A running total's cost and error, beside what the same budget would give
+/// by summing per-window releases or by a plain (un-weighted) binary tree.
+#[derive(Debug, Serialize)]
+pub struct RunningReport {
+    pub name: String,
+    pub mechanism: String,
+    pub spent_per_horizon: f64,
+    pub lifetime_windows: u64,
+    /// Standard deviation of the running total's noise after `windows`
+    /// windows (metric units; counts for histogram bins).
+    pub error: Vec<RunningError>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunningError {
+    pub windows: u64,
+    pub std: Option<f64>,
+    pub std_summed_windows: f64,
+    pub std_plain_tree: Option<f64>,
+}
+
+/// The comparison rows of `fleetdp plan`.
+fn running_report(s: &crate::dp::release::StreamPlan) -> Vec<RunningReport> {
+    use crate::dp::continual::{baseline::tree_levels, RunningNoise};
+    let Some(r) = &s.running else {
+        return vec![];
+    };
+    let w = s.spec.max_windows_per_device as f64;
+    let lifetime = 1u64 << r.log2_lifetime;
+    r.groups
+        .iter()
+        .map(|g| {
+            let unit = if g.name == "sum" { r.resolution } else { 1.0 };
+            let b = rational::to_f64(&g.spent);
+            let l = g.window_sensitivity;
+            let levels = tree_levels(lifetime) as f64;
+            let error = [1u64, 1_000, 1_000_000]
+                .into_iter()
+                .map(|t| {
+                    let in_tree = t <= lifetime;
+                    let nodes = t.count_ones() as f64;
+                    let (summed, plain) = match g.noise {
+                        // Gaussian: W windows at b/W each; the tree's
+                        // sensitivity² ≤ W²·levels·L².
+                        RunningNoise::Blt { .. } => (
+                            (t as f64 * l * l * w / (2.0 * b)).sqrt(),
+                            (nodes * w * w * levels * l * l / (2.0 * b)).sqrt(),
+                        ),
+                        // Laplace (variance 2λ²): λ = W·L1/b per window,
+                        // W·levels·L1/b per tree node.
+                        RunningNoise::Tree { .. } => (
+                            (2.0 * t as f64).sqrt() * w * l / b,
+                            (2.0 * nodes).sqrt() * w * levels * l / b,
+                        ),
+                    };
+                    RunningError {
+                        windows: t,
+                        std: g.noise.std_after(t).map(|x| x * unit),
+                        std_summed_windows: summed * unit,
+                        std_plain_tree: in_tree.then_some(plain * unit),
+                    }
+                })
+                .collect();
+            RunningReport {
+                name: g.name.into(),
+                mechanism: g.noise.name().into(),
+                spent_per_horizon: b,
+                lifetime_windows: lifetime,
+                error,
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -64,7 +141,11 @@ impl PlanReport {
                     max_readings_per_device: s.spec.max_readings_per_device,
                     max_windows_per_device: s.spec.max_windows_per_device,
                     spent_per_window: rational::to_f64(&s.per_window),
-                    spent_per_horizon: rational::to_f64(&s.per_window) * w,
+                    spent_per_horizon: rational::to_f64(&s.per_window) * w
+                        + s.running
+                            .as_ref()
+                            .map_or(0.0, |r| rational::to_f64(&r.spent())),
+                    running: running_report(s),
                     statistics: s
                         .describe()
                         .into_iter()
@@ -156,6 +237,29 @@ impl PlanReport {
                     st.spent_per_horizon,
                     hw
                 );
+            }
+            for r in &s.running {
+                let _ = writeln!(
+                    out,
+                    "  running {} ({}, {unit}/horizon {:.6}, tuned for {} windows): std of the noise after",
+                    r.name, r.mechanism, r.spent_per_horizon, r.lifetime_windows
+                );
+                let _ = writeln!(
+                    out,
+                    "    {:>10} {:>14} {:>22} {:>18}",
+                    "windows", "this", "summed per-window", "plain tree"
+                );
+                let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.4}"));
+                for e in &r.error {
+                    let _ = writeln!(
+                        out,
+                        "    {:>10} {:>14} {:>22.4} {:>18}",
+                        e.windows,
+                        f(e.std),
+                        e.std_summed_windows,
+                        f(e.std_plain_tree)
+                    );
+                }
             }
         }
         out

@@ -364,7 +364,9 @@ fn close(
     ));
     let mut retired = Vec::new();
     lane.live.retain(|&(s, h)| {
-        let dead = h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted;
+        // The newest window stays: a restart restores from its record.
+        let dead =
+            s != seq && (h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted);
         if dead {
             retired.push(s);
         }

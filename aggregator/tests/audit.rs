@@ -34,6 +34,8 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         quantiles: vec![],
         quantile_candidates: None,
         window_timeout: None,
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
     };
     let privacy = PrivacySpec {
         relation: Relation::ChangeOne,

@@ -28,6 +28,8 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         quantiles: vec![],
         quantile_candidates: None,
         window_timeout: None,
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
     };
     let privacy = PrivacySpec {
         relation: Relation::ChangeOne,

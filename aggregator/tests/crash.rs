@@ -274,6 +274,7 @@ fn killed_instances_release_every_window_exactly_once() {
                     s,
                     &w,
                     &s.release(&key, w.partition, w.seq, &w.values),
+                    &[],
                 );
                 let k = (s.spec.name.clone(), w.partition, w.seq);
                 expected_charges.insert(k.clone(), w.charges.clone());

@@ -695,3 +695,102 @@ fn readings_on_the_wrong_partition_are_dead_lettered() {
         }
     });
 }
+
+#[test]
+fn running_totals_continue_across_a_restart_with_the_same_noise() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let n = 10u64;
+        let stream = temp_stream(n, 1, 100_000, "\"mean\", \"histogram\"").replace(
+            "statistics",
+            "running_share = 0.5\nrunning_lifetime = 1024\nstatistics",
+        );
+        let privacy = "measure = \"zcdp\"\nrho_per_device = 1.0\ndelta = 1e-6\nhorizon = \"24h\"";
+        let msgs = temp_messages(40, 30);
+        let half = msgs.len() / 2;
+        // A: one uninterrupted run. B: the same input, stopped half-way
+        // and restarted by a new pipeline.
+        let (ta, tb) = (Topics::new("runa"), Topics::new("runb"));
+        for t in [&ta, &tb] {
+            broker
+                .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+                .await;
+        }
+        let full_windows = |t: &Topics| {
+            let input = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+            let mut per: HashMap<i32, u64> = HashMap::new();
+            for m in &input {
+                *per.entry(m.partition).or_default() += 1;
+            }
+            per.values().map(|c| c / n).sum::<u64>()
+        };
+        produce(&broker, &ta.input, &msgs).await;
+        let expected = full_windows(&ta);
+        let (stop, c, h) = spawn(config(&broker, &ta, privacy, "", &stream));
+        assert!(wait_until(WAIT, || get(&c.windows_released) >= expected).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+
+        produce(&broker, &tb.input, &msgs[..half]).await;
+        let first = full_windows(&tb);
+        let (stop, c, h) = spawn(config(&broker, &tb, privacy, "", &stream));
+        assert!(wait_until(WAIT, || get(&c.windows_released) >= first).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        produce(&broker, &tb.input, &msgs[half..]).await;
+        let (stop, c, h) = spawn(config(&broker, &tb, privacy, "", &stream));
+        assert!(wait_until(WAIT, || get(&c.windows_released) >= expected - first).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+
+        let by_key = |t: &Topics| -> BTreeMap<(i32, u64), proto::WindowRelease> {
+            tokio::task::block_in_place(|| releases(&broker, &t.output))
+                .into_iter()
+                .map(|r| ((r.partition, r.window_seq), r))
+                .collect()
+        };
+        let (a, b) = (by_key(&ta), by_key(&tb));
+        assert_eq!(a.len() as u64, expected);
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        let u = Universe::new(-20.0, 60.0, 0.1).unwrap();
+        let coder = TopCoder::new(u);
+        let mut truth: HashMap<i32, f64> = HashMap::new();
+        let input = tokio::task::block_in_place(|| read_all(&broker, &ta.input));
+        for ((p, seq), ra) in &a {
+            let rb = &b[&(*p, *seq)];
+            assert_eq!(
+                ra.running, rb.running,
+                "{p}#{seq}: the restart changed the running totals"
+            );
+            assert_eq!(ra.running.len(), 2, "sum and histogram");
+            let sum = &ra.running[0];
+            assert_eq!(
+                (sum.name.as_str(), sum.windows, sum.count),
+                ("sum", seq + 1, (seq + 1) * n)
+            );
+            // The exact running sum of the window's readings, from the input.
+            let window_sum: f64 = input
+                .iter()
+                .filter(|m| {
+                    m.partition == *p && m.offset >= ra.first_offset && m.offset <= ra.last_offset
+                })
+                .map(|m| {
+                    let r = proto::DeviceReading::decode(&*m.payload).unwrap();
+                    coder.top_code(r.value.unwrap()).unwrap().units as f64 * 0.1
+                })
+                .sum();
+            let t = truth.entry(*p).or_default();
+            *t += window_sum;
+            assert!(
+                (sum.values[0] - *t).abs() <= 6.0 * sum.std + 1e-6,
+                "{p}#{seq}: running sum {} vs truth {t} (std {})",
+                sum.values[0],
+                sum.std
+            );
+            let hist = &ra.running[1];
+            assert_eq!(hist.values.len(), 6);
+            assert_eq!(hist.bin_edges.len(), 7);
+        }
+    });
+}

@@ -42,6 +42,8 @@ pub struct StreamSpend {
     pub name: String,
     pub windows_per_horizon: u32,
     pub per_window: BigRational,
+    /// Spent once per horizon, not per window (running totals).
+    pub per_horizon: BigRational,
 }
 
 /// A refused budget, with the numbers.
@@ -147,13 +149,19 @@ impl Accountant {
         let mut detail = String::new();
         for s in spends {
             assert!(!s.per_window.is_negative());
-            let h = &s.per_window * BigRational::from_integer(BigInt::from(s.windows_per_horizon));
+            let h = &s.per_window * BigRational::from_integer(BigInt::from(s.windows_per_horizon))
+                + &s.per_horizon;
             let _ = write!(
                 detail,
-                "{} {} windows × {:.6} = {:.6}; ",
+                "{} {} windows × {:.6}{} = {:.6}; ",
                 s.name,
                 s.windows_per_horizon,
                 rational::to_f64(&s.per_window),
+                if s.per_horizon.is_zero() {
+                    String::new()
+                } else {
+                    format!(" + running totals {:.6}", rational::to_f64(&s.per_horizon))
+                },
                 rational::to_f64(&h)
             );
             total += h;
@@ -211,11 +219,13 @@ mod tests {
                     name: "a".into(),
                     windows_per_horizon: 4,
                     per_window: ratio(1, 4),
+                    per_horizon: BigRational::zero(),
                 },
                 StreamSpend {
                     name: "b".into(),
                     windows_per_horizon: 1,
                     per_window: ratio(1, 2),
+                    per_horizon: BigRational::zero(),
                 },
             ])
             .unwrap();
@@ -238,6 +248,7 @@ mod tests {
                 name: "a".into(),
                 windows_per_horizon: 24,
                 per_window: ratio(1, 20),
+                per_horizon: BigRational::zero(),
             }])
             .unwrap_err();
         let msg = e.to_string();

@@ -11,10 +11,11 @@
 
 use super::accountant::{Accountant, Budget, BudgetError, StreamClaim, StreamSpend};
 use super::accuracy;
+use super::continual::{RunningPlan, RunningState};
 use super::mechanism::{Measure, Noise, Selection};
-use super::rational;
+use super::rational::{self, exact};
 use super::relation::{Neighbouring, Relation};
-use super::rng::{window_digest, window_rng, ReleaseKey, WindowId};
+use super::rng::{running_rng, window_digest, window_rng, ReleaseKey, WindowId};
 use super::stats::{self, QuantileLevel, Sensitivity, Statistic};
 use super::universe::{TopCoder, Universe, UniverseError};
 use num_rational::BigRational;
@@ -83,6 +84,19 @@ pub struct StreamSpec {
     /// midpoint (humantime, e.g. "5m"); unset: wait for `n` readings.
     #[serde(default)]
     pub window_timeout: Option<String>,
+    /// Share of this stream's budget spent on running totals (sum, and the
+    /// histogram's bins if declared) released with every window; 0: none.
+    #[serde(default)]
+    pub running_share: f64,
+    /// Lifetime (windows per partition) the running totals are tuned for: the
+    /// BLT stays private beyond it (error then grows faster); the pure-DP
+    /// tree stops there. Rounded up to a power of two.
+    #[serde(default = "default_running_lifetime")]
+    pub running_lifetime: u64,
+}
+
+fn default_running_lifetime() -> u64 {
+    1 << 24
 }
 
 fn one() -> u32 {
@@ -158,6 +172,8 @@ pub struct StreamPlan {
     pub measurements: Vec<MeasurementPlan>,
     /// ε or ρ per window (exact, all measurements).
     pub per_window: BigRational,
+    /// Running totals, when `running_share > 0`.
+    pub running: Option<RunningPlan>,
 }
 
 /// The whole calibrated configuration.
@@ -205,6 +221,18 @@ pub struct ReleasedStatistic {
     /// Exact 95% interval half-width, where one exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub half_width: Option<f64>,
+}
+
+/// A running total after one window (metric units).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningValue {
+    pub name: &'static str,
+    pub windows: u64,
+    pub count: u64,
+    pub values: Vec<f64>,
+    pub std: f64,
+    pub mechanism: &'static str,
+    pub spent: f64,
 }
 
 fn field_err(spec: &StreamSpec, field: &'static str, message: impl Into<String>) -> PlanError {
@@ -408,13 +436,36 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         }
         let u = validate_spec(spec)?;
         let ms = measurements_for(spec, &u, privacy.relation)?;
+        let r = spec.running_share;
+        if !(r.is_finite() && (0.0..1.0).contains(&r)) {
+            return Err(field_err(
+                spec,
+                "running_share",
+                format!("must be in [0, 1), got {r}"),
+            ));
+        }
+        if r > 0.0 && privacy.relation != Relation::ChangeOne {
+            return Err(field_err(
+                spec,
+                "running_share",
+                "running totals need relation = \"change-one\" (the running count must be public)",
+            ));
+        }
+        if !(2..=1u64 << 40).contains(&spec.running_lifetime) {
+            return Err(field_err(
+                spec,
+                "running_lifetime",
+                "must be in [2, 2^40] windows",
+            ));
+        }
         prepared.push((spec, u, ms));
     }
     let claims: Vec<StreamClaim> = prepared
         .iter()
         .map(|(s, _, ms)| StreamClaim {
             name: s.name.clone(),
-            share: s.budget_share,
+            // What running totals take is not split over windows.
+            share: s.budget_share * (1.0 - s.running_share),
             windows_per_horizon: s.max_windows_per_device,
             measurements: ms.len(),
         })
@@ -455,6 +506,28 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 half_width,
             });
         }
+        let running = (spec.running_share > 0.0).then(|| {
+            let k = spec.max_readings_per_device as i64;
+            let mut groups = vec![("sum", 1usize, k * u.width(), (k * u.width()).pow(2))];
+            if let Some(edges) = spec
+                .statistics
+                .contains(&StatKind::Histogram)
+                .then_some(&spec.histogram_edges)
+            {
+                groups.push(("histogram", edges.len() - 1, 2 * k, 2 * k * k));
+            }
+            let budget = exact(privacy.budget.per_horizon)
+                * exact(spec.budget_share)
+                * exact(spec.running_share);
+            RunningPlan::calibrate(
+                measure,
+                &groups,
+                spec.max_windows_per_device,
+                &budget,
+                64 - (spec.running_lifetime - 1).leading_zeros(),
+                u.resolution(),
+            )
+        });
         streams.push(StreamPlan {
             spec: spec.clone(),
             universe: u,
@@ -462,6 +535,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             measure,
             measurements,
             per_window,
+            running,
         });
     }
     let spends: Vec<StreamSpend> = streams
@@ -470,6 +544,10 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             name: s.spec.name.clone(),
             windows_per_horizon: s.spec.max_windows_per_device,
             per_window: s.per_window.clone(),
+            per_horizon: s
+                .running
+                .as_ref()
+                .map_or_else(BigRational::zero, |r| r.spent()),
         })
         .collect();
     let per_horizon = accountant.compose(&spends)?;
@@ -773,6 +851,70 @@ impl StreamPlan {
         self.release_with(values, &mut window_rng(key, id, &digest))
     }
 
+    /// Advance this lane's running totals by window `seq` (noise keyed like
+    /// the window's, in its own domain); `None` without running totals or
+    /// past a pure-DP tree's lifetime.
+    pub fn running_step(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        state: &mut RunningState,
+    ) -> Option<Vec<RunningValue>> {
+        let plan = self.running.as_ref()?;
+        let mut window = vec![vec![stats::sum(values)]];
+        if plan.groups.len() > 1 {
+            let edges = self.histogram_edges_units();
+            window.push(
+                stats::histogram(values, &edges)
+                    .into_iter()
+                    .map(|c| c as i128)
+                    .collect(),
+            );
+        }
+        let digest = window_digest(values);
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
+        let t = state.steps;
+        Some(
+            plan.groups
+                .iter()
+                .zip(noisy)
+                .map(|(g, v)| {
+                    let scale = if g.name == "sum" {
+                        plan.resolution
+                    } else {
+                        1.0
+                    };
+                    RunningValue {
+                        name: g.name,
+                        windows: t,
+                        count: t * self.spec.window_size,
+                        values: v.into_iter().map(|x| x * scale).collect(),
+                        std: g.noise.std_after(t).unwrap_or(f64::NAN) * scale,
+                        mechanism: g.noise.name(),
+                        spent: rational::to_f64(&g.spent),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn histogram_edges_units(&self) -> Vec<i64> {
+        self.measurements
+            .iter()
+            .find_map(|m| match &m.measurement {
+                Measurement::Histogram { edges } => Some(edges.clone()),
+                _ => None,
+            })
+            .expect("a running histogram needs the histogram measurement")
+    }
+
     /// Every statistic's metadata (mechanism, sensitivity, scale, spend,
     /// half-width) with no values: it depends on public parameters only, so
     /// it is computed by releasing a window of midpoints with a fixed seed
@@ -823,6 +965,8 @@ mod tests {
             quantiles: vec![0.5, 0.9],
             quantile_candidates: None,
             window_timeout: None,
+            running_share: 0.0,
+            running_lifetime: 1 << 24,
         }
     }
 

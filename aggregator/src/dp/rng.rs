@@ -94,6 +94,19 @@ pub fn window_rng(key: &ReleaseKey, window: WindowId<'_>, digest: &[u8; 32]) -> 
     ChaCha20Rng::from_seed(*h.finalize().as_bytes())
 }
 
+/// The generator of a window's running-total step: keyed like
+/// [`window_rng`] but in its own domain, so the two never share bits.
+pub fn running_rng(key: &ReleaseKey, window: WindowId<'_>, digest: &[u8; 32]) -> ChaCha20Rng {
+    let mut h = blake3::Hasher::new_keyed(&key.0);
+    h.update(b"fleetdp/running-noise/v1");
+    h.update(&(window.stream.len() as u64).to_le_bytes());
+    h.update(window.stream.as_bytes());
+    h.update(&window.partition.to_le_bytes());
+    h.update(&window.seq.to_le_bytes());
+    h.update(digest);
+    ChaCha20Rng::from_seed(*h.finalize().as_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
