@@ -75,6 +75,17 @@ fn print_release(started: Instant, e: &ReleaseEvent) {
         r.n,
         stats.join(" · ")
     );
+    // The running mean since the start (post-processing of the running sum).
+    if let Some(sum) = r.running.iter().find(|t| t.name == "sum") {
+        let count = sum.count.max(1) as f64;
+        println!(
+            "{:>9} running mean over {} windows: {:.2} ± {:.2} (1 std)",
+            "",
+            sum.windows,
+            sum.values[0] / count,
+            sum.std / count
+        );
+    }
 }
 
 /// Run the demo; blocks until it ends.

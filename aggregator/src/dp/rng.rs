@@ -84,21 +84,23 @@ pub fn window_digest(values: &[i64]) -> [u8; 32] {
 
 /// The noise generator of one window.
 pub fn window_rng(key: &ReleaseKey, window: WindowId<'_>, digest: &[u8; 32]) -> ChaCha20Rng {
-    let mut h = blake3::Hasher::new_keyed(&key.0);
-    h.update(b"fleetdp/window-noise/v1");
-    h.update(&(window.stream.len() as u64).to_le_bytes());
-    h.update(window.stream.as_bytes());
-    h.update(&window.partition.to_le_bytes());
-    h.update(&window.seq.to_le_bytes());
-    h.update(digest);
-    ChaCha20Rng::from_seed(*h.finalize().as_bytes())
+    keyed_rng(b"fleetdp/window-noise/v1", key, window, digest)
 }
 
 /// The generator of a window's running-total step: keyed like
 /// [`window_rng`] but in its own domain, so the two never share bits.
 pub fn running_rng(key: &ReleaseKey, window: WindowId<'_>, digest: &[u8; 32]) -> ChaCha20Rng {
+    keyed_rng(b"fleetdp/running-noise/v1", key, window, digest)
+}
+
+fn keyed_rng(
+    domain: &[u8],
+    key: &ReleaseKey,
+    window: WindowId<'_>,
+    digest: &[u8; 32],
+) -> ChaCha20Rng {
     let mut h = blake3::Hasher::new_keyed(&key.0);
-    h.update(b"fleetdp/running-noise/v1");
+    h.update(domain);
     h.update(&(window.stream.len() as u64).to_le_bytes());
     h.update(window.stream.as_bytes());
     h.update(&window.partition.to_le_bytes());
@@ -131,6 +133,8 @@ mod tests {
             window_rng(&key, w, &window_digest(&[1, 2, 4])).next_u64(),
         ];
         assert!(variants.iter().all(|&v| v != a));
+        // Running totals draw from their own domain.
+        assert_ne!(running_rng(&key, w, &d).next_u64(), a);
     }
 
     #[test]
