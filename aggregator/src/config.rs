@@ -52,6 +52,13 @@ pub struct KafkaConfig {
     /// Releases as protobuf `WindowRelease` (default) or JSON.
     #[serde(default)]
     pub output_format: OutputFormat,
+    /// Dead letters sent ahead of their acknowledgement (commits stay behind
+    /// the oldest). 1 (default) sends them one at a time, which tansu 0.6
+    /// needs (it loses records of multi-record batches); on Apache Kafka
+    /// raise it (e.g. 10000) so a flood of bad input does not throttle the
+    /// service to one dead letter per round trip.
+    #[serde(default = "one_in_flight")]
+    pub dead_letters_in_flight: usize,
     /// Extra librdkafka properties for every client (e.g. security settings).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -75,6 +82,10 @@ pub enum OutputFormat {
     #[default]
     Protobuf,
     Json,
+}
+
+fn one_in_flight() -> usize {
+    1
 }
 
 fn default_group() -> String {
@@ -115,15 +126,25 @@ fn default_measure() -> Measure {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// Address of the `/metrics` listener; empty disables it.
+    /// Address of the HTTP listener (/metrics, /healthz, /readyz, the
+    /// status page); empty disables it.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// `/readyz` fails while an assigned partition is more than this many
+    /// messages behind its high watermark.
+    #[serde(default = "default_ready_max_lag")]
+    pub ready_max_lag: i64,
+}
+
+fn default_ready_max_lag() -> i64 {
+    100_000
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             listen: default_listen(),
+            ready_max_lag: default_ready_max_lag(),
         }
     }
 }
@@ -257,6 +278,12 @@ impl Config {
             if topics[i + 1..].contains(a) {
                 bail!("kafka: input_topic, output_topic, dead_letter_topic and state_topic must be four different topics ({a} twice)");
             }
+        }
+        if !(1..=1_000_000).contains(&k.dead_letters_in_flight) {
+            bail!("kafka.dead_letters_in_flight: must be in [1, 1000000]");
+        }
+        if self.http.ready_max_lag < 0 {
+            bail!("http.ready_max_lag: must be ≥ 0");
         }
         if self.streams.is_empty() {
             bail!("stream: declare at least one [[stream]]");

@@ -115,19 +115,32 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
         opts.devices,
         opts.duration.as_secs()
     );
-    if let Some(addr) = &opts.listen {
-        match crate::http::serve_metrics(addr) {
-            Ok(a) => println!("Prometheus metrics: http://{a}/metrics"),
-            Err(e) => println!("(metrics listener not started: {e:#})"),
-        }
-    }
-    println!("{}", crate::report::PlanReport::new(&v).to_text());
+    let report = crate::report::PlanReport::new(&v).to_text();
     println!("Releases as they land (value ± 95% half-width, true value alongside):");
     let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
     let pipeline = std::sync::Arc::new(Pipeline::new(v, ReleaseKey::ephemeral()));
+    if let Some(addr) = &opts.listen {
+        let state = crate::http::recorder().map(|metrics| {
+            std::sync::Arc::new(crate::http::HttpState {
+                metrics,
+                board: pipeline.board.clone(),
+                config: pipeline.config(),
+                counters: pipeline.counters.clone(),
+            })
+        });
+        let served = match state {
+            Ok(s) => crate::http::serve(addr, s).await,
+            Err(e) => Err(e),
+        };
+        match served {
+            Ok(a) => println!("Status page: http://{a}/ · Prometheus metrics: http://{a}/metrics"),
+            Err(e) => println!("(HTTP listener not started: {e:#})"),
+        }
+    }
+    println!("{report}");
     let p = pipeline.clone();
     let rx = stop_rx.clone();
     let service = tokio::spawn(async move {

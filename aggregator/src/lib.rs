@@ -14,4 +14,5 @@ pub mod pipeline;
 pub mod process;
 pub mod report;
 pub mod sim;
+pub mod status;
 pub mod window;

@@ -225,14 +225,19 @@ fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
             .await?;
         }
         let listen = v.config.http.listen.clone();
+        let pipeline = Pipeline::new(v, key);
         if !listen.is_empty() {
-            let a = fleetdp::http::serve_metrics(&listen)?;
-            tracing::info!(address = %a, "serving /metrics");
+            let state = std::sync::Arc::new(fleetdp::http::HttpState {
+                metrics: fleetdp::http::recorder()?,
+                board: pipeline.board.clone(),
+                config: pipeline.config(),
+                counters: pipeline.counters.clone(),
+            });
+            let a = fleetdp::http::serve(&listen, state).await?;
+            tracing::info!(address = %a, "serving /metrics, /healthz, /readyz and the status page");
         }
         let shutdown = shutdown_on_signals();
-        Pipeline::new(v, key)
-            .run(shutdown, Options::default())
-            .await
+        pipeline.run(shutdown, Options::default()).await
     })
 }
 

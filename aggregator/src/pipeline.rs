@@ -15,6 +15,7 @@ use crate::dp::rng::ReleaseKey;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
+use crate::status::{budget_gauges, StatusBoard};
 use crate::window::{ClosedWindow, StreamRules, Windower};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
@@ -98,6 +99,8 @@ pub struct Pipeline {
     v: Arc<Validated>,
     key: ReleaseKey,
     pub counters: Arc<Counters>,
+    /// Latest releases, lag and readiness, for the HTTP listener.
+    pub board: Arc<StatusBoard>,
 }
 
 fn now_ms() -> i64 {
@@ -282,9 +285,6 @@ struct Inflight {
     dead_letter_offsets: BTreeMap<i32, std::collections::BTreeSet<i64>>,
 }
 
-/// Dead letters in flight at most (each holds its message's bytes).
-const MAX_DEAD_LETTERS_INFLIGHT: usize = 10_000;
-
 impl Inflight {
     /// The first offset of `partition` that is not yet safely handled.
     fn first_offset(&self, partition: i32) -> Option<i64> {
@@ -315,11 +315,47 @@ struct Released {
 
 impl Pipeline {
     pub fn new(v: Validated, key: ReleaseKey) -> Self {
+        let board = Arc::new(StatusBoard::new(v.config.http.ready_max_lag));
         Self {
             v: Arc::new(v),
             key,
             counters: Arc::new(Counters::default()),
+            board,
         }
+    }
+
+    /// The validated configuration (shared with the HTTP listener).
+    pub fn config(&self) -> Arc<Validated> {
+        self.v.clone()
+    }
+
+    /// Every 5 s, measure each assigned partition's lag (high watermark −
+    /// next offset) off the hot path, for `/readyz` and the lag gauges.
+    fn spawn_lag_probe(&self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
+        let mut c = self.client_config();
+        c.set("group.id", "fleetdp-lag-probe");
+        let md: Arc<BaseConsumer> = Arc::new(c.create().context("creating the lag probe")?);
+        let (board, topic) = (self.board.clone(), self.v.config.kafka.input_topic.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = shutdown.changed() => return,
+                }
+                let (md, board, topic) = (md.clone(), board.clone(), topic.clone());
+                let _ = tokio::task::spawn_blocking(move || {
+                    for (p, pos) in board.positions() {
+                        if let Ok((low, high)) =
+                            md.fetch_watermarks(&topic, p, Duration::from_secs(5))
+                        {
+                            board.set_lag(p, (high - pos.unwrap_or(low)).max(0));
+                        }
+                    }
+                })
+                .await;
+            }
+        });
+        Ok(())
     }
 
     fn client_config(&self) -> rdkafka::ClientConfig {
@@ -337,6 +373,8 @@ impl Pipeline {
         // Where each (stream, partition) resumes is read from the release
         // ledger whenever partitions are assigned (see `apply_rebalance`).
         let mut processor = Processor::new(v, self.counters.clone());
+        budget_gauges(v);
+        self.spawn_lag_probe(shutdown.clone())?;
 
         let (input_partitions, output_partitions) = {
             let mut c = base.clone();
@@ -392,6 +430,8 @@ impl Pipeline {
         let mut handled = 0u64;
         let mut closed = Vec::new();
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
+        let mut idle = tokio::time::interval(Duration::from_secs(1));
+        idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
         loop {
             if *shutdown.borrow() {
@@ -409,6 +449,12 @@ impl Pipeline {
                 }
                 m = consumer.recv() => m,
                 _ = shutdown.changed() => break,
+                // Idle input: still commit what was acknowledged and
+                // report positions (lag, readiness).
+                _ = idle.tick() => {
+                    self.commit(&consumer, processor.windower(), &inflight, &mut progress, CommitMode::Async);
+                    continue;
+                }
             };
             let msg = match msg {
                 Ok(m) => m,
@@ -496,6 +542,7 @@ impl Pipeline {
             ..
         } = progress;
         for (&p, &next) in next_offset.iter() {
+            self.board.set_position(p, next);
             // Not past an open window, nor past a release not yet acknowledged.
             let at = inflight
                 .first_offset(p)
@@ -541,6 +588,7 @@ impl Pipeline {
             progress.committed.remove(&p);
             progress.running.retain(|&(_, q), _| q != p);
         }
+        self.board.rebalanced(&assigned, &revoked);
         if !revoked.is_empty() {
             tracing::info!(?revoked, "partitions revoked");
         }
@@ -761,6 +809,7 @@ impl Pipeline {
             }
         }
         let r = &done.release;
+        self.board.record_release(r);
         self.counters
             .windows_released
             .fetch_add(1, Ordering::Relaxed);
@@ -828,7 +877,7 @@ impl Pipeline {
                 key: "fleetdp-source-offset",
                 value: Some(offset.as_str()),
             });
-        while inflight.dead_letters.len() >= MAX_DEAD_LETTERS_INFLIGHT {
+        while inflight.dead_letters.len() >= kc.dead_letters_in_flight.max(1) {
             let done = inflight
                 .dead_letters
                 .join_next()

@@ -1,0 +1,246 @@
+//! What the HTTP listener shows: the latest releases per stream (for the
+//! status page and the released-value gauges), consumer lag and readiness.
+//!
+//! Side channel (DESIGN §8): everything here is either a released (noisy)
+//! value, or a function of public facts — offsets, partitions, the plan —
+//! never of values; the side-channel test compares two runs on neighbouring
+//! inputs.
+
+use crate::config::Validated;
+use crate::dp::rational;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Mutex;
+
+/// Points kept per series for the page.
+const HISTORY: usize = 120;
+
+/// One released point of a statistic.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub partition: i32,
+    pub window_seq: u64,
+    pub released_at_ms: i64,
+    pub value: f64,
+    pub half_width: Option<f64>,
+}
+
+#[derive(Debug, Default)]
+struct Board {
+    /// (stream, statistic label) → recent points.
+    series: BTreeMap<(String, String), VecDeque<Point>>,
+    /// Input partition → next offset to handle.
+    positions: BTreeMap<i32, i64>,
+    /// Input partition → lag (messages behind the high watermark).
+    lag: BTreeMap<i32, i64>,
+    assigned: Vec<i32>,
+    releases: u64,
+}
+
+/// Shared between the pipeline (writer) and the HTTP handlers (readers).
+#[derive(Debug, Default)]
+pub struct StatusBoard {
+    board: Mutex<Board>,
+    /// Readiness bound: an assigned partition at most this far behind.
+    pub ready_max_lag: i64,
+}
+
+/// The label of a statistic's component: `mean`, `histogram[3]`, `quantile(0.5)`.
+fn labels(s: &proto::Statistic) -> Vec<String> {
+    if s.values.len() > 1 {
+        (0..s.values.len())
+            .map(|i| format!("{}[{i}]", s.name))
+            .collect()
+    } else if s.name == "quantile" {
+        vec![format!("quantile({})", s.level.unwrap_or(f64::NAN))]
+    } else {
+        vec![s.name.clone()]
+    }
+}
+
+impl StatusBoard {
+    pub fn new(ready_max_lag: i64) -> Self {
+        Self {
+            board: Mutex::default(),
+            ready_max_lag,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Board> {
+        self.board.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A release was acknowledged: remember it and set its gauges.
+    pub fn record_release(&self, r: &proto::WindowRelease) {
+        let mut b = self.lock();
+        b.releases += 1;
+        let part = r.partition.to_string();
+        metrics::gauge!("fleetdp_release_window_seq", "stream" => r.stream.clone(), "partition" => part.clone())
+            .set(r.window_seq as f64);
+        metrics::gauge!("fleetdp_last_release_timestamp_seconds", "stream" => r.stream.clone())
+            .set(r.released_at_ms as f64 / 1e3);
+        for s in &r.statistics {
+            for (i, label) in labels(s).into_iter().enumerate() {
+                let value = s.values[i];
+                metrics::gauge!("fleetdp_release_value", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
+                    .set(value);
+                if let Some(h) = s.half_width {
+                    metrics::gauge!("fleetdp_release_half_width", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
+                        .set(h);
+                }
+                let q = b.series.entry((r.stream.clone(), label)).or_default();
+                q.push_back(Point {
+                    partition: r.partition,
+                    window_seq: r.window_seq,
+                    released_at_ms: r.released_at_ms,
+                    value,
+                    half_width: s.half_width,
+                });
+                if q.len() > HISTORY {
+                    q.pop_front();
+                }
+            }
+        }
+        for t in &r.running {
+            for (i, v) in t.values.iter().enumerate() {
+                let label = if t.values.len() > 1 {
+                    format!("running_{}[{i}]", t.name)
+                } else {
+                    format!("running_{}", t.name)
+                };
+                metrics::gauge!("fleetdp_release_value", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
+                    .set(*v);
+                metrics::gauge!("fleetdp_release_half_width", "stream" => r.stream.clone(), "statistic" => label, "partition" => part.clone())
+                    .set(1.96 * t.std);
+            }
+        }
+    }
+
+    /// Partitions gained and lost by a rebalance (incremental).
+    pub fn rebalanced(&self, assigned: &[i32], revoked: &[i32]) {
+        let mut b = self.lock();
+        b.assigned.retain(|p| !revoked.contains(p));
+        for p in assigned {
+            if !b.assigned.contains(p) {
+                b.assigned.push(*p);
+            }
+        }
+        b.assigned.sort_unstable();
+        let now = b.assigned.clone();
+        b.positions.retain(|p, _| now.contains(p));
+        b.lag.retain(|p, _| now.contains(p));
+    }
+
+    /// The next offset the pipeline will handle on `partition`.
+    pub fn set_position(&self, partition: i32, next_offset: i64) {
+        self.lock().positions.insert(partition, next_offset);
+    }
+
+    /// Assigned partitions and their positions, for the lag probe.
+    pub fn positions(&self) -> Vec<(i32, Option<i64>)> {
+        let b = self.lock();
+        b.assigned
+            .iter()
+            .map(|p| (*p, b.positions.get(p).copied()))
+            .collect()
+    }
+
+    /// The lag probe's result for a partition.
+    pub fn set_lag(&self, partition: i32, lag: i64) {
+        self.lock().lag.insert(partition, lag);
+        metrics::gauge!("fleetdp_consumer_lag", "partition" => partition.to_string())
+            .set(lag as f64);
+    }
+
+    /// Ready: partitions assigned, and each within `ready_max_lag` of its
+    /// high watermark. Returns the reason when not.
+    pub fn ready(&self) -> Result<(), String> {
+        self.ready_locked(&self.lock())
+    }
+
+    fn ready_locked(&self, b: &Board) -> Result<(), String> {
+        if b.assigned.is_empty() {
+            return Err("no partitions assigned".into());
+        }
+        for p in &b.assigned {
+            match b.lag.get(p) {
+                None => return Err(format!("partition {p}: lag not measured yet")),
+                Some(&l) if l > self.ready_max_lag => {
+                    return Err(format!(
+                        "partition {p}: {l} messages behind (bound {})",
+                        self.ready_max_lag
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The JSON document behind the status page.
+    pub fn to_json(
+        &self,
+        v: &Validated,
+        counters: &crate::pipeline::Counters,
+    ) -> serde_json::Value {
+        let b = self.lock();
+        let budget = v.plan.privacy.budget.per_horizon;
+        let streams: Vec<serde_json::Value> = v
+            .plan
+            .streams
+            .iter()
+            .map(|s| {
+                let spent = rational::to_f64(&s.per_window) * s.spec.max_windows_per_device as f64
+                    + s.running
+                        .as_ref()
+                        .map_or(0.0, |r| rational::to_f64(&r.spent()));
+                let series: BTreeMap<&str, &VecDeque<Point>> = b
+                    .series
+                    .iter()
+                    .filter(|((name, _), _)| *name == s.spec.name)
+                    .map(|((_, label), q)| (label.as_str(), q))
+                    .collect();
+                serde_json::json!({
+                    "name": s.spec.name,
+                    "window_size": s.spec.window_size,
+                    "budget_share": s.spec.budget_share * budget,
+                    "spent_per_horizon": spent,
+                    "series": series,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "budget_per_horizon": budget,
+            "spent_per_horizon": rational::to_f64(&v.plan.per_horizon),
+            "measure": format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
+            "horizon_seconds": v.horizon.as_secs(),
+            "windows_released": counters.windows_released.load(std::sync::atomic::Ordering::Relaxed),
+            "messages": counters.messages.load(std::sync::atomic::Ordering::Relaxed),
+            "dead_letters": ingest::Reason::ALL.iter().map(|r| (r.as_str(), counters.dead_letters(*r))).collect::<BTreeMap<_, _>>(),
+            "assigned": b.assigned,
+            "lag": b.lag,
+            "ready": self.ready_locked(&b).is_ok(),
+            "streams": streams,
+        })
+    }
+}
+
+/// Plan-level budget gauges per stream (public: the plan, not the data).
+pub fn budget_gauges(v: &Validated) {
+    let budget = v.plan.privacy.budget.per_horizon;
+    for s in &v.plan.streams {
+        let declared = budget * s.spec.budget_share;
+        let spent = rational::to_f64(&s.per_window) * s.spec.max_windows_per_device as f64
+            + s.running
+                .as_ref()
+                .map_or(0.0, |r| rational::to_f64(&r.spent()));
+        metrics::gauge!("fleetdp_budget_per_horizon", "stream" => s.spec.name.clone())
+            .set(declared);
+        metrics::gauge!("fleetdp_window_size", "stream" => s.spec.name.clone())
+            .set(s.spec.window_size as f64);
+        metrics::gauge!("fleetdp_budget_spent_per_horizon", "stream" => s.spec.name.clone())
+            .set(spent);
+        metrics::gauge!("fleetdp_budget_remaining_per_horizon", "stream" => s.spec.name.clone())
+            .set((declared - spent).max(0.0));
+    }
+}
