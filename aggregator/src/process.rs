@@ -18,6 +18,9 @@ struct StreamMetrics {
     accepted: metrics::Counter,
     dropped_window_cap: metrics::Counter,
     dropped_horizon_cap: metrics::Counter,
+    opened: metrics::Counter,
+    /// Windows opened as last reported to `opened`.
+    opened_seen: u64,
 }
 
 /// Message-by-message processing state.
@@ -63,7 +66,9 @@ impl Processor {
                 StreamMetrics {
                     accepted: metrics::counter!("fleetdp_readings_accepted_total", "stream" => name.clone()),
                     dropped_window_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_window_cap"),
-                    dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name, "reason" => "per_horizon_cap"),
+                    dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_horizon_cap"),
+                    opened: metrics::counter!("fleetdp_windows_opened_total", "stream" => name),
+                    opened_seen: 0,
                 }
             })
             .collect();
@@ -168,11 +173,16 @@ impl Processor {
                 r.event_time_ms,
                 closed,
             );
-            let (c, m) = (&self.counters, &self.metrics[s]);
+            let (c, m) = (&self.counters, &mut self.metrics[s]);
             match a {
                 Admission::Accepted => {
                     c.readings_accepted.fetch_add(1, Ordering::Relaxed);
                     m.accepted.increment(1);
+                    let opened = self.windower.windows_opened(s);
+                    if opened != m.opened_seen {
+                        m.opened.increment(opened - m.opened_seen);
+                        m.opened_seen = opened;
+                    }
                 }
                 Admission::AlreadyReleased => {
                     c.already_released.fetch_add(1, Ordering::Relaxed);

@@ -154,6 +154,8 @@ pub struct Windower {
     horizon_ms: i64,
     lateness_ms: i64,
     lanes: HashMap<(usize, i32), Lane>,
+    /// Per stream: windows opened so far (a public count).
+    opened: Vec<u64>,
 }
 
 impl Windower {
@@ -162,6 +164,7 @@ impl Windower {
     pub fn new(rules: Vec<StreamRules>, horizon_ms: i64, lateness_ms: i64) -> Self {
         assert!(horizon_ms > 0 && lateness_ms >= 0);
         Self {
+            opened: vec![0; rules.len()],
             rules,
             horizon_ms,
             lateness_ms,
@@ -299,6 +302,7 @@ impl Windower {
         }
         let open = &mut lane.open;
         if open.values.is_empty() {
+            self.opened[stream] += 1;
             open.first_offset = offset;
             open.first_event_ms = event_ms;
         }
@@ -317,6 +321,11 @@ impl Windower {
             ));
         }
         Admission::Accepted
+    }
+
+    /// Windows of `stream` opened so far.
+    pub fn windows_opened(&self, stream: usize) -> u64 {
+        self.opened[stream]
     }
 
     /// The offset up to which `partition` may be committed, given that every
