@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
@@ -30,7 +30,15 @@ pub fn recorder() -> Result<PrometheusHandle> {
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
     }
+    // Release latency as a Prometheus histogram (buckets from 1 ms to 10 s).
     let h = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("fleetdp_release_latency_seconds".into()),
+            &[
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ],
+        )
+        .context("latency buckets")?
         .install_recorder()
         .context("installing the Prometheus recorder")?;
     metrics::gauge!("fleetdp_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
