@@ -17,23 +17,6 @@ fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
-fn get(url: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
-    let mut s = std::net::TcpStream::connect(host).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
-}
-
 /// `fleetdp_*` metric names in a PromQL expression.
 fn metric_names(expr: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -122,8 +105,8 @@ running_share = 0.2
         let base = format!("http://{addr}");
         let (healthz, readyz_before) = tokio::task::block_in_place(|| {
             (
-                get(&format!("{base}/healthz")),
-                get(&format!("{base}/readyz")),
+                http_get(&format!("{base}/healthz")),
+                http_get(&format!("{base}/readyz")),
             )
         });
         assert_eq!(healthz.map(|r| r.0), Some(200));
@@ -146,7 +129,7 @@ running_share = 0.2
         let ready = {
             let mut ok = false;
             for _ in 0..60 {
-                if tokio::task::block_in_place(|| get(&format!("{base}/readyz"))).map(|r| r.0)
+                if tokio::task::block_in_place(|| http_get(&format!("{base}/readyz"))).map(|r| r.0)
                     == Some(200)
                 {
                     ok = true;
@@ -159,9 +142,9 @@ running_share = 0.2
         assert!(ready, "/readyz never turned ready");
         let (metrics, page, status) = tokio::task::block_in_place(|| {
             (
-                get(&format!("{base}/metrics")).unwrap(),
-                get(&format!("{base}/")).unwrap(),
-                get(&format!("{base}/api/status")).unwrap(),
+                http_get(&format!("{base}/metrics")).unwrap(),
+                http_get(&format!("{base}/")).unwrap(),
+                http_get(&format!("{base}/api/status")).unwrap(),
             )
         });
         stop.send(true).unwrap();

@@ -33,32 +33,6 @@ running_share = 0.2
 running_lifetime = 1024
 "#;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn get(url: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let rest = url.strip_prefix("http://")?;
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
-    let mut s = std::net::TcpStream::connect(host).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
-}
-
 struct Run {
     metrics: Vec<String>,
     logs: Vec<String>,
@@ -94,7 +68,7 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
     let mut previous = None;
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1000));
-        let Some((200, body)) = get(&format!("{base}/api/status")) else {
+        let Some((200, body)) = http_get(&format!("{base}/api/status")) else {
             continue;
         };
         let s: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -104,7 +78,7 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
         let released = s["windows_released"].as_u64();
         // Caught up, and nothing released since the last poll: settled.
         if released >= Some(windows) && caught_up && previous == released {
-            settled = get(&format!("{base}/metrics"));
+            settled = http_get(&format!("{base}/metrics"));
             break;
         }
         previous = released;
@@ -120,7 +94,11 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
     let (status, metrics) =
         settled.unwrap_or_else(|| panic!("{name} never caught up; log {}", log_path.display()));
     assert_eq!(status, 200);
-    assert_eq!(get(&format!("{base}/healthz")), None, "the process is gone");
+    assert_eq!(
+        http_get(&format!("{base}/healthz")),
+        None,
+        "the process is gone"
+    );
 
     // Released values and times (durations, timestamps) are exempt.
     let excluded = [

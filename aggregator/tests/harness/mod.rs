@@ -368,3 +368,30 @@ pub fn assert_contiguous_and_tiling(
     }
     by
 }
+
+/// A free TCP port on the loopback interface.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A plain HTTP/1.1 GET: `(status, body)`, or `None` when nothing answers.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}")))?;
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
+}

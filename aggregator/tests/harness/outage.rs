@@ -6,7 +6,7 @@
 //! FLEETDP_TANSU, librdkafka's mock cluster, whose broker can be set down
 //! and up.
 
-use super::Broker;
+use super::{free_port, Broker};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use std::net::SocketAddr;
@@ -29,14 +29,6 @@ enum Kind {
     },
     /// The mock cluster lives in `broker`.
     Mock,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Accept on `listener` and pipe each connection to `upstream` until aborted
