@@ -116,7 +116,6 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
         opts.duration.as_secs()
     );
     let report = crate::report::PlanReport::new(&v).to_text();
-    println!("Releases as they land (value ± 95% half-width, true value alongside):");
     let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -141,6 +140,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
         }
     }
     println!("{report}");
+    println!("Releases as they land (value ± 95% half-width, true value alongside):");
     let p = pipeline.clone();
     let rx = stop_rx.clone();
     let service = tokio::spawn(async move {
