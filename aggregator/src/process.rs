@@ -150,11 +150,9 @@ impl Processor {
                     _ => {}
                 }
             }
-            // A replayed reading of an already released window is skipped
-            // by the windower; judging its lateness against the newer
-            // reference would dead-letter a reading that was released.
-            if !self.windower.is_released(s, partition, offset)
-                && self.windower.is_too_old(s, partition, r.event_time_ms)
+            if self
+                .windower
+                .is_too_old(s, partition, offset, r.event_time_ms)
             {
                 return Err(Rejection::new(
                     Reason::TooOld,

@@ -141,10 +141,7 @@ impl PlanReport {
                     max_readings_per_device: s.spec.max_readings_per_device,
                     max_windows_per_device: s.spec.max_windows_per_device,
                     spent_per_window: rational::to_f64(&s.per_window),
-                    spent_per_horizon: rational::to_f64(&s.per_window) * w
-                        + s.running
-                            .as_ref()
-                            .map_or(0.0, |r| rational::to_f64(&r.spent())),
+                    spent_per_horizon: rational::to_f64(&s.per_horizon()),
                     running: running_report(s),
                     statistics: s
                         .describe()

@@ -190,10 +190,7 @@ impl StatusBoard {
             .streams
             .iter()
             .map(|s| {
-                let spent = rational::to_f64(&s.per_window) * s.spec.max_windows_per_device as f64
-                    + s.running
-                        .as_ref()
-                        .map_or(0.0, |r| rational::to_f64(&r.spent()));
+                let spent = rational::to_f64(&s.per_horizon());
                 let series: BTreeMap<&str, &VecDeque<Point>> = b
                     .series
                     .iter()
@@ -230,10 +227,7 @@ pub fn budget_gauges(v: &Validated) {
     let budget = v.plan.privacy.budget.per_horizon;
     for s in &v.plan.streams {
         let declared = budget * s.spec.budget_share;
-        let spent = rational::to_f64(&s.per_window) * s.spec.max_windows_per_device as f64
-            + s.running
-                .as_ref()
-                .map_or(0.0, |r| rational::to_f64(&r.spent()));
+        let spent = rational::to_f64(&s.per_horizon());
         metrics::gauge!("fleetdp_budget_per_horizon", "stream" => s.spec.name.clone())
             .set(declared);
         metrics::gauge!("fleetdp_window_size", "stream" => s.spec.name.clone())

@@ -218,23 +218,17 @@ impl Windower {
         self.lanes.retain(|&(_, p), _| p != partition);
     }
 
-    /// Whether `offset` lies inside a window released before a restart (a
-    /// replayed reading that is skipped, whatever its event time).
-    pub fn is_released(&self, stream: usize, partition: i32, offset: i64) -> bool {
-        self.lanes
-            .get(&(stream, partition))
-            .and_then(|l| l.resume_after_offset)
-            .is_some_and(|o| offset <= o)
-    }
-
     /// Whether a reading is older than the lane's reference (the latest
     /// event time of its closed windows, a deterministic figure) by more
-    /// than the allowed lateness.
-    pub fn is_too_old(&self, stream: usize, partition: i32, event_ms: i64) -> bool {
-        self.lanes
-            .get(&(stream, partition))
-            .and_then(|l| l.reference_event_ms)
-            .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
+    /// than the allowed lateness. A replayed reading inside a window released
+    /// before a restart is never too old: the windower skips it, and judging
+    /// it against the newer reference would dead-letter a released reading.
+    pub fn is_too_old(&self, stream: usize, partition: i32, offset: i64, event_ms: i64) -> bool {
+        self.lanes.get(&(stream, partition)).is_some_and(|l| {
+            l.resume_after_offset.is_none_or(|o| offset > o)
+                && l.reference_event_ms
+                    .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
+        })
     }
 
     /// Offer one top-coded reading; returns what happened and any windows
@@ -561,8 +555,12 @@ mod tests {
             w.admit(0, 0, 9, "a", 1, 5000, &mut closed),
             Admission::AlreadyReleased
         );
-        assert!(w.is_too_old(0, 0, 1000));
-        assert!(!w.is_too_old(0, 0, 2000));
+        assert!(w.is_too_old(0, 0, 20, 1000));
+        assert!(!w.is_too_old(0, 0, 20, 2000));
+        assert!(
+            !w.is_too_old(0, 0, 9, 1000),
+            "a released offset is skipped, not too old"
+        );
         w.admit(0, 0, 10, "a", 1, 5000, &mut closed);
         w.admit(0, 0, 11, "b", 1, 5000, &mut closed);
         assert_eq!(closed[0].seq, 5);
@@ -585,7 +583,7 @@ mod tests {
         assert_eq!(closed[4].reference_event_ms, 4000);
         w.admit(0, 0, 5, "a", 1, 5000, &mut closed); // oldest accepted 2000: horizon 1 retires
         assert_eq!(closed[5].retired, vec![1]);
-        assert!(w.is_too_old(0, 0, 1999));
-        assert!(!w.is_too_old(0, 0, 2000));
+        assert!(w.is_too_old(0, 0, 6, 1999));
+        assert!(!w.is_too_old(0, 0, 6, 2000));
     }
 }

@@ -851,6 +851,16 @@ impl StreamPlan {
         self.release_with(values, &mut window_rng(key, id, &digest))
     }
 
+    /// ε or ρ one device can spend per horizon on this stream: `W` windows'
+    /// statistics plus the running totals.
+    pub fn per_horizon(&self) -> BigRational {
+        &self.per_window * BigRational::from_integer(self.spec.max_windows_per_device.into())
+            + self
+                .running
+                .as_ref()
+                .map_or_else(BigRational::zero, |r| r.spent())
+    }
+
     /// Advance this lane's running totals by window `seq` (noise keyed like
     /// the window's, in its own domain); `None` without running totals or
     /// past a pure-DP tree's lifetime.
