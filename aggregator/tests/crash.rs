@@ -33,6 +33,8 @@ const KEY_HEX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5
 const INSTANCES: usize = 3;
 const MIN_KILLS: usize = 24;
 const W: u32 = 2;
+/// An armed instance that has not reached its point by then is killed by hand.
+const ARMED_PATIENCE: Duration = Duration::from_secs(30);
 
 const STREAMS: &str = r#"
 [[stream]]
@@ -64,6 +66,7 @@ quantiles = [0.5]
 struct Instance {
     child: Option<Child>,
     armed: Option<CrashPoint>,
+    since: Instant,
     runs: usize,
 }
 
@@ -126,7 +129,9 @@ fn killed_instances_release_every_window_exactly_once() {
         let v = Config::parse(&text).unwrap().validate().unwrap();
 
         // 240 devices × 2 streams × 30 rounds (15 simulated minutes each):
-        // W = 2 per hour drops about half of the readings.
+        // W = 2 per hour drops about half of the readings. Fed slice by slice
+        // while the kills go on; 30 more rounds are held in reserve, produced
+        // only while a crash point still waits for input to reach it.
         let msgs = fleet_messages(
             FleetSpec {
                 devices: 240,
@@ -135,15 +140,16 @@ fn killed_instances_release_every_window_exactly_once() {
                 bad_fraction: 0.01,
                 ..FleetSpec::default()
             },
-            240 * 2 * 30,
+            240 * 2 * 60,
         );
-        // Fed slice by slice while the kills go on.
         let slices: Vec<&[Out]> = msgs.chunks(600).collect();
+        let base = slices.len() / 2;
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_fleetdp"));
         let mut instances: Vec<Instance> = (0..INSTANCES)
             .map(|i| Instance {
                 child: Some(start(&bin, &config_path, &dir, i, 0, None)),
                 armed: None,
+                since: Instant::now(),
                 runs: 1,
             })
             .collect();
@@ -154,16 +160,15 @@ fn killed_instances_release_every_window_exactly_once() {
         let mut next_point = 0usize;
         let mut produced = 0usize;
         let started = Instant::now();
-        while kills < MIN_KILLS
-            || produced < slices.len()
-            || points_hit.len() < CrashPoint::ALL.len()
-        {
+        while kills < MIN_KILLS || produced < base || points_hit.len() < CrashPoint::ALL.len() {
             assert!(
                 started.elapsed() < Duration::from_secs(600),
                 "kill phase did not finish: {kills} kills, points {points_hit:?}; logs in {}",
                 dir.display()
             );
-            if produced < slices.len() {
+            if produced < base
+                || (produced < slices.len() && points_hit.len() < CrashPoint::ALL.len())
+            {
                 produce(&broker, &t.input, slices[produced]).await;
                 produced += 1;
             }
@@ -183,9 +188,15 @@ fn killed_instances_release_every_window_exactly_once() {
                     inst.child = None;
                 }
             }
-            // Kill one unarmed instance at a random moment.
+            // Kill one instance at a random moment: an unarmed one, or one
+            // armed for longer than ARMED_PATIENCE (its point may need a
+            // rebalance or input that is not coming).
             let live: Vec<usize> = (0..INSTANCES)
-                .filter(|&i| instances[i].child.is_some() && instances[i].armed.is_none())
+                .filter(|&i| {
+                    let inst = &instances[i];
+                    inst.child.is_some()
+                        && (inst.armed.is_none() || inst.since.elapsed() > ARMED_PATIENCE)
+                })
                 .collect();
             if !live.is_empty() && (kills < MIN_KILLS || rng.gen_bool(0.3)) {
                 let i = live[rng.gen_range(0..live.len())];
@@ -197,41 +208,43 @@ fn killed_instances_release_every_window_exactly_once() {
                     external += 1;
                 }
             }
-            // Restart the dead, half of them armed with the next crash point.
-            for (i, inst) in instances.iter_mut().enumerate() {
-                if inst.child.is_none() {
-                    tokio::time::sleep(Duration::from_millis(rng.gen_range(0..800))).await;
-                    // Arm every restart until each point was reached, then half.
-                    let armed = if points_hit.len() < CrashPoint::ALL.len() || rng.gen_bool(0.5) {
-                        let p = CrashPoint::ALL[next_point % CrashPoint::ALL.len()];
-                        next_point += 1;
-                        Some((p, rng.gen_range(1..=2)))
-                    } else {
-                        None
-                    };
-                    inst.armed = armed.map(|a| a.0);
-                    inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, armed));
-                    inst.runs += 1;
+            // Restart the dead, some of them armed with the next crash point:
+            // every restart until each point was reached, then half; never
+            // all at once, so an unarmed instance is always there to kill
+            // (which makes the rebalances `during_rebalance` waits for).
+            for i in 0..INSTANCES {
+                if instances[i].child.is_some() {
+                    continue;
                 }
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(0..800))).await;
+                let others_armed = instances
+                    .iter()
+                    .filter(|o| o.child.is_some() && o.armed.is_some())
+                    .count();
+                let want = points_hit.len() < CrashPoint::ALL.len() || rng.gen_bool(0.5);
+                let armed = (want && others_armed < INSTANCES - 1).then(|| {
+                    let p = CrashPoint::ALL[next_point % CrashPoint::ALL.len()];
+                    next_point += 1;
+                    (p, rng.gen_range(1..=2))
+                });
+                let inst = &mut instances[i];
+                inst.armed = armed.map(|a| a.0);
+                inst.since = Instant::now();
+                inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, armed));
+                inst.runs += 1;
             }
-            if produced == slices.len() && kills >= MIN_KILLS {
-                // Armed instances that cannot reach their point (no more
-                // input) are killed by hand.
-                for (i, inst) in instances.iter_mut().enumerate() {
-                    if inst
-                        .armed
-                        .is_some_and(|p| points_hit.contains_key(p.as_str()))
-                    {
-                        let mut c = inst.child.take().unwrap();
-                        c.kill().unwrap();
-                        c.wait().unwrap();
-                        kills += 1;
-                        external += 1;
-                        inst.armed = None;
-                        inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, None));
-                        inst.runs += 1;
-                    }
+        }
+        // Disarm the survivors: the rest of the run checks the output only.
+        for (i, inst) in instances.iter_mut().enumerate() {
+            if inst.armed.take().is_some() {
+                let mut c = inst.child.take().unwrap();
+                c.kill().unwrap();
+                if killed(c.wait().unwrap()) {
+                    kills += 1;
+                    external += 1;
                 }
+                inst.child = Some(start(&bin, &config_path, &dir, i, inst.runs, None));
+                inst.runs += 1;
             }
         }
         eprintln!(
