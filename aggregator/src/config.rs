@@ -49,6 +49,11 @@ pub struct KafkaConfig {
     /// Format of input messages without a content-type header.
     #[serde(default = "default_format")]
     pub input_format: Format,
+    /// Read each message's `content-type` header (default). `false` decodes
+    /// every message as `input_format` without parsing headers, which saves
+    /// about a microsecond per message when all producers agree on one format.
+    #[serde(default = "yes")]
+    pub read_content_type: bool,
     /// Releases as protobuf `WindowRelease` (default) or JSON.
     #[serde(default)]
     pub output_format: OutputFormat,
@@ -82,6 +87,10 @@ pub enum OutputFormat {
     #[default]
     Protobuf,
     Json,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one_in_flight() -> usize {

@@ -6,9 +6,8 @@ use crate::config::Validated;
 use crate::dp::universe::TopCoder;
 use crate::partitioner::Partitioner;
 use crate::pipeline::{stream_rules, Counters};
-use crate::window::{Admission, ClosedWindow, Windower};
+use crate::window::{Admission, ClosedWindow, FastMap, Windower};
 use ingest::{Decoder, Limits, Reason, Rejection};
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ struct StreamMetrics {
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
-    names: HashMap<String, usize>,
+    names: FastMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
     counters: Arc<Counters>,
@@ -41,15 +40,16 @@ pub struct Processor {
 
 impl Processor {
     pub fn new(v: &Validated, counters: Arc<Counters>) -> Self {
-        let names: HashMap<String, usize> = v
+        let names: FastMap<String, usize> = v
             .plan
             .streams
             .iter()
             .enumerate()
             .map(|(i, s)| (s.spec.name.clone(), i))
             .collect();
+        // In plan order: a reading's `stream_index` is its stream's index here.
         let decoder = Decoder::new(
-            names.keys().cloned(),
+            v.plan.streams.iter().map(|s| s.spec.name.clone()),
             v.config.kafka.input_format,
             Limits {
                 max_message_bytes: v.config.limits.max_message_bytes,
@@ -130,7 +130,7 @@ impl Processor {
         let readings = self.decoder.decode(payload, content_type)?;
         self.units.clear();
         for (i, r) in readings.iter().enumerate() {
-            let s = self.names[&r.stream];
+            let s = r.stream_index;
             let t = self.coders[s].top_code(r.value).map_err(|_| {
                 Rejection::new(
                     Reason::NotFinite,

@@ -42,6 +42,9 @@ impl Hasher for PassThrough {
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
+/// Lanes are looked up twice per reading: a fast seeded hash, not SipHash.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Per-stream settings the windower needs (public parameters).
 #[derive(Debug, Clone)]
 pub struct StreamRules {
@@ -153,7 +156,7 @@ pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
     lateness_ms: i64,
-    lanes: HashMap<(usize, i32), Lane>,
+    lanes: FastMap<(usize, i32), Lane>,
     /// Per stream: windows opened so far (a public count).
     opened: Vec<u64>,
 }
@@ -168,7 +171,7 @@ impl Windower {
             rules,
             horizon_ms,
             lateness_ms,
-            lanes: HashMap::new(),
+            lanes: FastMap::default(),
         }
     }
 
@@ -265,11 +268,13 @@ impl Windower {
         }
         let seq = lane.next_seq;
         let dk = device_key(device);
-        let in_window = lane.open.per_device.get(&dk).copied().unwrap_or(0);
-        if in_window >= rules.max_readings_per_device {
+        // One probe: a device dropped below leaves a zero count, which
+        // decides the same way next time.
+        let in_window = lane.open.per_device.entry(dk).or_insert(0);
+        if *in_window >= rules.max_readings_per_device {
             return Admission::DroppedWindowCap;
         }
-        if in_window == 0 {
+        if *in_window == 0 {
             // First reading of this device in this window: charge a window.
             let horizon = event_ms.div_euclid(self.horizon_ms);
             let entry = lane
@@ -294,6 +299,7 @@ impl Windower {
                 lane.open.charges.push((dk, horizon));
             }
         }
+        *in_window += 1;
         let open = &mut lane.open;
         if open.values.is_empty() {
             self.opened[stream] += 1;
@@ -303,7 +309,6 @@ impl Windower {
         open.last_offset = offset;
         open.last_event_ms = event_ms;
         open.values.push(units);
-        *open.per_device.entry(dk).or_insert(0) += 1;
         if open.values.len() >= rules.window_size {
             closed.push(close(
                 lane,

@@ -794,3 +794,47 @@ fn running_totals_continue_across_a_restart_with_the_same_noise() {
         }
     });
 }
+
+#[test]
+fn read_content_type_false_decodes_every_message_as_the_declared_format() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let base = 1_767_225_600_000i64;
+        // JSON readings whose header wrongly says protobuf.
+        let msgs: Vec<Out> = (0..8)
+            .map(|i| Out {
+                partition: Some(0),
+                key: format!("dev-{i}"),
+                payload: format!(r#"{{"device_id":"dev-{i}","stream":"cabin_temp_c","value":21.5,"event_time_ms":{base}}}"#).into_bytes(),
+                content_type: Some("application/x-protobuf".into()),
+            })
+            .collect();
+        // (read_content_type, readings accepted, dead letters)
+        for (read, accepted, dead) in [(true, 0u64, 8u64), (false, 8, 0)] {
+            let t = Topics::new("ctype");
+            broker
+                .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+                .await;
+            let text = config_text(
+                &broker,
+                &t,
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+                "",
+                &temp_stream(4, 1, 1000, "\"mean\""),
+            )
+            .replace(
+                "[kafka.consumer_properties]",
+                &format!("input_format = \"json\"\nread_content_type = {read}\n\n[kafka.consumer_properties]"),
+            );
+            let v = fleetdp::config::Config::parse(&text).unwrap().validate().unwrap();
+            produce(&broker, &t.input, &msgs).await;
+            let (stop, c, h) = spawn(v);
+            assert!(wait_until(WAIT, || get(&c.messages) >= msgs.len() as u64).await);
+            stop.send(true).unwrap();
+            h.await.unwrap().unwrap();
+            assert_eq!(get(&c.readings_accepted), accepted, "read_content_type = {read}");
+            assert_eq!(c.dead_letters(ingest::Reason::Undecodable), dead, "read_content_type = {read}");
+        }
+    });
+}

@@ -10,7 +10,7 @@
 use prost::Message;
 use proto::{DeviceReading, ReadingBatch};
 use serde::Deserialize;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 
 /// How a payload is encoded.
@@ -138,6 +138,8 @@ impl fmt::Display for Rejection {
 pub struct Reading {
     pub device_id: String,
     pub stream: String,
+    /// Position of `stream` in the list the decoder was built with.
+    pub stream_index: usize,
     pub value: f64,
     pub event_time_ms: i64,
 }
@@ -182,7 +184,8 @@ enum JsonPayload {
 /// Decodes and validates messages against the declared streams.
 #[derive(Debug, Clone)]
 pub struct Decoder {
-    streams: HashSet<String>,
+    /// Declared stream names and their positions.
+    streams: HashMap<String, usize, foldhash::fast::RandomState>,
     default_format: Format,
     limits: Limits,
 }
@@ -201,7 +204,11 @@ impl Decoder {
         limits: Limits,
     ) -> Self {
         Self {
-            streams: streams.into_iter().collect(),
+            streams: streams
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| (s, i))
+                .collect(),
             default_format,
             limits,
         }
@@ -231,10 +238,12 @@ impl Decoder {
         };
         let raw: Vec<RawReading> = match format {
             Format::Protobuf => {
+                // The common case: one reading, validated without a batch.
                 let r = DeviceReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
                 })?;
-                vec![(Some(r.device_id), Some(r.stream), r.value, r.event_time_ms)]
+                let raw = (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms);
+                return Ok(vec![self.validate(0, raw)?]);
             }
             Format::ProtobufBatch => ReadingBatch::decode(payload)
                 .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
@@ -289,48 +298,53 @@ impl Decoder {
         }
         raw.into_iter()
             .enumerate()
-            .map(|(i, (device_id, stream, value, event_time_ms))| {
-                let device_id = device_id
-                    .filter(|d| !d.is_empty())
-                    .ok_or_else(|| missing("device_id", i))?;
-                if device_id.len() > self.limits.max_device_id_bytes {
-                    return Err(Rejection::new(
-                        Reason::Oversize,
-                        format!(
-                            "reading {i}: device_id longer than {} bytes",
-                            self.limits.max_device_id_bytes
-                        ),
-                    ));
-                }
-                let stream = stream
-                    .filter(|s| !s.is_empty())
-                    .ok_or_else(|| missing("stream", i))?;
-                let value = value.ok_or_else(|| missing("value", i))?;
-                let event_time_ms = event_time_ms.ok_or_else(|| missing("event_time_ms", i))?;
-                if !value.is_finite() {
-                    return Err(Rejection::new(
-                        Reason::NotFinite,
-                        format!("reading {i}: value is NaN or infinite"),
-                    ));
-                }
-                if !self.streams.contains(&stream) {
-                    // The stream name is operator metadata, not a private value.
-                    return Err(Rejection::new(
-                        Reason::UnknownStream,
-                        format!(
-                            "reading {i}: stream {:?} is not declared",
-                            truncate(&stream, 64)
-                        ),
-                    ));
-                }
-                Ok(Reading {
-                    device_id,
-                    stream,
-                    value,
-                    event_time_ms,
-                })
-            })
+            .map(|(i, r)| self.validate(i, r))
             .collect()
+    }
+
+    /// Check one decoded reading (the `i`th of its message).
+    fn validate(&self, i: usize, raw: RawReading) -> Result<Reading, Rejection> {
+        let (device_id, stream, value, event_time_ms) = raw;
+        let device_id = device_id
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| missing("device_id", i))?;
+        if device_id.len() > self.limits.max_device_id_bytes {
+            return Err(Rejection::new(
+                Reason::Oversize,
+                format!(
+                    "reading {i}: device_id longer than {} bytes",
+                    self.limits.max_device_id_bytes
+                ),
+            ));
+        }
+        let stream = stream
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| missing("stream", i))?;
+        let value = value.ok_or_else(|| missing("value", i))?;
+        let event_time_ms = event_time_ms.ok_or_else(|| missing("event_time_ms", i))?;
+        if !value.is_finite() {
+            return Err(Rejection::new(
+                Reason::NotFinite,
+                format!("reading {i}: value is NaN or infinite"),
+            ));
+        }
+        let Some(&stream_index) = self.streams.get(&stream) else {
+            // The stream name is operator metadata, not a private value.
+            return Err(Rejection::new(
+                Reason::UnknownStream,
+                format!(
+                    "reading {i}: stream {:?} is not declared",
+                    truncate(&stream, 64)
+                ),
+            ));
+        };
+        Ok(Reading {
+            device_id,
+            stream,
+            stream_index,
+            value,
+            event_time_ms,
+        })
     }
 }
 
