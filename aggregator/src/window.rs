@@ -114,7 +114,6 @@ struct Open {
     last_offset: i64,
     first_event_ms: i64,
     last_event_ms: i64,
-    per_device: KeyMap<u32>,
     charges: Vec<(u64, i64)>,
 }
 
@@ -136,6 +135,9 @@ struct Lane {
 struct DeviceHorizon {
     horizon: i64,
     windows: u32,
+    /// Readings in window `last_seq` (the window charged last); a device
+    /// has readings in the open window exactly when it was charged in it.
+    in_window: u32,
     last_seq: u64,
 }
 
@@ -145,6 +147,7 @@ impl DeviceHorizon {
         Self {
             horizon,
             windows: 0,
+            in_window: 0,
             last_seq: u64::MAX,
         }
     }
@@ -268,19 +271,23 @@ impl Windower {
         }
         let seq = lane.next_seq;
         let dk = device_key(device);
-        // One probe: a device dropped below leaves a zero count, which
-        // decides the same way next time.
-        let in_window = lane.open.per_device.entry(dk).or_insert(0);
-        if *in_window >= rules.max_readings_per_device {
+        // One probe per reading: the device's horizon count and its count
+        // in the open window live in one entry.
+        let horizon = event_ms.div_euclid(self.horizon_ms);
+        let entry = lane
+            .devices
+            .entry(dk)
+            .or_insert(DeviceHorizon::fresh(horizon));
+        let in_window = if entry.last_seq == seq {
+            entry.in_window
+        } else {
+            0
+        };
+        if in_window >= rules.max_readings_per_device {
             return Admission::DroppedWindowCap;
         }
-        if *in_window == 0 {
+        if in_window == 0 {
             // First reading of this device in this window: charge a window.
-            let horizon = event_ms.div_euclid(self.horizon_ms);
-            let entry = lane
-                .devices
-                .entry(dk)
-                .or_insert(DeviceHorizon::fresh(horizon));
             if horizon < entry.horizon {
                 // An older horizon whose count is no longer kept: dropping is
                 // the only choice that cannot exceed W (alternating event
@@ -290,16 +297,14 @@ impl Windower {
             if horizon > entry.horizon {
                 *entry = DeviceHorizon::fresh(horizon);
             }
-            if entry.last_seq != seq {
-                if entry.windows >= rules.max_windows_per_device {
-                    return Admission::DroppedHorizonCap;
-                }
-                entry.windows += 1;
-                entry.last_seq = seq;
-                lane.open.charges.push((dk, horizon));
+            if entry.windows >= rules.max_windows_per_device {
+                return Admission::DroppedHorizonCap;
             }
+            entry.windows += 1;
+            entry.last_seq = seq;
+            lane.open.charges.push((dk, horizon));
         }
-        *in_window += 1;
+        entry.in_window = in_window + 1;
         let open = &mut lane.open;
         if open.values.is_empty() {
             self.opened[stream] += 1;
@@ -347,14 +352,10 @@ fn close(
     horizon_ms: i64,
     lateness_ms: i64,
 ) -> ClosedWindow {
-    // Keep the device map's capacity for the next window (no rehash growth).
-    let mut per_device = std::mem::take(&mut lane.open.per_device);
-    per_device.clear();
     let open = std::mem::replace(
         &mut lane.open,
         Open {
             values: Vec::with_capacity(rules.window_size),
-            per_device,
             ..Open::default()
         },
     );
