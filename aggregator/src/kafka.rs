@@ -125,7 +125,9 @@ pub fn read_topic(
     let mut c = config.clone();
     c.set("group.id", "fleetdp-topic-reader")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // As for the pipeline's consumer: no 1 s pauses when the local queue fills.
+        .set("fetch.queue.backoff.ms", "20");
     let consumer: BaseConsumer = c.create().context("creating topic reader")?;
     let parts = partition_count(&consumer, topic, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
