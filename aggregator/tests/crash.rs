@@ -130,7 +130,7 @@ fn killed_instances_release_every_window_exactly_once() {
 
         // 240 devices × 2 streams × 30 rounds (15 simulated minutes each):
         // W = 2 per hour drops about half of the readings. Fed slice by slice
-        // while the kills go on; 30 more rounds are held in reserve, produced
+        // while the kills go on; 60 more rounds are held in reserve, produced
         // only while a crash point still waits for input to reach it.
         let msgs = fleet_messages(
             FleetSpec {
@@ -140,10 +140,10 @@ fn killed_instances_release_every_window_exactly_once() {
                 bad_fraction: 0.01,
                 ..FleetSpec::default()
             },
-            240 * 2 * 60,
+            240 * 2 * 90,
         );
         let slices: Vec<&[Out]> = msgs.chunks(600).collect();
-        let base = slices.len() / 2;
+        let base = slices.len() / 3;
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_fleetdp"));
         let mut instances: Vec<Instance> = (0..INSTANCES)
             .map(|i| Instance {
@@ -223,9 +223,22 @@ fn killed_instances_release_every_window_exactly_once() {
                     .count();
                 let want = points_hit.len() < CrashPoint::ALL.len() || rng.gen_bool(0.5);
                 let armed = (want && others_armed < INSTANCES - 1).then(|| {
-                    let p = CrashPoint::ALL[next_point % CrashPoint::ALL.len()];
-                    next_point += 1;
-                    (p, rng.gen_range(1..=2))
+                    // Points not reached yet first, then round robin.
+                    let p = CrashPoint::ALL
+                        .into_iter()
+                        .find(|p| !points_hit.contains_key(p.as_str()))
+                        .unwrap_or_else(|| {
+                            next_point += 1;
+                            CrashPoint::ALL[next_point % CrashPoint::ALL.len()]
+                        });
+                    // A restarted instance's first assignment comes in the
+                    // middle of the group's rebalance; a later one may give
+                    // it no new partition, so that point is armed at 1.
+                    let n = match p {
+                        CrashPoint::DuringRebalance => 1,
+                        _ => rng.gen_range(1..=2),
+                    };
+                    (p, n)
                 });
                 let inst = &mut instances[i];
                 inst.armed = armed.map(|a| a.0);
