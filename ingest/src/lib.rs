@@ -243,6 +243,7 @@ impl Decoder {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
                 })?;
                 let raw = (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms);
+                self.check_count(1)?;
                 return Ok(vec![self.validate(0, raw)?]);
             }
             Format::ProtobufBatch => ReadingBatch::decode(payload)
@@ -286,20 +287,25 @@ impl Decoder {
                 out
             }
         };
-        if raw.is_empty() || raw.len() > self.limits.max_readings_per_message {
-            return Err(Rejection::new(
-                Reason::BatchSize,
-                format!(
-                    "{} readings; allowed 1 to {}",
-                    raw.len(),
-                    self.limits.max_readings_per_message
-                ),
-            ));
-        }
+        self.check_count(raw.len())?;
         raw.into_iter()
             .enumerate()
             .map(|(i, r)| self.validate(i, r))
             .collect()
+    }
+
+    /// A message must carry 1 to `max_readings_per_message` readings.
+    fn check_count(&self, n: usize) -> Result<(), Rejection> {
+        if n == 0 || n > self.limits.max_readings_per_message {
+            return Err(Rejection::new(
+                Reason::BatchSize,
+                format!(
+                    "{n} readings; allowed 1 to {}",
+                    self.limits.max_readings_per_message
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Check one decoded reading (the `i`th of its message).
