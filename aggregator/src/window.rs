@@ -42,7 +42,7 @@ impl Hasher for PassThrough {
 
 type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
-/// Lanes are looked up twice per reading: a fast seeded hash, not SipHash.
+/// Small maps read per reading (lanes, stream names): a fast seeded hash, not SipHash.
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Per-stream settings the windower needs (public parameters).
