@@ -244,6 +244,15 @@ pub fn restore(
                 Some(payload) => {
                     let c = proto::v1::WindowCharges::decode(payload)
                         .with_context(|| format!("{} is not decodable", at()))?;
+                    if c.device_key_scheme != crate::window::DEVICE_KEY_SCHEME {
+                        return Err(anyhow!(
+                            "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
+                             they cannot be matched to devices (see the README's playbook: state topic lost)",
+                            at(),
+                            c.device_key_scheme,
+                            crate::window::DEVICE_KEY_SCHEME
+                        ));
+                    }
                     if c.device_keys.len() != c.horizons.len() {
                         return Err(anyhow!(
                             "{}: device keys and horizons differ in length",

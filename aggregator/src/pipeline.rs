@@ -16,7 +16,7 @@ use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
 use crate::status::{budget_gauges, StatusBoard};
-use crate::window::{ClosedWindow, StreamRules, Windower};
+use crate::window::{ClosedWindow, StreamRules, Windower, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
 use prost::Message as _;
@@ -754,6 +754,7 @@ impl Pipeline {
                 device_keys: w.charges.iter().map(|c| c.0).collect(),
                 horizons: w.charges.iter().map(|c| c.1).collect(),
                 running_state,
+                device_key_scheme: DEVICE_KEY_SCHEME.into(),
             }
             .encode_to_vec();
             drop(w);

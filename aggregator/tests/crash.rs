@@ -410,6 +410,7 @@ fn killed_instances_release_every_window_exactly_once() {
                 _ => {}
             }
             let c = proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap();
+            assert_eq!(c.device_key_scheme, fleetdp::window::DEVICE_KEY_SCHEME);
             let k = (c.stream.clone(), c.partition, c.window_seq);
             let charges: Vec<(u64, i64)> = c
                 .device_keys

@@ -613,6 +613,52 @@ fn per_device_window_caps_survive_a_restart() {
 }
 
 #[test]
+fn charges_of_another_device_key_scheme_are_refused_on_restore() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("scheme");
+        broker.create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)]).await;
+        let v = || config(&broker, &t, "epsilon_per_device = 1.0\nhorizon = \"1h\"", "", &temp_stream(2, 1, 2, "\"mean\""));
+        let reading = |d: &str| Out {
+            partition: Some(0),
+            key: d.to_string(),
+            payload: format!(r#"{{"device_id":"{d}","stream":"cabin_temp_c","value":21.5,"event_time_ms":1767225600000}}"#).into_bytes(),
+            content_type: Some("application/json".into()),
+        };
+        produce(&broker, &t.input, &["a", "b"].map(reading)).await;
+        let (stop, c1, h) = spawn(v());
+        assert!(wait_until(WAIT, || get(&c1.windows_released) >= 1).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        // What this build wrote names its scheme.
+        let state = tokio::task::block_in_place(|| read_all(&broker, &t.state));
+        let written: Vec<_> = state
+            .iter()
+            .filter(|m| m.headers.get(fleetdp::kafka::RECORD_KIND).map(String::as_str) == Some(fleetdp::kafka::CHARGES))
+            .map(|m| proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap())
+            .collect();
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].device_key_scheme, fleetdp::window::DEVICE_KEY_SCHEME);
+        assert_eq!(written[0].device_keys, [fleetdp::window::device_key("a"), fleetdp::window::device_key("b")]);
+        // The same window's charges as an older build would have keyed them.
+        let foreign = proto::v1::WindowCharges { device_key_scheme: String::new(), ..written[0].clone() };
+        produce(&broker, &t.state, &[Out {
+            partition: Some(0),
+            key: proto::release_key("cabin_temp_c", 0, 0),
+            payload: foreign.encode_to_vec(),
+            content_type: None,
+        }]).await;
+        // A restart that gets input restores the charges: it must refuse them.
+        produce(&broker, &t.input, &["c"].map(reading)).await;
+        let (_stop, _c2, h) = spawn(v());
+        let err = tokio::time::timeout(WAIT, h).await.expect("the restart fails").unwrap().unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("device-key scheme") && text.contains("rapidhash-v3"), "{text}");
+    });
+}
+
+#[test]
 fn our_partitioners_place_keys_as_librdkafka_does() {
     use fleetdp::partitioner::Partitioner;
     let broker = Broker::start();
