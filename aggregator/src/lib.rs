@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod demo;
+mod devices;
 pub mod dp;
 pub mod faults;
 pub mod http;

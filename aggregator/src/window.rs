@@ -10,8 +10,8 @@
 //! order, offsets, device ids, event times), never by values, so replaying
 //! the same input rebuilds the same windows and the keyed noise repeats.
 
+use crate::devices::DeviceTable;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// Device ids are keyed by their 64-bit rapidhash V3 (the portable variant
 /// with the default secrets, whose output the crate keeps stable across
@@ -27,26 +27,6 @@ pub fn device_key(device: &str) -> u64 {
 /// Names the [`device_key`] function in state records: charges written under
 /// another scheme cannot be matched to devices and are refused on restore.
 pub const DEVICE_KEY_SCHEME: &str = "rapidhash-v3";
-
-/// The keys are already uniform hashes: pass them through.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
 
 /// Small maps read per reading (lanes, stream names): a fast seeded hash, not SipHash.
 pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
@@ -132,12 +112,12 @@ struct Lane {
     /// Each device's windows in its current horizon. Kept per lane: a
     /// device stays on one partition (checked upstream), so a lane's counts
     /// are complete, and dropping a revoked partition drops exactly them.
-    devices: KeyMap<DeviceHorizon>,
+    devices: DeviceTable<DeviceHorizon>,
     /// Windows whose charges are still needed: (seq, latest horizon charged).
     live: Vec<(u64, i64)>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct DeviceHorizon {
     horizon: i64,
     windows: u32,
@@ -204,10 +184,10 @@ impl Windower {
         partition: i32,
         windows: &[(u64, Vec<(u64, i64)>)],
     ) {
-        let mut restored: KeyMap<DeviceHorizon> = KeyMap::default();
+        let mut restored: DeviceTable<DeviceHorizon> = DeviceTable::default();
         for (seq, charges) in windows {
             for &(dk, h) in charges {
-                let e = restored.entry(dk).or_insert(DeviceHorizon::fresh(h));
+                let e = restored.get_or_insert(dk, DeviceHorizon::fresh(h));
                 if h > e.horizon {
                     *e = DeviceHorizon::fresh(h);
                 }
@@ -282,8 +262,7 @@ impl Windower {
         let horizon = event_ms.div_euclid(self.horizon_ms);
         let entry = lane
             .devices
-            .entry(dk)
-            .or_insert(DeviceHorizon::fresh(horizon));
+            .get_or_insert(dk, DeviceHorizon::fresh(horizon));
         let in_window = if entry.last_seq == seq {
             entry.in_window
         } else {

@@ -76,8 +76,14 @@ pub struct WindowId<'a> {
 pub fn window_digest(values: &[i64]) -> [u8; 32] {
     let mut h = blake3::Hasher::new();
     h.update(&(values.len() as u64).to_le_bytes());
-    for v in values {
-        h.update(&v.to_le_bytes());
+    // The same bytes in 8 KiB pieces (BLAKE3 does not depend on how its
+    // input is split): a call per value cost ~20 ns each.
+    let mut buf = [0u8; 8192];
+    for chunk in values.chunks(buf.len() / 8) {
+        for (b, v) in buf.chunks_exact_mut(8).zip(chunk) {
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+        h.update(&buf[..chunk.len() * 8]);
     }
     *h.finalize().as_bytes()
 }
@@ -135,6 +141,21 @@ mod tests {
         assert!(variants.iter().all(|&v| v != a));
         // Running totals draw from their own domain.
         assert_ne!(running_rng(&key, w, &d).next_u64(), a);
+    }
+
+    /// The digest is the hash of the count and each value in order, however
+    /// the implementation feeds it (the noise of every window depends on it).
+    #[test]
+    fn digest_is_the_hash_of_count_and_values() {
+        for n in [0usize, 1, 1023, 1024, 1025, 5000] {
+            let values: Vec<i64> = (0..n as i64).map(|i| i * 7919 - 40_000).collect();
+            let mut h = blake3::Hasher::new();
+            h.update(&(n as u64).to_le_bytes());
+            for v in &values {
+                h.update(&v.to_le_bytes());
+            }
+            assert_eq!(window_digest(&values), *h.finalize().as_bytes(), "n = {n}");
+        }
     }
 
     #[test]
