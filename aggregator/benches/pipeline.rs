@@ -5,9 +5,14 @@
 //!    bound → window → release, beside the same path with noise switched
 //!    off (exact aggregation): the DP overhead;
 //! 2. end to end through a broker: the pipeline beside a null consumer
-//!    (consume + decode, discard) on the same topic.
+//!    (consume + decode with the pipeline's own decoder and content-type
+//!    setting, discard) on the same topic, both ways of reading the input.
+//!    CPU per reading (this process, all threads; the broker excluded) is
+//!    printed too: it is steadier than throughput on a shared machine.
 //!
-//! Run: `cargo bench -p fleetdp --bench pipeline`. The broker is
+//! Run: `cargo bench -p fleetdp --bench pipeline` (FLEETDP_BENCH_E2E_ONLY=1
+//! skips the in-process part, FLEETDP_BENCH_READ_CONTENT_TYPE=true|false
+//! measures one way of reading the input only). The broker is
 //! FLEETDP_BENCH_BROKERS or KAFKA_BROKERS (e.g. the tansu that tests/run.sh
 //! installs), else the in-process mock cluster with a smaller data set.
 //! Targets: ≥ 1 M readings/s in process on one core; DP overhead ≤ 10%;
@@ -222,59 +227,98 @@ fn end_to_end() {
             n,
             t.elapsed().as_secs_f64()
         );
-        // Alternate so that a broker slowing down or speeding up over the
-        // run shows in every figure; ratios compare the best of each. The
-        // pipeline runs twice a round: as configured by default (reading
-        // each message's content-type header) and with
-        // `read_content_type = false` (one declared format, no header parsing).
-        let (mut nulls, mut with_header, mut without) = (Vec::new(), Vec::new(), Vec::new());
+        // Alternate so that a broker (or a neighbour on this machine)
+        // slowing down or speeding up over the run shows in every figure;
+        // ratios compare the best of each. Each round measures both ways of
+        // reading the input, each beside its own null consumer: as configured
+        // by default (the content-type header says how to decode a message)
+        // and with `read_content_type = false` (one declared format).
+        let mut figures: [Figures; 2] = Default::default();
+        // FLEETDP_BENCH_READ_CONTENT_TYPE=true|false measures one way only.
+        let ways: Vec<bool> = match std::env::var("FLEETDP_BENCH_READ_CONTENT_TYPE").as_deref() {
+            Ok("true") => vec![true],
+            Ok("false") => vec![false],
+            _ => vec![false, true],
+        };
         for round in 0..ROUNDS {
-            let Some(r) = null_consumer(&base, &input, n, &format!("null-{suffix}-{round}")).await
-            else {
-                return;
-            };
-            println!("null consumer (consume + decode):          {r:>12.0} readings/s");
-            nulls.push(r);
-            for read_content_type in [false, true] {
-                let output = format!("bench-out-{suffix}-{round}-{read_content_type}");
-                create(vec![(output.clone(), parts), (format!("{output}.state"), parts)]).await;
-                let group = format!("fleetdp-{suffix}-{round}-{read_content_type}");
-                let v = config(&brokers, &input, &output, &group, read_content_type);
-                let Some((r, windows)) = pipeline(v, n).await else {
+            for &read_content_type in &ways {
+                let v = |output: &str, group: &str| {
+                    config(&brokers, &input, output, group, read_content_type)
+                };
+                let group = format!("null-{suffix}-{round}-{read_content_type}");
+                let Some((r, cpu)) = null_consumer(&base, &v("unused", &group), n, &group).await
+                else {
                     return;
                 };
                 println!(
-                    "FleetDP pipeline, read_content_type = {:<5}: {r:>9.0} readings/s ({windows} windows released)",
+                    "null consumer (consume + decode), read_content_type = {:<5}: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading",
                     read_content_type
                 );
-                if read_content_type {
-                    with_header.push(r);
-                } else {
-                    without.push(r);
-                }
+                let f = &mut figures[usize::from(read_content_type)];
+                f.0.push(r);
+                f.2.push(cpu);
+                let output = format!("bench-out-{suffix}-{round}-{read_content_type}");
+                create(vec![(output.clone(), parts), (format!("{output}.state"), parts)]).await;
+                let group = format!("fleetdp-{suffix}-{round}-{read_content_type}");
+                let Some((r, cpu, windows)) = pipeline(v(&output, &group), n).await else {
+                    return;
+                };
+                println!(
+                    "FleetDP pipeline,                 read_content_type = {:<5}: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading ({windows} windows released)",
+                    read_content_type
+                );
+                f.1.push(r);
+                f.3.push(cpu);
             }
         }
         let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-        println!(
-            "end to end / null consumer (best of {ROUNDS} each): {:.3} with read_content_type = false, \
-             {:.3} with the default (target ≥ 0.8)",
-            best(&without) / best(&nulls),
-            best(&with_header) / best(&nulls)
-        );
+        let least = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+        for &read_content_type in &ways {
+            let f = &figures[usize::from(read_content_type)];
+            println!(
+                "end to end / null consumer, read_content_type = {:<5}: {:.3} (best of {ROUNDS} each; target ≥ 0.8); \
+                 CPU per reading in this process: pipeline / null consumer {:.2} (least of each)",
+                read_content_type,
+                best(&f.1) / best(&f.0),
+                least(&f.3) / least(&f.2),
+            );
+        }
     });
     drop(mock);
 }
 
-/// Alternating rounds of null consumer and pipeline in the end-to-end run.
-const ROUNDS: usize = 2;
+/// Per way of reading the input: null consumer and pipeline readings/s,
+/// then their µs of CPU per reading, one entry per round.
+type Figures = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
 
-/// Null consumer: consume + decode, discard. Readings/s, or None if stalled.
+/// Alternating rounds of null consumer and pipeline in the end-to-end run.
+const ROUNDS: usize = 4;
+
+/// CPU time (user + system) this process has used so far, in seconds.
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name, from the state (field
+    // 3 of proc(5)); utime and stime (14 and 15) are in clock ticks, 100
+    // per second on Linux.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    f.get(11)
+        .zip(f.get(12))
+        .map_or(0.0, |(u, s)| (u + s) / 100.0)
+}
+
+/// Null consumer: consume and decode each message exactly as the pipeline
+/// does (its decoder and content-type setting), then discard. Readings/s
+/// and µs of this process's CPU per reading, or None if stalled.
 async fn null_consumer(
     base: &rdkafka::ClientConfig,
-    input: &str,
+    v: &Validated,
     n: usize,
     group: &str,
-) -> Option<f64> {
+) -> Option<(f64, f64)> {
     let mut cc = base.clone();
     cc.set("group.id", group)
         .set("auto.offset.reset", "earliest")
@@ -285,9 +329,19 @@ async fn null_consumer(
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("fetch.queue.backoff.ms", "20");
     let consumer: StreamConsumer = cc.create().unwrap();
-    consumer.subscribe(&[input]).unwrap();
+    consumer.subscribe(&[&v.config.kafka.input_topic]).unwrap();
+    let decoder = ingest::Decoder::new(
+        v.plan.streams.iter().map(|s| s.spec.name.clone()),
+        v.config.kafka.input_format,
+        ingest::Limits {
+            max_message_bytes: v.config.limits.max_message_bytes,
+            max_readings_per_message: v.config.limits.max_readings_per_message,
+            ..ingest::Limits::default()
+        },
+    );
+    let read_content_type = v.config.kafka.read_content_type;
     let mut seen = 0usize;
-    let mut first: Option<Instant> = None;
+    let mut first: Option<(Instant, f64)> = None;
     let mut sink = 0.0;
     while seen < n {
         let Ok(m) = tokio::time::timeout(Duration::from_secs(30), consumer.recv()).await else {
@@ -295,29 +349,35 @@ async fn null_consumer(
             return None;
         };
         let m = m.unwrap();
-        first.get_or_insert_with(Instant::now);
-        use prost::Message as _;
-        let r = proto::DeviceReading::decode(m.payload().unwrap()).unwrap();
-        sink += r.value.unwrap_or(0.0);
+        first.get_or_insert_with(|| (Instant::now(), process_cpu_seconds()));
+        let ct = if read_content_type {
+            fleetdp::kafka::header(&m, fleetdp::kafka::CONTENT_TYPE)
+        } else {
+            None
+        };
+        let readings = decoder.decode(m.payload().unwrap_or(&[]), ct).unwrap();
+        sink += readings[0].value;
         seen += 1;
     }
     std::hint::black_box(sink);
-    Some((n - 1) as f64 / first.unwrap().elapsed().as_secs_f64())
+    let (t, cpu) = first.unwrap();
+    let per_reading = (process_cpu_seconds() - cpu) * 1e6 / (n - 1) as f64;
+    Some(((n - 1) as f64 / t.elapsed().as_secs_f64(), per_reading))
 }
 
-/// The pipeline over the whole input: readings/s and windows released, or
-/// None if stalled.
-async fn pipeline(v: Validated, n: usize) -> Option<(f64, u64)> {
+/// The pipeline over the whole input: readings/s, µs of this process's CPU
+/// per reading and windows released, or None if stalled.
+async fn pipeline(v: Validated, n: usize) -> Option<(f64, f64, u64)> {
     let p = Pipeline::new(v, ReleaseKey::from_bytes([2; 32]));
     let c = p.counters.clone();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
-    let mut first: Option<Instant> = None;
+    let mut first: Option<(Instant, f64)> = None;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let m = c.messages.load(Ordering::Relaxed);
         if m > 0 {
-            first.get_or_insert_with(Instant::now);
+            first.get_or_insert_with(|| (Instant::now(), process_cpu_seconds()));
         }
         if m as usize >= n {
             break;
@@ -328,8 +388,14 @@ async fn pipeline(v: Validated, n: usize) -> Option<(f64, u64)> {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let rate = (n - 1) as f64 / first.unwrap().elapsed().as_secs_f64();
+    let (t, cpu) = first.unwrap();
+    let rate = (n - 1) as f64 / t.elapsed().as_secs_f64();
+    let per_reading = (process_cpu_seconds() - cpu) * 1e6 / (n - 1) as f64;
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
-    Some((rate, c.windows_released.load(Ordering::Relaxed)))
+    Some((
+        rate,
+        per_reading,
+        c.windows_released.load(Ordering::Relaxed),
+    ))
 }

@@ -45,6 +45,7 @@ const LOAD_NUM: usize = 7;
 const LOAD_DEN: usize = 10;
 
 impl<V: Copy + Default> DeviceTable<V> {
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.used + usize::from(self.zero.is_some())
     }
@@ -71,6 +72,7 @@ impl<V: Copy + Default> DeviceTable<V> {
         let _ = slot;
     }
 
+    #[cfg(test)]
     pub(crate) fn get(&self, key: u64) -> Option<&V> {
         if key == 0 {
             return self.zero.as_ref();

@@ -438,27 +438,82 @@ impl Pipeline {
         let mut idle = tokio::time::interval(Duration::from_secs(1));
         idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
+        // A message prepared (decoded, its devices' slots being fetched) but
+        // not yet applied: it is applied once the next message is prepared,
+        // or as soon as no next message is ready, so it never waits for input.
+        let mut staged: Option<BorrowedMessage<'_>> = None;
         loop {
-            if *shutdown.borrow() {
-                break;
-            }
-            let msg = tokio::select! {
-                biased;
-                Some(done) = inflight.tasks.join_next(), if !inflight.tasks.is_empty() => {
+            // While messages keep coming the select! below is skipped: look
+            // at the stop switch and reap finished publishes every 64.
+            if handled.is_multiple_of(64) {
+                processor.flush_counters();
+                if *shutdown.borrow() {
+                    break;
+                }
+                while let Some(done) = inflight.tasks.try_join_next() {
                     self.finish_release(&mut inflight, done??, &opts);
-                    continue;
                 }
-                Some(done) = inflight.dead_letters.join_next(), if !inflight.dead_letters.is_empty() => {
+                while let Some(done) = inflight.dead_letters.try_join_next() {
                     self.finish_dead_letter(&mut inflight, done??);
-                    continue;
                 }
-                m = consumer.recv() => m,
-                _ = shutdown.changed() => break,
-                // Idle input: still commit what was acknowledged and
-                // report positions (lag, readiness).
-                _ = idle.tick() => {
-                    self.commit(&consumer, processor.windower(), &inflight, &mut progress, CommitMode::Async);
-                    continue;
+            }
+            let msg = if staged.is_some() {
+                // Only a message that is ready now.
+                let polled = {
+                    use std::future::Future as _;
+                    let mut next = std::pin::pin!(consumer.recv());
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    next.as_mut().poll(&mut cx)
+                };
+                match polled {
+                    std::task::Poll::Ready(m) => m,
+                    std::task::Poll::Pending => {
+                        let m = staged.take().expect("staged");
+                        let released = self
+                            .apply_staged(
+                                &sinks,
+                                &mut processor,
+                                &mut inflight,
+                                &mut progress,
+                                &mut closed,
+                                m,
+                                &opts,
+                            )
+                            .await?;
+                        if released {
+                            self.commit(
+                                &consumer,
+                                processor.windower(),
+                                &inflight,
+                                &mut progress,
+                                CommitMode::Async,
+                            );
+                            last_commit = Instant::now();
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                // About to wait for input: counts are exact while idle.
+                processor.flush_counters();
+                tokio::select! {
+                    biased;
+                    Some(done) = inflight.tasks.join_next(), if !inflight.tasks.is_empty() => {
+                        self.finish_release(&mut inflight, done??, &opts);
+                        continue;
+                    }
+                    Some(done) = inflight.dead_letters.join_next(), if !inflight.dead_letters.is_empty() => {
+                        self.finish_dead_letter(&mut inflight, done??);
+                        continue;
+                    }
+                    m = consumer.recv() => m,
+                    _ = shutdown.changed() => break,
+                    // Idle input: still commit what was acknowledged and
+                    // report positions (lag, readiness).
+                    _ = idle.tick() => {
+                        self.commit(&consumer, processor.windower(), &inflight, &mut progress, CommitMode::Async);
+                        continue;
+                    }
                 }
             };
             let msg = match msg {
@@ -470,39 +525,59 @@ impl Pipeline {
                 }
             };
             // A rebalance may have just happened inside recv(): act on it
-            // before processing a message of a newly assigned partition.
-            self.apply_rebalance(&log, &mut processor, &mut progress)
-                .await?;
-            let (partition, offset) = (msg.partition(), msg.offset());
-            let payload = msg.payload().unwrap_or(&[]);
-            if let Err(rejection) = processor.process(
-                partition,
-                offset,
-                payload,
+            // (after the message received before it) before processing a
+            // message of a newly assigned partition.
+            if log.changed.load(Ordering::Acquire) {
+                if let Some(m) = staged.take() {
+                    self.apply_staged(
+                        &sinks,
+                        &mut processor,
+                        &mut inflight,
+                        &mut progress,
+                        &mut closed,
+                        m,
+                        &opts,
+                    )
+                    .await?;
+                }
+                self.apply_rebalance(&log, &mut processor, &mut progress)
+                    .await?;
+            }
+            let prepared = processor.prepare(
+                msg.partition(),
+                msg.offset(),
+                msg.payload().unwrap_or(&[]),
                 if kc.read_content_type {
                     kafka::header(&msg, CONTENT_TYPE)
                 } else {
                     None
                 },
-                &mut closed,
-            ) {
-                self.dead_letter(&producer, &mut inflight, &msg, &rejection)
+            );
+            // The previous message is applied while this one's device slots load.
+            let mut released_any = false;
+            if let Some(m) = staged.take() {
+                released_any = self
+                    .apply_staged(
+                        &sinks,
+                        &mut processor,
+                        &mut inflight,
+                        &mut progress,
+                        &mut closed,
+                        m,
+                        &opts,
+                    )
                     .await?;
             }
-            let released_any = !closed.is_empty();
-            for w in closed.drain(..) {
-                // Bounded pipelining: publishes overlap with consuming.
-                while inflight.tasks.len() >= MAX_INFLIGHT {
-                    let done = inflight.tasks.join_next().await.expect("non-empty")??;
-                    self.finish_release(&mut inflight, done, &opts);
+            match prepared {
+                Ok(()) => staged = Some(msg),
+                Err(rejection) => {
+                    self.dead_letter(&producer, &mut inflight, &msg, &rejection)
+                        .await?;
+                    progress
+                        .next_offset
+                        .insert(msg.partition(), msg.offset() + 1);
                 }
-                self.start_release(&sinks, &mut inflight, &mut progress, w, &opts);
-                // Let the release task start now: a task spawned from this
-                // busy loop sits in the worker's LIFO slot, which other
-                // workers cannot steal, until the loop yields.
-                tokio::task::yield_now().await;
             }
-            progress.next_offset.insert(partition, offset + 1);
             handled += 1;
             // Reading the clock per message is measurable; every 256 is enough.
             if released_any
@@ -518,6 +593,19 @@ impl Pipeline {
                 last_commit = Instant::now();
             }
         }
+        if let Some(m) = staged.take() {
+            self.apply_staged(
+                &sinks,
+                &mut processor,
+                &mut inflight,
+                &mut progress,
+                &mut closed,
+                m,
+                &opts,
+            )
+            .await?;
+        }
+        processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
         while let Some(done) = inflight.tasks.join_next().await {
             self.finish_release(&mut inflight, done??, &opts);
@@ -537,6 +625,43 @@ impl Pipeline {
             .flush(Timeout::After(Duration::from_secs(30)))
             .context("flushing producer")?;
         Ok(())
+    }
+
+    /// Apply a prepared message ([`Processor::apply`]): dead-letter it if
+    /// it is refused now, start the releases of the windows it closed, and
+    /// mark it handled. Returns whether a window was released.
+    #[allow(clippy::too_many_arguments)] // the loop's state, borrowed apart
+    async fn apply_staged(
+        &self,
+        sinks: &Sinks,
+        processor: &mut Processor,
+        inflight: &mut Inflight,
+        progress: &mut Progress,
+        closed: &mut Vec<ClosedWindow>,
+        msg: BorrowedMessage<'_>,
+        opts: &Options,
+    ) -> Result<bool> {
+        if let Err(rejection) = processor.apply(closed) {
+            self.dead_letter(&sinks.producer, inflight, &msg, &rejection)
+                .await?;
+        }
+        let released_any = !closed.is_empty();
+        for w in closed.drain(..) {
+            // Bounded pipelining: publishes overlap with consuming.
+            while inflight.tasks.len() >= MAX_INFLIGHT {
+                let done = inflight.tasks.join_next().await.expect("non-empty")??;
+                self.finish_release(inflight, done, opts);
+            }
+            self.start_release(sinks, inflight, progress, w, opts);
+            // Let the release task start now: a task spawned from this
+            // busy loop sits in the worker's LIFO slot, which other
+            // workers cannot steal, until the loop yields.
+            tokio::task::yield_now().await;
+        }
+        progress
+            .next_offset
+            .insert(msg.partition(), msg.offset() + 1);
+        Ok(released_any)
     }
 
     fn commit(

@@ -6,13 +6,14 @@ use crate::config::Validated;
 use crate::dp::universe::TopCoder;
 use crate::partitioner::Partitioner;
 use crate::pipeline::{stream_rules, Counters};
-use crate::window::{Admission, ClosedWindow, FastMap, Windower};
+use crate::window::{device_key, Admission, ClosedWindow, FastMap, Windower};
 use ingest::{Decoder, Limits, Reason, Rejection};
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Prometheus handles of one stream, registered once (no per-reading
-/// allocation).
+/// allocation), and what is still to be added to them.
 struct StreamMetrics {
     accepted: metrics::Counter,
     dropped_window_cap: metrics::Counter,
@@ -20,6 +21,26 @@ struct StreamMetrics {
     opened: metrics::Counter,
     /// Windows opened as last reported to `opened`.
     opened_seen: u64,
+    pending: StreamTally,
+}
+
+/// Counts not yet added to the shared counters: an atomic add per reading
+/// waits for the reading's outstanding cache misses (it is a full fence), so
+/// counts are kept here and added in bulk by [`Processor::flush_counters`].
+#[derive(Default)]
+struct StreamTally {
+    accepted: u64,
+    already_released: u64,
+    dropped_window_cap: u64,
+    dropped_horizon_cap: u64,
+}
+
+/// A prepared reading, waiting for [`Processor::apply`].
+struct Staged {
+    stream: usize,
+    device: u64,
+    units: i64,
+    event_ms: i64,
 }
 
 /// Message-by-message processing state.
@@ -32,7 +53,13 @@ pub struct Processor {
     metrics: Vec<StreamMetrics>,
     messages: metrics::Counter,
     bytes: metrics::Counter,
-    units: Vec<(usize, i64)>,
+    /// Readings of prepared messages, oldest first, and per message its
+    /// (partition, offset, reading count).
+    staged: VecDeque<Staged>,
+    /// Messages and bytes not yet added to the shared counters.
+    pending_messages: u64,
+    pending_bytes: u64,
+    messages_staged: VecDeque<(i32, i64, usize)>,
     partitioner: Partitioner,
     /// Partition count of the input topic (for the partition check).
     input_partitions: Option<i32>,
@@ -69,6 +96,7 @@ impl Processor {
                     dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_horizon_cap"),
                     opened: metrics::counter!("fleetdp_windows_opened_total", "stream" => name),
                     opened_seen: 0,
+                    pending: StreamTally::default(),
                 }
             })
             .collect();
@@ -85,7 +113,10 @@ impl Processor {
             metrics,
             messages: metrics::counter!("fleetdp_messages_total"),
             bytes: metrics::counter!("fleetdp_bytes_total"),
-            units: Vec::new(),
+            staged: VecDeque::new(),
+            pending_messages: 0,
+            pending_bytes: 0,
+            messages_staged: VecDeque::new(),
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
         }
@@ -112,7 +143,8 @@ impl Processor {
 
     /// Process one message; closed windows are appended to `closed`. A
     /// message is accepted whole or rejected whole (then nothing of it is
-    /// applied and the caller dead-letters it).
+    /// applied and the caller dead-letters it). The same as
+    /// [`Processor::prepare`] then [`Processor::apply`].
     pub fn process(
         &mut self,
         partition: i32,
@@ -121,80 +153,143 @@ impl Processor {
         content_type: Option<&str>,
         closed: &mut Vec<ClosedWindow>,
     ) -> Result<(), Rejection> {
-        self.counters.messages.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .bytes
-            .fetch_add(payload.len() as u64, Ordering::Relaxed);
-        self.messages.increment(1);
-        self.bytes.increment(payload.len() as u64);
+        let r = self
+            .prepare(partition, offset, payload, content_type)
+            .and_then(|()| self.apply(closed));
+        self.flush_counters();
+        r
+    }
+
+    /// The first half of processing, which depends on nothing but the
+    /// message: decode, validate, top-code, check the partition and hash
+    /// the device ids; the readings wait in order for [`Processor::apply`].
+    /// Meanwhile the devices' table slots are being fetched from memory, so
+    /// a caller that prepares the next message before applying the previous
+    /// one hides most of that latency. A rejected message stages nothing.
+    pub fn prepare(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        payload: &[u8],
+        content_type: Option<&str>,
+    ) -> Result<(), Rejection> {
+        self.pending_messages += 1;
+        self.pending_bytes += payload.len() as u64;
         let readings = self.decoder.decode(payload, content_type)?;
-        self.units.clear();
+        let start = self.staged.len();
         for (i, r) in readings.iter().enumerate() {
             let s = r.stream_index;
-            let t = self.coders[s].top_code(r.value).map_err(|_| {
-                Rejection::new(
+            let Ok(t) = self.coders[s].top_code(r.value) else {
+                self.staged.truncate(start);
+                return Err(Rejection::new(
                     Reason::NotFinite,
                     format!("reading {i}: value is NaN or infinite"),
-                )
-            })?;
+                ));
+            };
             if let Some(n) = self.input_partitions {
                 match self.partitioner.partition(r.device_id.as_bytes(), n) {
                     Some(p) if p != partition => {
+                        self.staged.truncate(start);
                         return Err(Rejection::new(
                             Reason::WrongPartition,
                             format!(
                                 "reading {i}: its device belongs on partition {p}, not {partition}"
                             ),
-                        ))
+                        ));
                     }
                     _ => {}
                 }
             }
-            if self
-                .windower
-                .is_too_old(s, partition, offset, r.event_time_ms)
-            {
-                return Err(Rejection::new(
-                    Reason::TooOld,
-                    format!("reading {i}: event time is older than the allowed lateness"),
-                ));
-            }
-            self.units.push((s, t.units));
+            let device = device_key(&r.device_id);
+            self.windower.prefetch(s, partition, device);
+            self.staged.push_back(Staged {
+                stream: s,
+                device,
+                units: t.units,
+                event_ms: r.event_time_ms,
+            });
         }
-        for (r, &(s, u)) in readings.iter().zip(&self.units) {
-            let a = self.windower.admit(
-                s,
-                partition,
-                offset,
-                &r.device_id,
-                u,
-                r.event_time_ms,
-                closed,
-            );
-            let (c, m) = (&self.counters, &mut self.metrics[s]);
+        self.messages_staged
+            .push_back((partition, offset, readings.len()));
+        Ok(())
+    }
+
+    /// Apply the oldest prepared message: refuse it whole if a reading is
+    /// older than its lane allows (judged now, after every earlier message
+    /// has moved the lanes on), else offer each reading to the windower;
+    /// closed windows are appended to `closed`.
+    pub fn apply(&mut self, closed: &mut Vec<ClosedWindow>) -> Result<(), Rejection> {
+        let (partition, offset, count) = self
+            .messages_staged
+            .pop_front()
+            .expect("apply follows a successful prepare");
+        let too_old = self.staged.range(..count).position(|r| {
+            self.windower
+                .is_too_old(r.stream, partition, offset, r.event_ms)
+        });
+        if let Some(i) = too_old {
+            self.staged.drain(..count);
+            return Err(Rejection::new(
+                Reason::TooOld,
+                format!("reading {i}: event time is older than the allowed lateness"),
+            ));
+        }
+        for _ in 0..count {
+            let r = self.staged.pop_front().expect("counted");
+            let s = r.stream;
+            let a = self
+                .windower
+                .admit(s, partition, offset, r.device, r.units, r.event_ms, closed);
+            let t = &mut self.metrics[s].pending;
             match a {
-                Admission::Accepted => {
-                    c.readings_accepted.fetch_add(1, Ordering::Relaxed);
-                    m.accepted.increment(1);
-                    let opened = self.windower.windows_opened(s);
-                    if opened != m.opened_seen {
-                        m.opened.increment(opened - m.opened_seen);
-                        m.opened_seen = opened;
-                    }
-                }
-                Admission::AlreadyReleased => {
-                    c.already_released.fetch_add(1, Ordering::Relaxed);
-                }
-                Admission::DroppedWindowCap => {
-                    c.dropped_window_cap.fetch_add(1, Ordering::Relaxed);
-                    m.dropped_window_cap.increment(1);
-                }
-                Admission::DroppedHorizonCap => {
-                    c.dropped_horizon_cap.fetch_add(1, Ordering::Relaxed);
-                    m.dropped_horizon_cap.increment(1);
-                }
+                Admission::Accepted => t.accepted += 1,
+                Admission::AlreadyReleased => t.already_released += 1,
+                Admission::DroppedWindowCap => t.dropped_window_cap += 1,
+                Admission::DroppedHorizonCap => t.dropped_horizon_cap += 1,
             }
         }
         Ok(())
+    }
+
+    /// Add the counts kept since the last call to the shared counters and
+    /// Prometheus. The pipeline calls it every few dozen messages and
+    /// whenever it is about to wait for input, so what observers read is
+    /// at most that far behind and exact whenever the input is idle.
+    pub fn flush_counters(&mut self) {
+        let c = &self.counters;
+        if self.pending_messages > 0 {
+            c.messages
+                .fetch_add(self.pending_messages, Ordering::Relaxed);
+            c.bytes.fetch_add(self.pending_bytes, Ordering::Relaxed);
+            self.messages.increment(self.pending_messages);
+            self.bytes.increment(self.pending_bytes);
+            (self.pending_messages, self.pending_bytes) = (0, 0);
+        }
+        for (s, m) in self.metrics.iter_mut().enumerate() {
+            let t = std::mem::take(&mut m.pending);
+            if t.accepted > 0 {
+                c.readings_accepted.fetch_add(t.accepted, Ordering::Relaxed);
+                m.accepted.increment(t.accepted);
+            }
+            if t.already_released > 0 {
+                c.already_released
+                    .fetch_add(t.already_released, Ordering::Relaxed);
+            }
+            if t.dropped_window_cap > 0 {
+                c.dropped_window_cap
+                    .fetch_add(t.dropped_window_cap, Ordering::Relaxed);
+                m.dropped_window_cap.increment(t.dropped_window_cap);
+            }
+            if t.dropped_horizon_cap > 0 {
+                c.dropped_horizon_cap
+                    .fetch_add(t.dropped_horizon_cap, Ordering::Relaxed);
+                m.dropped_horizon_cap.increment(t.dropped_horizon_cap);
+            }
+            let opened = self.windower.windows_opened(s);
+            if opened != m.opened_seen {
+                m.opened.increment(opened - m.opened_seen);
+                m.opened_seen = opened;
+            }
+        }
     }
 }

@@ -231,7 +231,7 @@ impl Windower {
         stream: usize,
         partition: i32,
         offset: i64,
-        device: &str,
+        device: u64,
         units: i64,
         event_ms: i64,
         closed: &mut Vec<ClosedWindow>,
@@ -256,7 +256,7 @@ impl Windower {
             }
         }
         let seq = lane.next_seq;
-        let dk = device_key(device);
+        let dk = device;
         // One probe per reading: the device's horizon count and its count
         // in the open window live in one entry.
         let horizon = event_ms.div_euclid(self.horizon_ms);
@@ -310,6 +310,15 @@ impl Windower {
             ));
         }
         Admission::Accepted
+    }
+
+    /// Start fetching the table slot of `device` in its lane (a hint for a
+    /// coming [`Windower::admit`]).
+    #[inline]
+    pub fn prefetch(&self, stream: usize, partition: i32, device: u64) {
+        if let Some(lane) = self.lanes.get(&(stream, partition)) {
+            lane.devices.prefetch(device);
+        }
     }
 
     /// Windows of `stream` opened so far.
@@ -430,7 +439,15 @@ mod tests {
         let mut closed = Vec::new();
         for off in 0..9 {
             assert_eq!(
-                w.admit(0, 0, off, &format!("d{off}"), off, 10, &mut closed),
+                w.admit(
+                    0,
+                    0,
+                    off,
+                    device_key(&format!("d{off}")),
+                    off,
+                    10,
+                    &mut closed
+                ),
                 Admission::Accepted
             );
         }
@@ -444,7 +461,7 @@ mod tests {
             assert_eq!(c.values.len(), 3);
         }
         assert_eq!(w.committable(0, 9), 9);
-        w.admit(0, 0, 9, "x", 1, 10, &mut closed);
+        w.admit(0, 0, 9, device_key("x"), 1, 10, &mut closed);
         assert_eq!(w.committable(0, 10), 9);
     }
 
@@ -453,32 +470,32 @@ mod tests {
         let mut w = windower(2, 1, 2, None);
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 0, "a", 1, 0, &mut closed),
+            w.admit(0, 0, 0, device_key("a"), 1, 0, &mut closed),
             Admission::Accepted
         );
         assert_eq!(
-            w.admit(0, 0, 1, "a", 1, 0, &mut closed),
+            w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed),
             Admission::DroppedWindowCap
         );
         assert_eq!(
-            w.admit(0, 0, 2, "b", 1, 0, &mut closed),
+            w.admit(0, 0, 2, device_key("b"), 1, 0, &mut closed),
             Admission::Accepted
         ); // window 0 closes
         assert_eq!(
-            w.admit(0, 0, 3, "a", 1, 0, &mut closed),
+            w.admit(0, 0, 3, device_key("a"), 1, 0, &mut closed),
             Admission::Accepted
         ); // a: 2nd window
         assert_eq!(
-            w.admit(0, 0, 4, "c", 1, 0, &mut closed),
+            w.admit(0, 0, 4, device_key("c"), 1, 0, &mut closed),
             Admission::Accepted
         ); // window 1 closes
         assert_eq!(
-            w.admit(0, 0, 5, "a", 1, 0, &mut closed),
+            w.admit(0, 0, 5, device_key("a"), 1, 0, &mut closed),
             Admission::DroppedHorizonCap
         );
         // Next horizon (event time ≥ 1000): a may contribute again.
         assert_eq!(
-            w.admit(0, 0, 6, "a", 1, 1000, &mut closed),
+            w.admit(0, 0, 6, device_key("a"), 1, 1000, &mut closed),
             Admission::Accepted
         );
         assert_eq!(closed.len(), 2);
@@ -489,15 +506,15 @@ mod tests {
         let mut w = windower(1, 1, 1, None);
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 0, "a", 1, 1000, &mut closed),
+            w.admit(0, 0, 0, device_key("a"), 1, 1000, &mut closed),
             Admission::Accepted
         );
         assert_eq!(
-            w.admit(0, 0, 1, "a", 1, 0, &mut closed),
+            w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed),
             Admission::DroppedHorizonCap
         );
         assert_eq!(
-            w.admit(0, 0, 2, "a", 1, 1500, &mut closed),
+            w.admit(0, 0, 2, device_key("a"), 1, 1500, &mut closed),
             Admission::DroppedHorizonCap
         );
         assert_eq!(closed[0].charges, vec![(device_key("a"), 1)]);
@@ -507,8 +524,8 @@ mod tests {
     fn restored_charges_keep_the_cap_across_a_restart() {
         let mut w = windower(1, 1, 2, None);
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, "a", 1, 0, &mut closed);
-        w.admit(0, 0, 1, "a", 1, 0, &mut closed);
+        w.admit(0, 0, 0, device_key("a"), 1, 0, &mut closed);
+        w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed);
         let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
         // A new process: resume after window 1 and restore its charges.
         let mut w2 = windower(1, 1, 2, None);
@@ -525,11 +542,11 @@ mod tests {
         w2.restore_charges(0, 0, &charges); // idempotent
         let mut closed2 = Vec::new();
         assert_eq!(
-            w2.admit(0, 0, 2, "a", 1, 0, &mut closed2),
+            w2.admit(0, 0, 2, device_key("a"), 1, 0, &mut closed2),
             Admission::DroppedHorizonCap
         );
         assert_eq!(
-            w2.admit(0, 0, 3, "b", 1, 0, &mut closed2),
+            w2.admit(0, 0, 3, device_key("b"), 1, 0, &mut closed2),
             Admission::Accepted
         );
     }
@@ -538,9 +555,9 @@ mod tests {
     fn timeout_pads_with_the_midpoint() {
         let mut w = windower(4, 1, 100, Some(500));
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, "a", 7, 0, &mut closed);
-        w.admit(0, 0, 1, "b", 8, 100, &mut closed);
-        w.admit(0, 0, 2, "c", 9, 600, &mut closed);
+        w.admit(0, 0, 0, device_key("a"), 7, 0, &mut closed);
+        w.admit(0, 0, 1, device_key("b"), 8, 100, &mut closed);
+        w.admit(0, 0, 2, device_key("c"), 9, 600, &mut closed);
         assert_eq!(closed.len(), 1);
         assert_eq!(closed[0].values, vec![7, 8, 50, 50]);
         assert_eq!(closed[0].padded, 2);
@@ -561,7 +578,7 @@ mod tests {
         );
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 9, "a", 1, 5000, &mut closed),
+            w.admit(0, 0, 9, device_key("a"), 1, 5000, &mut closed),
             Admission::AlreadyReleased
         );
         assert!(w.is_too_old(0, 0, 20, 1000));
@@ -570,8 +587,8 @@ mod tests {
             !w.is_too_old(0, 0, 9, 1000),
             "a released offset is skipped, not too old"
         );
-        w.admit(0, 0, 10, "a", 1, 5000, &mut closed);
-        w.admit(0, 0, 11, "b", 1, 5000, &mut closed);
+        w.admit(0, 0, 10, device_key("a"), 1, 5000, &mut closed);
+        w.admit(0, 0, 11, device_key("b"), 1, 5000, &mut closed);
         assert_eq!(closed[0].seq, 5);
     }
 
@@ -580,17 +597,17 @@ mod tests {
         // horizon 1000 ms, lateness 3000 ms, n = 1.
         let mut w = windower(1, 1, 100, None);
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, "a", 1, 500, &mut closed); // horizon 0
-        w.admit(0, 0, 1, "a", 1, 1500, &mut closed); // horizon 1
-        w.admit(0, 0, 2, "a", 1, 3999, &mut closed); // oldest accepted 999: nothing retires
+        w.admit(0, 0, 0, device_key("a"), 1, 500, &mut closed); // horizon 0
+        w.admit(0, 0, 1, device_key("a"), 1, 1500, &mut closed); // horizon 1
+        w.admit(0, 0, 2, device_key("a"), 1, 3999, &mut closed); // oldest accepted 999: nothing retires
         assert!(closed.iter().all(|c| c.retired.is_empty()));
-        w.admit(0, 0, 3, "a", 1, 4000, &mut closed); // oldest accepted 1000: horizon 0 retires
+        w.admit(0, 0, 3, device_key("a"), 1, 4000, &mut closed); // oldest accepted 1000: horizon 0 retires
         assert_eq!(closed[3].retired, vec![0]);
         assert_eq!(closed[3].reference_event_ms, 4000);
         // An older event time does not move the reference back.
-        w.admit(0, 0, 4, "b", 1, 3500, &mut closed);
+        w.admit(0, 0, 4, device_key("b"), 1, 3500, &mut closed);
         assert_eq!(closed[4].reference_event_ms, 4000);
-        w.admit(0, 0, 5, "a", 1, 5000, &mut closed); // oldest accepted 2000: horizon 1 retires
+        w.admit(0, 0, 5, device_key("a"), 1, 5000, &mut closed); // oldest accepted 2000: horizon 1 retires
         assert_eq!(closed[5].retired, vec![1]);
         assert!(w.is_too_old(0, 0, 6, 1999));
         assert!(!w.is_too_old(0, 0, 6, 2000));
