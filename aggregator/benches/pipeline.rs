@@ -131,7 +131,7 @@ fn main() {
     let _ = in_process(&v, &msgs[..200_000], true);
     let mut exact = Vec::new();
     let mut dp = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..9 {
         exact.push(in_process(&v, &msgs, false).0);
         dp.push(in_process(&v, &msgs, true).0);
     }

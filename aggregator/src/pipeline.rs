@@ -865,8 +865,10 @@ impl Pipeline {
             .map(|&s| proto::release_key(&stream.spec.name, w.partition, s))
             .collect();
         let (v, release_key, with_truth) = (self.v.clone(), self.key.clone(), opts.with_truth);
-        inflight.tasks.spawn(async move {
-            // Noise and encoding off the consuming loop.
+        // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
+        // pool, started now: an async task spawned from the busy consuming
+        // loop would first run on the loop's own thread.
+        let computed = tokio::task::spawn_blocking(move || {
             let stream = &v.plan.streams[w.stream];
             let stats = stream.release(&release_key, w.partition, w.seq, &w.values);
             let release = build_release(&v, stream, &w, &stats, &running);
@@ -882,7 +884,11 @@ impl Pipeline {
                 device_key_scheme: DEVICE_KEY_SCHEME.into(),
             }
             .encode_to_vec();
-            drop(w);
+            (release, payload, ct, truth, charges)
+        });
+        inflight.tasks.spawn(async move {
+            let (release, payload, ct, truth, charges) =
+                computed.await.context("computing a release")?;
             let headers = OwnedHeaders::new().insert(Header {
                 key: CONTENT_TYPE,
                 value: Some(ct),
