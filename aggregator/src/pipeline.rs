@@ -442,6 +442,33 @@ impl Pipeline {
         // not yet applied: it is applied once the next message is prepared,
         // or as soon as no next message is ready, so it never waits for input.
         let mut staged: Option<BorrowedMessage<'_>> = None;
+        // Two steps taken in several places, each borrowing the loop's state apart.
+        macro_rules! apply {
+            ($m:expr) => {
+                self.apply_staged(
+                    &sinks,
+                    &mut processor,
+                    &mut inflight,
+                    &mut progress,
+                    &mut closed,
+                    $m,
+                    &opts,
+                )
+                .await?
+            };
+        }
+        macro_rules! commit {
+            () => {{
+                self.commit(
+                    &consumer,
+                    processor.windower(),
+                    &inflight,
+                    &mut progress,
+                    CommitMode::Async,
+                );
+                last_commit = Instant::now();
+            }};
+        }
         loop {
             // While messages keep coming the select! below is skipped: look
             // at the stop switch and reap finished publishes every 64.
@@ -469,26 +496,9 @@ impl Pipeline {
                     std::task::Poll::Ready(m) => m,
                     std::task::Poll::Pending => {
                         let m = staged.take().expect("staged");
-                        let released = self
-                            .apply_staged(
-                                &sinks,
-                                &mut processor,
-                                &mut inflight,
-                                &mut progress,
-                                &mut closed,
-                                m,
-                                &opts,
-                            )
-                            .await?;
+                        let released = apply!(m);
                         if released {
-                            self.commit(
-                                &consumer,
-                                processor.windower(),
-                                &inflight,
-                                &mut progress,
-                                CommitMode::Async,
-                            );
-                            last_commit = Instant::now();
+                            commit!();
                         }
                         continue;
                     }
@@ -511,7 +521,7 @@ impl Pipeline {
                     // Idle input: still commit what was acknowledged and
                     // report positions (lag, readiness).
                     _ = idle.tick() => {
-                        self.commit(&consumer, processor.windower(), &inflight, &mut progress, CommitMode::Async);
+                        commit!();
                         continue;
                     }
                 }
@@ -529,16 +539,7 @@ impl Pipeline {
             // message of a newly assigned partition.
             if log.changed.load(Ordering::Acquire) {
                 if let Some(m) = staged.take() {
-                    self.apply_staged(
-                        &sinks,
-                        &mut processor,
-                        &mut inflight,
-                        &mut progress,
-                        &mut closed,
-                        m,
-                        &opts,
-                    )
-                    .await?;
+                    apply!(m);
                 }
                 self.apply_rebalance(&log, &mut processor, &mut progress)
                     .await?;
@@ -556,17 +557,7 @@ impl Pipeline {
             // The previous message is applied while this one's device slots load.
             let mut released_any = false;
             if let Some(m) = staged.take() {
-                released_any = self
-                    .apply_staged(
-                        &sinks,
-                        &mut processor,
-                        &mut inflight,
-                        &mut progress,
-                        &mut closed,
-                        m,
-                        &opts,
-                    )
-                    .await?;
+                released_any = apply!(m);
             }
             match prepared {
                 Ok(()) => staged = Some(msg),
@@ -583,27 +574,11 @@ impl Pipeline {
             if released_any
                 || (handled.is_multiple_of(256) && last_commit.elapsed() > Duration::from_secs(1))
             {
-                self.commit(
-                    &consumer,
-                    processor.windower(),
-                    &inflight,
-                    &mut progress,
-                    CommitMode::Async,
-                );
-                last_commit = Instant::now();
+                commit!();
             }
         }
         if let Some(m) = staged.take() {
-            self.apply_staged(
-                &sinks,
-                &mut processor,
-                &mut inflight,
-                &mut progress,
-                &mut closed,
-                m,
-                &opts,
-            )
-            .await?;
+            apply!(m);
         }
         processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
