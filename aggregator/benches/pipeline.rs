@@ -330,15 +330,7 @@ async fn null_consumer(
         .set("fetch.queue.backoff.ms", "20");
     let consumer: StreamConsumer = cc.create().unwrap();
     consumer.subscribe(&[&v.config.kafka.input_topic]).unwrap();
-    let decoder = ingest::Decoder::new(
-        v.plan.streams.iter().map(|s| s.spec.name.clone()),
-        v.config.kafka.input_format,
-        ingest::Limits {
-            max_message_bytes: v.config.limits.max_message_bytes,
-            max_readings_per_message: v.config.limits.max_readings_per_message,
-            ..ingest::Limits::default()
-        },
-    );
+    let decoder = fleetdp::process::decoder(v);
     let read_content_type = v.config.kafka.read_content_type;
     let mut seen = 0usize;
     let mut first: Option<(Instant, f64)> = None;

@@ -43,6 +43,21 @@ struct Staged {
     event_ms: i64,
 }
 
+/// The service's decoder for a configuration: its streams in plan order (a
+/// reading's `stream_index` is its stream's index in the plan), its input
+/// format and limits.
+pub fn decoder(v: &Validated) -> Decoder {
+    Decoder::new(
+        v.plan.streams.iter().map(|s| s.spec.name.clone()),
+        v.config.kafka.input_format,
+        Limits {
+            max_message_bytes: v.config.limits.max_message_bytes,
+            max_readings_per_message: v.config.limits.max_readings_per_message,
+            ..Limits::default()
+        },
+    )
+}
+
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
@@ -56,10 +71,10 @@ pub struct Processor {
     /// Readings of prepared messages, oldest first, and per message its
     /// (partition, offset, reading count).
     staged: VecDeque<Staged>,
+    messages_staged: VecDeque<(i32, i64, usize)>,
     /// Messages and bytes not yet added to the shared counters.
     pending_messages: u64,
     pending_bytes: u64,
-    messages_staged: VecDeque<(i32, i64, usize)>,
     partitioner: Partitioner,
     /// Partition count of the input topic (for the partition check).
     input_partitions: Option<i32>,
@@ -74,16 +89,7 @@ impl Processor {
             .enumerate()
             .map(|(i, s)| (s.spec.name.clone(), i))
             .collect();
-        // In plan order: a reading's `stream_index` is its stream's index here.
-        let decoder = Decoder::new(
-            v.plan.streams.iter().map(|s| s.spec.name.clone()),
-            v.config.kafka.input_format,
-            Limits {
-                max_message_bytes: v.config.limits.max_message_bytes,
-                max_readings_per_message: v.config.limits.max_readings_per_message,
-                ..Limits::default()
-            },
-        );
+        let decoder = decoder(v);
         let metrics = v
             .plan
             .streams
@@ -114,9 +120,9 @@ impl Processor {
             messages: metrics::counter!("fleetdp_messages_total"),
             bytes: metrics::counter!("fleetdp_bytes_total"),
             staged: VecDeque::new(),
+            messages_staged: VecDeque::new(),
             pending_messages: 0,
             pending_bytes: 0,
-            messages_staged: VecDeque::new(),
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
         }
@@ -177,10 +183,23 @@ impl Processor {
         self.pending_bytes += payload.len() as u64;
         let readings = self.decoder.decode(payload, content_type)?;
         let start = self.staged.len();
+        if let Err(e) = self.stage(partition, &readings) {
+            self.staged.truncate(start);
+            return Err(e);
+        }
+        self.messages_staged
+            .push_back((partition, offset, readings.len()));
+        Ok(())
+    }
+
+    /// Check and stage the readings of one message (the caller drops what
+    /// was staged if one is refused). Format and value faults are found
+    /// here, lateness only in [`Processor::apply`]: a batch with both is
+    /// dead-lettered for the former.
+    fn stage(&mut self, partition: i32, readings: &[ingest::Reading]) -> Result<(), Rejection> {
         for (i, r) in readings.iter().enumerate() {
             let s = r.stream_index;
             let Ok(t) = self.coders[s].top_code(r.value) else {
-                self.staged.truncate(start);
                 return Err(Rejection::new(
                     Reason::NotFinite,
                     format!("reading {i}: value is NaN or infinite"),
@@ -189,7 +208,6 @@ impl Processor {
             if let Some(n) = self.input_partitions {
                 match self.partitioner.partition(r.device_id.as_bytes(), n) {
                     Some(p) if p != partition => {
-                        self.staged.truncate(start);
                         return Err(Rejection::new(
                             Reason::WrongPartition,
                             format!(
@@ -209,8 +227,6 @@ impl Processor {
                 event_ms: r.event_time_ms,
             });
         }
-        self.messages_staged
-            .push_back((partition, offset, readings.len()));
         Ok(())
     }
 

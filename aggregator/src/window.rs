@@ -231,7 +231,7 @@ impl Windower {
         stream: usize,
         partition: i32,
         offset: i64,
-        device: u64,
+        dk: u64,
         units: i64,
         event_ms: i64,
         closed: &mut Vec<ClosedWindow>,
@@ -256,7 +256,6 @@ impl Windower {
             }
         }
         let seq = lane.next_seq;
-        let dk = device;
         // One probe per reading: the device's horizon count and its count
         // in the open window live in one entry.
         let horizon = event_ms.div_euclid(self.horizon_ms);
