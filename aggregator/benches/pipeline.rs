@@ -97,7 +97,7 @@ fn in_process(v: &Validated, msgs: &[(String, Vec<u8>)], noise: bool) -> (f64, u
     let mut sink = 0.0f64;
     let t = Instant::now();
     for (i, (_, payload)) in msgs.iter().enumerate() {
-        p.process(0, i as i64, payload, None, &mut closed)
+        p.process(0, i as i64, payload, None, None, &mut closed)
             .expect("valid");
         for w in closed.drain(..) {
             let s = &v.plan.streams[w.stream];

@@ -169,10 +169,16 @@ pub struct LimitsConfig {
     pub max_message_bytes: usize,
     #[serde(default = "default_max_readings")]
     pub max_readings_per_message: usize,
-    /// Readings whose event time is this much older than the end of the
-    /// stream's last released window are dead-lettered as too old.
+    /// Count windows: readings whose event time is this much older than the
+    /// latest event time of the lane's closed windows are dead-lettered as
+    /// too old. Time windows: how long after its end a window waits for
+    /// late readings before it is released.
     #[serde(default = "default_lateness")]
     pub max_lateness: String,
+    /// Time windows: a reading whose event time is more than this ahead of
+    /// its Kafka message timestamp is dropped (`future`).
+    #[serde(default = "default_skew")]
+    pub max_clock_skew: String,
 }
 
 impl Default for LimitsConfig {
@@ -181,6 +187,7 @@ impl Default for LimitsConfig {
             max_message_bytes: default_max_bytes(),
             max_readings_per_message: default_max_readings(),
             max_lateness: default_lateness(),
+            max_clock_skew: default_skew(),
         }
     }
 }
@@ -194,6 +201,9 @@ fn default_max_readings() -> usize {
 fn default_lateness() -> String {
     "1h".into()
 }
+fn default_skew() -> String {
+    "5m".into()
+}
 
 /// A validated configuration with its calibrated plan.
 #[derive(Debug, Clone)]
@@ -204,6 +214,9 @@ pub struct Validated {
     pub max_lateness: Duration,
     /// Per stream (same order as `plan.streams`): window timeout, if any.
     pub window_timeouts: Vec<Option<Duration>>,
+    /// Per stream: the time windows' length (add-remove), if any.
+    pub windows: Vec<Option<Duration>>,
+    pub max_clock_skew: Duration,
 }
 
 fn duration(field: &str, text: &str) -> Result<Duration> {
@@ -305,6 +318,7 @@ impl Config {
         }
         let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
         let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;
+        let max_clock_skew = duration("limits.max_clock_skew", &self.limits.max_clock_skew)?;
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -320,12 +334,33 @@ impl Config {
                     .transpose()
             })
             .collect::<Result<_>>()?;
+        let windows = self
+            .streams
+            .iter()
+            .map(|s| {
+                let Some(t) = s.window.as_deref() else {
+                    return Ok(None);
+                };
+                let field = format!("stream '{}': window", s.name);
+                let d = duration(&field, t)?;
+                if d.as_millis() == 0 || horizon.as_millis() % d.as_millis() != 0 {
+                    bail!(
+                        "{field}: {t:?} must be a whole number of milliseconds that divides privacy.horizon \
+                         ({:?}), so that no window straddles a horizon boundary",
+                        self.privacy.horizon
+                    );
+                }
+                Ok(Some(d))
+            })
+            .collect::<Result<_>>()?;
         Ok(Validated {
             config: self,
             plan,
             horizon,
             max_lateness,
             window_timeouts,
+            windows,
+            max_clock_skew,
         })
     }
 
@@ -431,6 +466,27 @@ quantiles = [0.5, 0.9]
             let msg = format!("{err:#}");
             assert!(msg.contains(field), "expected {field:?} in: {msg}");
         }
+    }
+
+    #[test]
+    fn add_remove_needs_time_windows_that_divide_the_horizon() {
+        let ar = SAMPLE.replace(
+            "horizon = \"24h\"",
+            "horizon = \"24h\"\nrelation = \"add-remove\"",
+        );
+        let err = format!("{:#}", Config::parse(&ar).unwrap().validate().unwrap_err());
+        assert!(err.contains("window") && err.contains("presence"), "{err}");
+        let timed = ar.replace("window_size = 1000", "window = \"5m\"");
+        let v = Config::parse(&timed).unwrap().validate().unwrap();
+        assert_eq!(v.windows, vec![Some(Duration::from_secs(300))]);
+        let err = format!(
+            "{:#}",
+            Config::parse(&timed.replace("\"5m\"", "\"7m\""))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        );
+        assert!(err.contains("divides privacy.horizon"), "{err}");
     }
 
     #[test]

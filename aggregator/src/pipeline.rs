@@ -16,7 +16,7 @@ use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
 use crate::status::{budget_gauges, StatusBoard};
-use crate::window::{ClosedWindow, StreamRules, Windower, DEVICE_KEY_SCHEME};
+use crate::window::{ClosedWindow, Windower, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
 use prost::Message as _;
@@ -44,6 +44,9 @@ pub struct Counters {
     pub already_released: AtomicU64,
     pub dropped_window_cap: AtomicU64,
     pub dropped_horizon_cap: AtomicU64,
+    /// Time windows: readings dropped as late, future, out of order or
+    /// beyond a window's bound.
+    pub dropped_time_window: AtomicU64,
     pub windows_released: AtomicU64,
     dead_letters: [AtomicU64; Reason::ALL.len()],
 }
@@ -110,23 +113,6 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Rules of each stream for the windower.
-pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
-    v.plan
-        .streams
-        .iter()
-        .zip(&v.window_timeouts)
-        .map(|(s, t)| StreamRules {
-            name: s.spec.name.clone(),
-            window_size: s.spec.window_size as usize,
-            max_readings_per_device: s.spec.max_readings_per_device,
-            max_windows_per_device: s.spec.max_windows_per_device,
-            midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
-            timeout_ms: t.map(|d| d.as_millis() as i64),
-        })
-        .collect()
-}
-
 /// The published form of a window's release.
 pub fn build_release(
     v: &Validated,
@@ -156,16 +142,17 @@ pub fn build_release(
             },
         })
         .collect();
+    let public = w.published(v.max_lateness.as_millis() as i64);
     proto::WindowRelease {
         stream: stream.spec.name.clone(),
         partition: w.partition,
         window_seq: w.seq,
-        first_offset: w.first_offset,
-        last_offset: w.last_offset,
-        first_event_time_ms: w.first_event_ms,
-        last_event_time_ms: w.last_event_ms,
-        n: w.values.len() as u64,
-        padded: w.padded,
+        first_offset: public.first_offset,
+        last_offset: public.last_offset,
+        first_event_time_ms: public.first_event_ms,
+        last_event_time_ms: public.last_event_ms,
+        n: public.n,
+        padded: public.padded,
         statistics,
         guarantee: Some(proto::Guarantee {
             relation: plan.privacy.relation.to_string(),
@@ -185,7 +172,7 @@ pub fn build_release(
             max_readings_per_device: stream.spec.max_readings_per_device,
             max_windows_per_device: stream.spec.max_windows_per_device,
         }),
-        released_at_ms: now_ms(),
+        released_at_ms: public.released_at_ms.unwrap_or_else(now_ms),
         running: running
             .iter()
             .map(|r| proto::v1::RunningTotal {
@@ -266,6 +253,10 @@ struct Progress {
     /// Per (stream, partition): running-total state after its last closed
     /// window (restored on assignment, dropped on revoke).
     running: BTreeMap<(usize, i32), RunningState>,
+    /// Time windows: per input partition, the latest broker-assigned
+    /// (LogAppendTime) message timestamp received: every message appended
+    /// before it has been received, as offsets follow append order.
+    appended_until: BTreeMap<i32, i64>,
 }
 
 /// Releases published but not yet acknowledged. One at a time: consuming
@@ -273,6 +264,10 @@ struct Progress {
 /// (tansu 0.6 was seen to keep only part of multi-record release batches in
 /// a partition; one-record batches are stored correctly).
 const MAX_INFLIGHT: usize = 1;
+
+/// Time windows released per lane in one check (a lane resumed long after
+/// its last release catches up over several ticks).
+const MAX_CLOSE_PER_TICK: usize = 1000;
 
 #[derive(Default)]
 struct Inflight {
@@ -306,7 +301,8 @@ impl Inflight {
 /// An acknowledged release.
 struct Released {
     partition: i32,
-    first_offset: i64,
+    /// The input offset it held back from commits, if any.
+    first_offset: Option<i64>,
     padded: u64,
     started: Instant,
     release: proto::WindowRelease,
@@ -345,10 +341,12 @@ impl Pipeline {
                 let (md, board, topic) = (md.clone(), board.clone(), topic.clone());
                 let _ = tokio::task::spawn_blocking(move || {
                     for (p, pos) in board.positions() {
+                        // Every message appended before `asked` is below `high`.
+                        let asked = now_ms();
                         if let Ok((low, high)) =
                             md.fetch_watermarks(&topic, p, Duration::from_secs(5))
                         {
-                            board.set_lag(p, (high - pos.unwrap_or(low)).max(0));
+                            board.set_lag(p, (high - pos.unwrap_or(low)).max(0), asked);
                         }
                     }
                 })
@@ -457,6 +455,26 @@ impl Pipeline {
                 .await?
             };
         }
+        // Time windows close on the clock, not on a reading.
+        let timed = v.windows.iter().any(Option::is_some);
+        macro_rules! close_due {
+            () => {
+                if timed {
+                    let appended = &progress.appended_until;
+                    processor.windower_mut().close_due(
+                        now_ms(),
+                        |p| {
+                            let a = appended.get(&p).copied().unwrap_or(i64::MIN);
+                            a.max(self.board.read_until(p))
+                        },
+                        MAX_CLOSE_PER_TICK,
+                        &mut closed,
+                    );
+                    self.release_closed(&sinks, &mut inflight, &mut progress, &mut closed, &opts)
+                        .await?;
+                }
+            };
+        }
         macro_rules! commit {
             () => {{
                 self.commit(
@@ -518,9 +536,15 @@ impl Pipeline {
                     }
                     m = consumer.recv() => m,
                     _ = shutdown.changed() => break,
-                    // Idle input: still commit what was acknowledged and
-                    // report positions (lag, readiness).
+                    // Idle input: apply a rebalance that came without a
+                    // message, release time windows that are due, commit
+                    // what was acknowledged and report positions.
                     _ = idle.tick() => {
+                        if log.changed.load(Ordering::Acquire) {
+                            self.apply_rebalance(&log, &mut processor, &mut progress)
+                                .await?;
+                        }
+                        close_due!();
                         commit!();
                         continue;
                     }
@@ -553,7 +577,15 @@ impl Pipeline {
                 } else {
                     None
                 },
+                msg.timestamp().to_millis(),
             );
+            if timed {
+                // Only the broker's clock orders timestamps like offsets;
+                // a producer's (CreateTime) may run behind its neighbours'.
+                if let rdkafka::Timestamp::LogAppendTime(t) = msg.timestamp() {
+                    progress.appended_until.insert(msg.partition(), t);
+                }
+            }
             // The previous message is applied while this one's device slots load.
             let mut released_any = false;
             if let Some(m) = staged.take() {
@@ -574,6 +606,13 @@ impl Pipeline {
             if released_any
                 || (handled.is_multiple_of(256) && last_commit.elapsed() > Duration::from_secs(1))
             {
+                if timed {
+                    // Its readings may belong to a window about to close.
+                    if let Some(m) = staged.take() {
+                        apply!(m);
+                    }
+                    close_due!();
+                }
                 commit!();
             }
         }
@@ -620,6 +659,25 @@ impl Pipeline {
             self.dead_letter(&sinks.producer, inflight, &msg, &rejection)
                 .await?;
         }
+        let released_any = self
+            .release_closed(sinks, inflight, progress, closed, opts)
+            .await?;
+        progress
+            .next_offset
+            .insert(msg.partition(), msg.offset() + 1);
+        Ok(released_any)
+    }
+
+    /// Start the releases of closed windows, in order; returns whether
+    /// there were any.
+    async fn release_closed(
+        &self,
+        sinks: &Sinks,
+        inflight: &mut Inflight,
+        progress: &mut Progress,
+        closed: &mut Vec<ClosedWindow>,
+        opts: &Options,
+    ) -> Result<bool> {
         let released_any = !closed.is_empty();
         for w in closed.drain(..) {
             // Bounded pipelining: publishes overlap with consuming.
@@ -633,9 +691,6 @@ impl Pipeline {
             // workers cannot steal, until the loop yields.
             tokio::task::yield_now().await;
         }
-        progress
-            .next_offset
-            .insert(msg.partition(), msg.offset() + 1);
         Ok(released_any)
     }
 
@@ -700,6 +755,7 @@ impl Pipeline {
             progress.next_offset.remove(&p);
             progress.committed.remove(&p);
             progress.running.retain(|&(_, q), _| q != p);
+            progress.appended_until.remove(&p);
         }
         self.board.rebalanced(&assigned, &revoked);
         if !revoked.is_empty() {
@@ -749,6 +805,12 @@ impl Pipeline {
                 }
                 resumed += 1;
             }
+        }
+        // Time windows of lanes with no ledger start at a moment no reading
+        // decides: now.
+        let now = now_ms();
+        for &p in &assigned {
+            processor.windower_mut().start_time_lanes(p, now);
         }
         tracing::info!(
             ?assigned,
@@ -813,18 +875,22 @@ impl Pipeline {
             }
             None => (vec![], vec![]),
         };
-        *inflight
-            .first_offsets
-            .entry(w.partition)
-            .or_default()
-            .entry(w.first_offset)
-            .or_default() += 1;
+        // An empty time window holds back no input offset.
+        let holds = (!w.values.is_empty()).then_some(w.first_offset);
+        if let Some(o) = holds {
+            *inflight
+                .first_offsets
+                .entry(w.partition)
+                .or_default()
+                .entry(o)
+                .or_default() += 1;
+        }
         let key = proto::release_key(&stream.spec.name, w.partition, w.seq);
         let out_partition = w.partition.rem_euclid(sinks.output_partitions);
         let state_topic = self.v.config.kafka.state_topic();
         let producer = sinks.producer.clone();
         let topic = self.v.config.kafka.output_topic.clone();
-        let (partition, first_offset, padded) = (w.partition, w.first_offset, w.padded);
+        let (partition, first_offset, padded) = (w.partition, holds, w.padded);
         let mut ledger = proto::v1::LedgerEntry {
             stream: stream.spec.name.clone(),
             partition: w.partition,
@@ -925,11 +991,14 @@ impl Pipeline {
 
     fn finish_release(&self, inflight: &mut Inflight, done: Released, opts: &Options) {
         let latency = done.started.elapsed();
-        if let Some(m) = inflight.first_offsets.get_mut(&done.partition) {
-            if let Some(c) = m.get_mut(&done.first_offset) {
+        if let (Some(m), Some(o)) = (
+            inflight.first_offsets.get_mut(&done.partition),
+            done.first_offset,
+        ) {
+            if let Some(c) = m.get_mut(&o) {
                 *c -= 1;
                 if *c == 0 {
-                    m.remove(&done.first_offset);
+                    m.remove(&o);
                 }
             }
         }

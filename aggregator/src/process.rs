@@ -5,8 +5,8 @@
 use crate::config::Validated;
 use crate::dp::universe::TopCoder;
 use crate::partitioner::Partitioner;
-use crate::pipeline::{stream_rules, Counters};
-use crate::window::{device_key, Admission, ClosedWindow, FastMap, Windower};
+use crate::pipeline::Counters;
+use crate::window::{device_key, Admission, ClosedWindow, FastMap, StreamRules, Windower};
 use ingest::{Decoder, Limits, Reason, Rejection};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -18,6 +18,10 @@ struct StreamMetrics {
     accepted: metrics::Counter,
     dropped_window_cap: metrics::Counter,
     dropped_horizon_cap: metrics::Counter,
+    dropped_late: metrics::Counter,
+    dropped_future: metrics::Counter,
+    dropped_out_of_order: metrics::Counter,
+    dropped_window_full: metrics::Counter,
     opened: metrics::Counter,
     /// Windows opened as last reported to `opened`.
     opened_seen: u64,
@@ -33,6 +37,10 @@ struct StreamTally {
     already_released: u64,
     dropped_window_cap: u64,
     dropped_horizon_cap: u64,
+    dropped_late: u64,
+    dropped_future: u64,
+    dropped_out_of_order: u64,
+    dropped_window_full: u64,
 }
 
 /// A prepared reading, waiting for [`Processor::apply`].
@@ -41,6 +49,26 @@ struct Staged {
     device: u64,
     units: i64,
     event_ms: i64,
+    /// Its message's Kafka timestamp (its event time when the message has none).
+    msg_ms: i64,
+}
+
+/// Rules of each stream for the windower.
+pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
+    v.plan
+        .streams
+        .iter()
+        .zip(v.window_timeouts.iter().zip(&v.windows))
+        .map(|(s, (t, w))| StreamRules {
+            name: s.spec.name.clone(),
+            window_size: s.spec.window_size as usize,
+            max_readings_per_device: s.spec.max_readings_per_device,
+            max_windows_per_device: s.spec.max_windows_per_device,
+            midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
+            timeout_ms: t.map(|d| d.as_millis() as i64),
+            window_ms: w.map(|d| d.as_millis() as i64),
+        })
+        .collect()
 }
 
 /// The service's decoder for a configuration: its streams in plan order (a
@@ -100,6 +128,10 @@ impl Processor {
                     accepted: metrics::counter!("fleetdp_readings_accepted_total", "stream" => name.clone()),
                     dropped_window_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_window_cap"),
                     dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_horizon_cap"),
+                    dropped_late: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "late"),
+                    dropped_future: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "future"),
+                    dropped_out_of_order: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "out_of_order"),
+                    dropped_window_full: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "window_full"),
                     opened: metrics::counter!("fleetdp_windows_opened_total", "stream" => name),
                     opened_seen: 0,
                     pending: StreamTally::default(),
@@ -113,7 +145,8 @@ impl Processor {
                 stream_rules(v),
                 v.horizon.as_millis() as i64,
                 v.max_lateness.as_millis() as i64,
-            ),
+            )
+            .with_clock_skew(v.max_clock_skew.as_millis() as i64),
             names,
             counters,
             metrics,
@@ -157,10 +190,11 @@ impl Processor {
         offset: i64,
         payload: &[u8],
         content_type: Option<&str>,
+        timestamp_ms: Option<i64>,
         closed: &mut Vec<ClosedWindow>,
     ) -> Result<(), Rejection> {
         let r = self
-            .prepare(partition, offset, payload, content_type)
+            .prepare(partition, offset, payload, content_type, timestamp_ms)
             .and_then(|()| self.apply(closed));
         self.flush_counters();
         r
@@ -172,18 +206,21 @@ impl Processor {
     /// Meanwhile the devices' table slots are being fetched from memory, so
     /// a caller that prepares the next message before applying the previous
     /// one hides most of that latency. A rejected message stages nothing.
+    /// `timestamp_ms` is the message's Kafka timestamp (time windows judge
+    /// lateness by it; stored with the message, so a replay judges alike).
     pub fn prepare(
         &mut self,
         partition: i32,
         offset: i64,
         payload: &[u8],
         content_type: Option<&str>,
+        timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
         self.pending_messages += 1;
         self.pending_bytes += payload.len() as u64;
         let readings = self.decoder.decode(payload, content_type)?;
         let start = self.staged.len();
-        if let Err(e) = self.stage(partition, &readings) {
+        if let Err(e) = self.stage(partition, &readings, timestamp_ms) {
             self.staged.truncate(start);
             return Err(e);
         }
@@ -196,7 +233,12 @@ impl Processor {
     /// was staged if one is refused). Format and value faults are found
     /// here, lateness only in [`Processor::apply`]: a batch with both is
     /// dead-lettered for the former.
-    fn stage(&mut self, partition: i32, readings: &[ingest::Reading]) -> Result<(), Rejection> {
+    fn stage(
+        &mut self,
+        partition: i32,
+        readings: &[ingest::Reading],
+        timestamp_ms: Option<i64>,
+    ) -> Result<(), Rejection> {
         for (i, r) in readings.iter().enumerate() {
             let s = r.stream_index;
             let Ok(t) = self.coders[s].top_code(r.value) else {
@@ -225,6 +267,7 @@ impl Processor {
                 device,
                 units: t.units,
                 event_ms: r.event_time_ms,
+                msg_ms: timestamp_ms.unwrap_or(r.event_time_ms),
             });
         }
         Ok(())
@@ -253,15 +296,19 @@ impl Processor {
         for _ in 0..count {
             let r = self.staged.pop_front().expect("counted");
             let s = r.stream;
-            let a = self
-                .windower
-                .admit(s, partition, offset, r.device, r.units, r.event_ms, closed);
+            let a = self.windower.admit(
+                s, partition, offset, r.device, r.units, r.event_ms, r.msg_ms, closed,
+            );
             let t = &mut self.metrics[s].pending;
             match a {
                 Admission::Accepted => t.accepted += 1,
                 Admission::AlreadyReleased => t.already_released += 1,
                 Admission::DroppedWindowCap => t.dropped_window_cap += 1,
                 Admission::DroppedHorizonCap => t.dropped_horizon_cap += 1,
+                Admission::DroppedLate => t.dropped_late += 1,
+                Admission::DroppedFuture => t.dropped_future += 1,
+                Admission::DroppedOutOfOrder => t.dropped_out_of_order += 1,
+                Admission::DroppedWindowFull => t.dropped_window_full += 1,
             }
         }
         Ok(())
@@ -300,6 +347,17 @@ impl Processor {
                 c.dropped_horizon_cap
                     .fetch_add(t.dropped_horizon_cap, Ordering::Relaxed);
                 m.dropped_horizon_cap.increment(t.dropped_horizon_cap);
+            }
+            for (n, counter) in [
+                (t.dropped_late, &m.dropped_late),
+                (t.dropped_future, &m.dropped_future),
+                (t.dropped_out_of_order, &m.dropped_out_of_order),
+                (t.dropped_window_full, &m.dropped_window_full),
+            ] {
+                if n > 0 {
+                    c.dropped_time_window.fetch_add(n, Ordering::Relaxed);
+                    counter.increment(n);
+                }
             }
             let opened = self.windower.windows_opened(s);
             if opened != m.opened_seen {
@@ -385,7 +443,7 @@ window_timeout = "2h"
         let mut expected: Vec<Outcome> = Vec::new();
         for (i, (payload, ct)) in msgs.iter().enumerate() {
             let mut closed = Vec::new();
-            let r = p.process(0, i as i64, payload, *ct, &mut closed);
+            let r = p.process(0, i as i64, payload, *ct, None, &mut closed);
             expected.push((r.map_err(|e| Some(e.reason)), closed));
         }
 
@@ -394,7 +452,7 @@ window_timeout = "2h"
         let mut got: Vec<Outcome> = vec![(Err(None), vec![]); msgs.len()];
         let mut staged: Option<usize> = None;
         for (i, (payload, ct)) in msgs.iter().enumerate() {
-            let prepared = p.prepare(0, i as i64, payload, *ct);
+            let prepared = p.prepare(0, i as i64, payload, *ct, None);
             if let Some(j) = staged.take() {
                 let mut closed = Vec::new();
                 let r = p.apply(&mut closed);

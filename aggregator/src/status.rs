@@ -33,6 +33,10 @@ struct Board {
     positions: BTreeMap<i32, i64>,
     /// Input partition → lag (messages behind the high watermark).
     lag: BTreeMap<i32, i64>,
+    /// Input partition → the latest moment (ms) up to which every message
+    /// appended is known to be handled (a lag probe that asked then found
+    /// lag 0).
+    read_until: BTreeMap<i32, i64>,
     assigned: Vec<i32>,
     releases: u64,
 }
@@ -129,6 +133,7 @@ impl StatusBoard {
         let now = b.assigned.clone();
         b.positions.retain(|p, _| now.contains(p));
         b.lag.retain(|p, _| now.contains(p));
+        b.read_until.retain(|p, _| now.contains(p));
     }
 
     /// The next offset the pipeline will handle on `partition`.
@@ -145,11 +150,27 @@ impl StatusBoard {
             .collect()
     }
 
-    /// The lag probe's result for a partition.
-    pub fn set_lag(&self, partition: i32, lag: i64) {
-        self.lock().lag.insert(partition, lag);
+    /// The lag probe's result for a partition, asked at `asked_ms`.
+    pub fn set_lag(&self, partition: i32, lag: i64, asked_ms: i64) {
+        let mut b = self.lock();
+        b.lag.insert(partition, lag);
+        if lag == 0 {
+            let t = b.read_until.entry(partition).or_insert(asked_ms);
+            *t = (*t).max(asked_ms);
+        }
+        drop(b);
         metrics::gauge!("fleetdp_consumer_lag", "partition" => partition.to_string())
             .set(lag as f64);
+    }
+
+    /// Every message appended to `partition` before this moment (ms) has
+    /// been handled (`i64::MIN`: not known yet).
+    pub fn read_until(&self, partition: i32) -> i64 {
+        self.lock()
+            .read_until
+            .get(&partition)
+            .copied()
+            .unwrap_or(i64::MIN)
     }
 
     /// Ready: partitions assigned, and each within `ready_max_lag` of its

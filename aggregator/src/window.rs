@@ -1,14 +1,26 @@
-//! Windowing and contribution bounding per (stream, input partition): cuts
-//! blocks of exactly `n` accepted readings at deterministic offsets, drops a
-//! device's readings beyond `k` per window and beyond `W` windows per
-//! horizon, and says how far the input may be committed.
+//! Windowing and contribution bounding per (stream, input partition), and
+//! how far the input may be committed. Two kinds of window:
+//!
+//! - **count windows** (change-one): blocks of exactly `n` accepted readings
+//!   cut at deterministic offsets; `n` and every position are public;
+//! - **time windows** (add-remove): a reading's window is `⌊event time /
+//!   length⌋`, a function of that reading alone; a window closes at a moment
+//!   no reading decides ([`Windower::close_due`]) and is released even when
+//!   empty, with no padding. See docs/DESIGN.md §3.
 //!
 //! Privacy argument: after bounding, one device is at most `k` records of any
-//! window and touches at most `W` windows of a stream per horizon (aligned
-//! intervals of event time), which is what the sensitivities and the
-//! accountant assume. Everything here is decided by public data (arrival
-//! order, offsets, device ids, event times), never by values, so replaying
-//! the same input rebuilds the same windows and the keyed noise repeats.
+//! window, and for every horizon `h` at most `W` windows hold its readings
+//! of `h`: a window is charged to *every* horizon whose readings of the
+//! device it holds (a window straddling a horizon boundary counts against
+//! both), which is what the sensitivities and the accountant assume. Every
+//! decision uses arrival order, offsets, device ids and event times, never
+//! values (change-one: those are public). Under add-remove with time
+//! windows, whether a reading is kept depends only on its own event time,
+//! its own message timestamp, its own device's earlier readings and on which
+//! windows were already released, never on another device's presence; so
+//! adding or removing one device changes only windows that hold its
+//! readings. Replaying the same input rebuilds the same windows and the
+//! keyed noise repeats.
 
 use crate::devices::DeviceTable;
 use std::collections::HashMap;
@@ -41,9 +53,16 @@ pub struct StreamRules {
     /// Midpoint of the universe in units (padding value).
     pub midpoint: i64,
     /// Close a window padded to `n` once a reading arrives this much later
-    /// (event time) than the window's first reading.
+    /// (event time) than the window's first reading (count windows only).
     pub timeout_ms: Option<i64>,
+    /// Time windows of this length (ms); `None`: count windows of `window_size`.
+    pub window_ms: Option<i64>,
 }
+
+/// Most readings one time window holds; later ones are dropped
+/// (`window_full`). Far above what memory allows in practice; it bounds
+/// the exact sums (docs/DESIGN.md §5).
+pub const MAX_TIME_WINDOW_READINGS: usize = 1 << 32;
 
 /// What happened to one reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +74,16 @@ pub enum Admission {
     DroppedWindowCap,
     /// The device already touched `W` windows in this horizon.
     DroppedHorizonCap,
+    /// Time windows: its window was already released, or its message
+    /// arrived after the window's end plus the allowed lateness.
+    DroppedLate,
+    /// Time windows: its event time is later than its message timestamp
+    /// plus the allowed clock skew.
+    DroppedFuture,
+    /// Time windows: its device already has readings in a later window.
+    DroppedOutOfOrder,
+    /// Time windows: the window holds [`MAX_TIME_WINDOW_READINGS`].
+    DroppedWindowFull,
 }
 
 /// A full window, ready to release.
@@ -66,10 +95,15 @@ pub struct ClosedWindow {
     pub values: Vec<i64>,
     pub first_offset: i64,
     pub last_offset: i64,
+    /// Count windows: the event times of the first and last reading to
+    /// arrive. Time windows: the window's bounds `[start, end)`.
     pub first_event_ms: i64,
     pub last_event_ms: i64,
-    /// How many of the values are midpoint padding (public).
+    /// How many of the values are midpoint padding (count windows; public).
     pub padded: u64,
+    /// A time window: its size and offsets are private (add-remove) and
+    /// only its bounds and seq are published ([`ClosedWindow::published`]).
+    pub timed: bool,
     /// Devices charged one of their `W` windows by this window, with the
     /// horizon charged (internal state, never published).
     pub charges: Vec<(u64, i64)>,
@@ -80,6 +114,56 @@ pub struct ClosedWindow {
     /// they charged is older than any reading the lane still accepts): their
     /// state records can be deleted (compaction tombstones).
     pub retired: Vec<u64>,
+}
+
+/// The window metadata a release publishes beside its noisy statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedWindow {
+    pub seq: u64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub first_event_ms: i64,
+    pub last_event_ms: i64,
+    pub n: u64,
+    pub padded: u64,
+    /// The release time to publish; `None`: the moment it is built.
+    pub released_at_ms: Option<i64>,
+}
+
+impl ClosedWindow {
+    /// What a release may say about this window without noise.
+    ///
+    /// Count windows (change-one): offsets, arrival event times, `n` and
+    /// padding are functions of who sent readings and when, which that
+    /// relation makes public. Time windows (add-remove): only the seq and
+    /// the window's bounds, which no reading decides; offsets, `n` and
+    /// padding would count the readings, so they are published as 0, and
+    /// the release time is the window's due moment (end + `lateness_ms`).
+    pub fn published(&self, lateness_ms: i64) -> PublishedWindow {
+        if self.timed {
+            PublishedWindow {
+                seq: self.seq,
+                first_offset: 0,
+                last_offset: 0,
+                first_event_ms: self.first_event_ms,
+                last_event_ms: self.last_event_ms,
+                n: 0,
+                padded: 0,
+                released_at_ms: Some(self.last_event_ms.saturating_add(lateness_ms)),
+            }
+        } else {
+            PublishedWindow {
+                seq: self.seq,
+                first_offset: self.first_offset,
+                last_offset: self.last_offset,
+                first_event_ms: self.first_event_ms,
+                last_event_ms: self.last_event_ms,
+                n: self.values.len() as u64,
+                padded: self.padded,
+                released_at_ms: None,
+            }
+        }
+    }
 }
 
 /// Where a (stream, partition) resumes after a restart, from the release ledger.
@@ -115,6 +199,10 @@ struct Lane {
     devices: DeviceTable<DeviceHorizon>,
     /// Windows whose charges are still needed: (seq, latest horizon charged).
     live: Vec<(u64, i64)>,
+    /// Time windows: the open windows by seq (= window index), the first
+    /// seq not yet released is `next_seq`; set once the lane has started.
+    timed: std::collections::BTreeMap<u64, Open>,
+    started: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -145,6 +233,11 @@ pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
     lateness_ms: i64,
+    /// Time windows: how far a reading's event time may be ahead of its
+    /// message timestamp.
+    skew_ms: i64,
+    /// The seq of the window the last accepted reading went to.
+    last_accepted_seq: u64,
     lanes: FastMap<(usize, i32), Lane>,
     /// Per stream: windows opened so far (a public count).
     opened: Vec<u64>,
@@ -155,12 +248,94 @@ impl Windower {
     /// refused ([`Windower::is_too_old`]).
     pub fn new(rules: Vec<StreamRules>, horizon_ms: i64, lateness_ms: i64) -> Self {
         assert!(horizon_ms > 0 && lateness_ms >= 0);
+        assert!(rules
+            .iter()
+            .all(|r| r.window_ms.is_none_or(|l| l > 0 && horizon_ms % l == 0)));
         Self {
             opened: vec![0; rules.len()],
             rules,
             horizon_ms,
             lateness_ms,
+            skew_ms: DEFAULT_CLOCK_SKEW_MS,
+            last_accepted_seq: 0,
             lanes: FastMap::default(),
+        }
+    }
+
+    /// Time windows: how far (ms) a reading's event time may be ahead of its
+    /// message timestamp before it is dropped as `future`.
+    pub fn with_clock_skew(mut self, skew_ms: i64) -> Self {
+        assert!(skew_ms >= 0);
+        self.skew_ms = skew_ms;
+        self
+    }
+
+    /// The seq of the window the last [`Admission::Accepted`] reading joined.
+    pub fn last_accepted_seq(&self) -> u64 {
+        self.last_accepted_seq
+    }
+
+    /// Start the time-window lanes of `partition` that have not started
+    /// (no release ledger): the first window is the oldest one still open
+    /// at `now_ms`, a moment no reading decides. A lane resumed from the
+    /// ledger continues after its last released window instead.
+    pub fn start_time_lanes(&mut self, partition: i32, now_ms: i64) {
+        for (s, r) in self.rules.iter().enumerate() {
+            let Some(len) = r.window_ms else { continue };
+            let lane = self.lanes.entry((s, partition)).or_default();
+            if !lane.started {
+                lane.started = true;
+                lane.next_seq = first_open_window(now_ms, len, self.lateness_ms);
+            }
+        }
+    }
+
+    /// Close every time window that is due at `now_ms` (wall clock): its
+    /// end plus the allowed lateness has passed, and every message appended
+    /// before that moment has been handled (`read_until(partition)`, the
+    /// moment up to which the caller knows that, is past it). Then every
+    /// reading whose message timestamp is before the due moment was offered
+    /// first, and whether a reading is in its window depends on that reading
+    /// alone. Empty windows are released too. At most `limit` windows per
+    /// lane and call, oldest first.
+    pub fn close_due(
+        &mut self,
+        now_ms: i64,
+        read_until: impl Fn(i32) -> i64,
+        limit: usize,
+        closed: &mut Vec<ClosedWindow>,
+    ) {
+        let mut keys: Vec<(usize, i32)> = self
+            .lanes
+            .iter()
+            .filter(|((s, _), l)| l.started && self.rules[*s].window_ms.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        keys.sort_unstable();
+        for (s, p) in keys {
+            let rules = &self.rules[s];
+            let len = rules.window_ms.expect("time lanes");
+            let lane = self.lanes.get_mut(&(s, p)).expect("listed");
+            let read = read_until(p);
+            let lane_before = closed.len();
+            while closed.len() - lane_before < limit {
+                let due = window_end(lane.next_seq, len).saturating_add(self.lateness_ms);
+                if now_ms < due || read < due {
+                    break;
+                }
+                let seq = lane.next_seq;
+                let open = lane.timed.remove(&seq).unwrap_or_default();
+                let oldest_accepted = window_end(seq, len);
+                closed.push(close(
+                    lane,
+                    open,
+                    (s, p),
+                    rules,
+                    self.horizon_ms,
+                    oldest_accepted,
+                    window_end(seq, len),
+                ));
+            }
         }
     }
 
@@ -171,6 +346,8 @@ impl Windower {
         lane.resume_after_offset = Some(r.last_offset);
         lane.reference_event_ms = Some(r.reference_event_ms);
         lane.open = Open::default();
+        lane.timed.clear();
+        lane.started = true;
     }
 
     /// Restore the per-device window counts of a (stream, partition) from
@@ -215,7 +392,11 @@ impl Windower {
     /// than the allowed lateness. A replayed reading inside a window released
     /// before a restart is never too old: the windower skips it, and judging
     /// it against the newer reference would dead-letter a released reading.
+    /// Time windows judge lateness per reading in [`Windower::admit`] instead.
     pub fn is_too_old(&self, stream: usize, partition: i32, offset: i64, event_ms: i64) -> bool {
+        if self.rules[stream].window_ms.is_some() {
+            return false;
+        }
         self.lanes.get(&(stream, partition)).is_some_and(|l| {
             l.resume_after_offset.is_none_or(|o| offset > o)
                 && l.reference_event_ms
@@ -223,8 +404,10 @@ impl Windower {
         })
     }
 
-    /// Offer one top-coded reading; returns what happened and any windows
-    /// that closed (a timed-out one before it, a full one with it).
+    /// Offer one top-coded reading from a message stamped `msg_ms`; returns
+    /// what happened and any windows that closed (count windows: a timed-out
+    /// one before it, a full one with it; time windows close in
+    /// [`Windower::close_due`]).
     #[allow(clippy::too_many_arguments)] // the hot path: plain values, no struct to build per reading
     pub fn admit(
         &mut self,
@@ -234,34 +417,74 @@ impl Windower {
         dk: u64,
         units: i64,
         event_ms: i64,
+        msg_ms: i64,
         closed: &mut Vec<ClosedWindow>,
     ) -> Admission {
         let rules = &self.rules[stream];
         let lane = self.lanes.entry((stream, partition)).or_default();
-        if lane.resume_after_offset.is_some_and(|o| offset <= o) {
-            return Admission::AlreadyReleased;
-        }
-        if let Some(t) = rules.timeout_ms {
-            if !lane.open.values.is_empty()
-                && event_ms.saturating_sub(lane.open.first_event_ms) >= t
-            {
-                closed.push(close(
-                    lane,
-                    stream,
-                    partition,
-                    rules,
-                    self.horizon_ms,
-                    self.lateness_ms,
-                ));
+        let seq = match rules.window_ms {
+            None => {
+                if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                    return Admission::AlreadyReleased;
+                }
+                if let Some(t) = rules.timeout_ms {
+                    if !lane.open.values.is_empty()
+                        && event_ms.saturating_sub(lane.open.first_event_ms) >= t
+                    {
+                        let open = take_open(lane, rules);
+                        let oldest = oldest_count(lane, &open, self.lateness_ms);
+                        closed.push(close(
+                            lane,
+                            open,
+                            (stream, partition),
+                            rules,
+                            self.horizon_ms,
+                            oldest.0,
+                            oldest.1,
+                        ));
+                    }
+                }
+                lane.next_seq
             }
-        }
-        let seq = lane.next_seq;
+            Some(len) => {
+                // Late, future and out-of-order are decided by this reading
+                // and this device alone (module doc).
+                if event_ms < 0 {
+                    return Admission::DroppedLate;
+                }
+                let seq = (event_ms / len) as u64;
+                if !lane.started {
+                    // Only callers that never start lanes (unit tests, benches).
+                    lane.started = true;
+                    lane.next_seq = seq;
+                }
+                if seq < lane.next_seq
+                    || msg_ms >= window_end(seq, len).saturating_add(self.lateness_ms)
+                {
+                    // Replayed input up to the last released window's last
+                    // reading is counted apart from late readings.
+                    if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                        return Admission::AlreadyReleased;
+                    }
+                    return Admission::DroppedLate;
+                }
+                if event_ms > msg_ms.saturating_add(self.skew_ms) {
+                    return Admission::DroppedFuture;
+                }
+                seq
+            }
+        };
         // One probe per reading: the device's horizon count and its count
-        // in the open window live in one entry.
+        // in its latest window live in one entry.
         let horizon = event_ms.div_euclid(self.horizon_ms);
         let entry = lane
             .devices
             .get_or_insert(dk, DeviceHorizon::fresh(horizon));
+        if entry.last_seq != u64::MAX && seq < entry.last_seq {
+            // Time windows only (count seqs never go back): a device's
+            // window counts are kept for its latest window.
+            return Admission::DroppedOutOfOrder;
+        }
         let in_window = if entry.last_seq == seq {
             entry.in_window
         } else {
@@ -270,26 +493,43 @@ impl Windower {
         if in_window >= rules.max_readings_per_device {
             return Admission::DroppedWindowCap;
         }
-        if in_window == 0 {
+        if horizon < entry.horizon {
+            // An older horizon whose count is no longer kept: dropping is
+            // the only choice that cannot exceed W (alternating event
+            // times must not reset the count).
+            return Admission::DroppedHorizonCap;
+        }
+        let open = match rules.window_ms {
+            None => &mut lane.open,
+            Some(_) => {
+                let o = lane.timed.entry(seq).or_default();
+                if o.values.len() >= MAX_TIME_WINDOW_READINGS {
+                    return Admission::DroppedWindowFull;
+                }
+                o
+            }
+        };
+        if horizon > entry.horizon {
+            // A newer horizon: its count starts with this window, which is
+            // charged to it — also when the device already holds readings
+            // of an older horizon here (that one stays charged too).
+            *entry = DeviceHorizon {
+                horizon,
+                windows: 1,
+                in_window,
+                last_seq: seq,
+            };
+            open.charges.push((dk, horizon));
+        } else if in_window == 0 {
             // First reading of this device in this window: charge a window.
-            if horizon < entry.horizon {
-                // An older horizon whose count is no longer kept: dropping is
-                // the only choice that cannot exceed W (alternating event
-                // times must not reset the count).
-                return Admission::DroppedHorizonCap;
-            }
-            if horizon > entry.horizon {
-                *entry = DeviceHorizon::fresh(horizon);
-            }
             if entry.windows >= rules.max_windows_per_device {
                 return Admission::DroppedHorizonCap;
             }
             entry.windows += 1;
             entry.last_seq = seq;
-            lane.open.charges.push((dk, horizon));
+            open.charges.push((dk, horizon));
         }
         entry.in_window = in_window + 1;
-        let open = &mut lane.open;
         if open.values.is_empty() {
             self.opened[stream] += 1;
             open.first_offset = offset;
@@ -298,14 +538,18 @@ impl Windower {
         open.last_offset = offset;
         open.last_event_ms = event_ms;
         open.values.push(units);
-        if open.values.len() >= rules.window_size {
+        self.last_accepted_seq = seq;
+        if rules.window_ms.is_none() && open.values.len() >= rules.window_size {
+            let open = take_open(lane, rules);
+            let oldest = oldest_count(lane, &open, self.lateness_ms);
             closed.push(close(
                 lane,
-                stream,
-                partition,
+                open,
+                (stream, partition),
                 rules,
                 self.horizon_ms,
-                self.lateness_ms,
+                oldest.0,
+                oldest.1,
             ));
         }
         Admission::Accepted
@@ -331,35 +575,62 @@ impl Windower {
     pub fn committable(&self, partition: i32, next_offset: i64) -> i64 {
         self.lanes
             .iter()
-            .filter(|((_, p), l)| *p == partition && !l.open.values.is_empty())
-            .map(|(_, l)| l.open.first_offset)
+            .filter(|((_, p), _)| *p == partition)
+            .flat_map(|(_, l)| std::iter::once(&l.open).chain(l.timed.values()))
+            .filter(|o| !o.values.is_empty())
+            .map(|o| o.first_offset)
             .fold(next_offset, i64::min)
     }
 }
 
-fn close(
-    lane: &mut Lane,
-    stream: usize,
-    partition: i32,
-    rules: &StreamRules,
-    horizon_ms: i64,
-    lateness_ms: i64,
-) -> ClosedWindow {
-    let open = std::mem::replace(
+/// Time windows: how far a reading's event time may run ahead of its
+/// message timestamp by default (`limits.max_clock_skew`).
+pub const DEFAULT_CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
+
+fn window_end(seq: u64, len: i64) -> i64 {
+    (seq as i64).saturating_add(1).saturating_mul(len)
+}
+
+/// The first time window not yet due at `now_ms`.
+fn first_open_window(now_ms: i64, len: i64, lateness_ms: i64) -> u64 {
+    now_ms.saturating_sub(lateness_ms).max(0).div_euclid(len) as u64
+}
+
+/// Take a count window's open block out of its lane.
+fn take_open(lane: &mut Lane, rules: &StreamRules) -> Open {
+    std::mem::replace(
         &mut lane.open,
         Open {
             values: Vec::with_capacity(rules.window_size),
             ..Open::default()
         },
-    );
+    )
+}
+
+/// Count windows: (oldest event time still accepted, new lateness
+/// reference) after closing `open`: the reference is the latest event time
+/// of any window so far (monotone).
+fn oldest_count(lane: &Lane, open: &Open, lateness_ms: i64) -> (i64, i64) {
     let reference = lane
         .reference_event_ms
         .map_or(open.last_event_ms, |r| r.max(open.last_event_ms));
+    (reference.saturating_sub(lateness_ms), reference)
+}
+
+/// Close the lane's window `lane.next_seq` holding `open`.
+fn close(
+    lane: &mut Lane,
+    open: Open,
+    (stream, partition): (usize, i32),
+    rules: &StreamRules,
+    horizon_ms: i64,
+    oldest_accepted: i64,
+    reference: i64,
+) -> ClosedWindow {
     lane.reference_event_ms = Some(reference);
+    let seq = lane.next_seq;
     // Horizons ending at or before the oldest event time still accepted can
     // never be charged again: windows that charged only those are retired.
-    let oldest_accepted = reference.saturating_sub(lateness_ms);
-    let seq = lane.next_seq;
     lane.live.push((
         seq,
         open.charges.iter().map(|c| c.1).max().unwrap_or(i64::MIN),
@@ -375,18 +646,25 @@ fn close(
         !dead
     });
     let mut values = open.values;
-    let padded = rules.window_size.saturating_sub(values.len()) as u64;
-    values.resize(rules.window_size, rules.midpoint);
+    let (padded, first_event_ms, last_event_ms) = match rules.window_ms {
+        None => {
+            let padded = rules.window_size.saturating_sub(values.len()) as u64;
+            values.resize(rules.window_size, rules.midpoint);
+            (padded, open.first_event_ms, open.last_event_ms)
+        }
+        Some(len) => (0, (seq as i64).saturating_mul(len), window_end(seq, len)),
+    };
     let w = ClosedWindow {
         stream,
         partition,
-        seq: lane.next_seq,
+        seq,
         values,
         first_offset: open.first_offset,
         last_offset: open.last_offset,
-        first_event_ms: open.first_event_ms,
-        last_event_ms: open.last_event_ms,
+        first_event_ms,
+        last_event_ms,
         padded,
+        timed: rules.window_ms.is_some(),
         charges: open.charges,
         reference_event_ms: reference,
         retired,
@@ -426,6 +704,7 @@ mod tests {
                 max_windows_per_device: w,
                 midpoint: 50,
                 timeout_ms: timeout,
+                window_ms: None,
             }],
             1000,
             3000,
@@ -445,6 +724,7 @@ mod tests {
                     device_key(&format!("d{off}")),
                     off,
                     10,
+                    10,
                     &mut closed
                 ),
                 Admission::Accepted
@@ -460,7 +740,7 @@ mod tests {
             assert_eq!(c.values.len(), 3);
         }
         assert_eq!(w.committable(0, 9), 9);
-        w.admit(0, 0, 9, device_key("x"), 1, 10, &mut closed);
+        w.admit(0, 0, 9, device_key("x"), 1, 10, 0, &mut closed);
         assert_eq!(w.committable(0, 10), 9);
     }
 
@@ -469,32 +749,32 @@ mod tests {
         let mut w = windower(2, 1, 2, None);
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 0, device_key("a"), 1, 0, &mut closed),
+            w.admit(0, 0, 0, device_key("a"), 1, 0, 0, &mut closed),
             Admission::Accepted
         );
         assert_eq!(
-            w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed),
+            w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed),
             Admission::DroppedWindowCap
         );
         assert_eq!(
-            w.admit(0, 0, 2, device_key("b"), 1, 0, &mut closed),
+            w.admit(0, 0, 2, device_key("b"), 1, 0, 0, &mut closed),
             Admission::Accepted
         ); // window 0 closes
         assert_eq!(
-            w.admit(0, 0, 3, device_key("a"), 1, 0, &mut closed),
+            w.admit(0, 0, 3, device_key("a"), 1, 0, 0, &mut closed),
             Admission::Accepted
         ); // a: 2nd window
         assert_eq!(
-            w.admit(0, 0, 4, device_key("c"), 1, 0, &mut closed),
+            w.admit(0, 0, 4, device_key("c"), 1, 0, 0, &mut closed),
             Admission::Accepted
         ); // window 1 closes
         assert_eq!(
-            w.admit(0, 0, 5, device_key("a"), 1, 0, &mut closed),
+            w.admit(0, 0, 5, device_key("a"), 1, 0, 0, &mut closed),
             Admission::DroppedHorizonCap
         );
         // Next horizon (event time ≥ 1000): a may contribute again.
         assert_eq!(
-            w.admit(0, 0, 6, device_key("a"), 1, 1000, &mut closed),
+            w.admit(0, 0, 6, device_key("a"), 1, 1000, 0, &mut closed),
             Admission::Accepted
         );
         assert_eq!(closed.len(), 2);
@@ -505,15 +785,15 @@ mod tests {
         let mut w = windower(1, 1, 1, None);
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 0, device_key("a"), 1, 1000, &mut closed),
+            w.admit(0, 0, 0, device_key("a"), 1, 1000, 0, &mut closed),
             Admission::Accepted
         );
         assert_eq!(
-            w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed),
+            w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed),
             Admission::DroppedHorizonCap
         );
         assert_eq!(
-            w.admit(0, 0, 2, device_key("a"), 1, 1500, &mut closed),
+            w.admit(0, 0, 2, device_key("a"), 1, 1500, 0, &mut closed),
             Admission::DroppedHorizonCap
         );
         assert_eq!(closed[0].charges, vec![(device_key("a"), 1)]);
@@ -523,8 +803,8 @@ mod tests {
     fn restored_charges_keep_the_cap_across_a_restart() {
         let mut w = windower(1, 1, 2, None);
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, device_key("a"), 1, 0, &mut closed);
-        w.admit(0, 0, 1, device_key("a"), 1, 0, &mut closed);
+        w.admit(0, 0, 0, device_key("a"), 1, 0, 0, &mut closed);
+        w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed);
         let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
         // A new process: resume after window 1 and restore its charges.
         let mut w2 = windower(1, 1, 2, None);
@@ -541,11 +821,11 @@ mod tests {
         w2.restore_charges(0, 0, &charges); // idempotent
         let mut closed2 = Vec::new();
         assert_eq!(
-            w2.admit(0, 0, 2, device_key("a"), 1, 0, &mut closed2),
+            w2.admit(0, 0, 2, device_key("a"), 1, 0, 0, &mut closed2),
             Admission::DroppedHorizonCap
         );
         assert_eq!(
-            w2.admit(0, 0, 3, device_key("b"), 1, 0, &mut closed2),
+            w2.admit(0, 0, 3, device_key("b"), 1, 0, 0, &mut closed2),
             Admission::Accepted
         );
     }
@@ -554,9 +834,9 @@ mod tests {
     fn timeout_pads_with_the_midpoint() {
         let mut w = windower(4, 1, 100, Some(500));
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, device_key("a"), 7, 0, &mut closed);
-        w.admit(0, 0, 1, device_key("b"), 8, 100, &mut closed);
-        w.admit(0, 0, 2, device_key("c"), 9, 600, &mut closed);
+        w.admit(0, 0, 0, device_key("a"), 7, 0, 0, &mut closed);
+        w.admit(0, 0, 1, device_key("b"), 8, 100, 0, &mut closed);
+        w.admit(0, 0, 2, device_key("c"), 9, 600, 0, &mut closed);
         assert_eq!(closed.len(), 1);
         assert_eq!(closed[0].values, vec![7, 8, 50, 50]);
         assert_eq!(closed[0].padded, 2);
@@ -577,7 +857,7 @@ mod tests {
         );
         let mut closed = Vec::new();
         assert_eq!(
-            w.admit(0, 0, 9, device_key("a"), 1, 5000, &mut closed),
+            w.admit(0, 0, 9, device_key("a"), 1, 5000, 0, &mut closed),
             Admission::AlreadyReleased
         );
         assert!(w.is_too_old(0, 0, 20, 1000));
@@ -586,8 +866,8 @@ mod tests {
             !w.is_too_old(0, 0, 9, 1000),
             "a released offset is skipped, not too old"
         );
-        w.admit(0, 0, 10, device_key("a"), 1, 5000, &mut closed);
-        w.admit(0, 0, 11, device_key("b"), 1, 5000, &mut closed);
+        w.admit(0, 0, 10, device_key("a"), 1, 5000, 0, &mut closed);
+        w.admit(0, 0, 11, device_key("b"), 1, 5000, 0, &mut closed);
         assert_eq!(closed[0].seq, 5);
     }
 
@@ -596,19 +876,173 @@ mod tests {
         // horizon 1000 ms, lateness 3000 ms, n = 1.
         let mut w = windower(1, 1, 100, None);
         let mut closed = Vec::new();
-        w.admit(0, 0, 0, device_key("a"), 1, 500, &mut closed); // horizon 0
-        w.admit(0, 0, 1, device_key("a"), 1, 1500, &mut closed); // horizon 1
-        w.admit(0, 0, 2, device_key("a"), 1, 3999, &mut closed); // oldest accepted 999: nothing retires
+        w.admit(0, 0, 0, device_key("a"), 1, 500, 0, &mut closed); // horizon 0
+        w.admit(0, 0, 1, device_key("a"), 1, 1500, 0, &mut closed); // horizon 1
+        w.admit(0, 0, 2, device_key("a"), 1, 3999, 0, &mut closed); // oldest accepted 999: nothing retires
         assert!(closed.iter().all(|c| c.retired.is_empty()));
-        w.admit(0, 0, 3, device_key("a"), 1, 4000, &mut closed); // oldest accepted 1000: horizon 0 retires
+        w.admit(0, 0, 3, device_key("a"), 1, 4000, 0, &mut closed); // oldest accepted 1000: horizon 0 retires
         assert_eq!(closed[3].retired, vec![0]);
         assert_eq!(closed[3].reference_event_ms, 4000);
         // An older event time does not move the reference back.
-        w.admit(0, 0, 4, device_key("b"), 1, 3500, &mut closed);
+        w.admit(0, 0, 4, device_key("b"), 1, 3500, 0, &mut closed);
         assert_eq!(closed[4].reference_event_ms, 4000);
-        w.admit(0, 0, 5, device_key("a"), 1, 5000, &mut closed); // oldest accepted 2000: horizon 1 retires
+        w.admit(0, 0, 5, device_key("a"), 1, 5000, 0, &mut closed); // oldest accepted 2000: horizon 1 retires
         assert_eq!(closed[5].retired, vec![1]);
         assert!(w.is_too_old(0, 0, 6, 1999));
         assert!(!w.is_too_old(0, 0, 6, 2000));
+    }
+
+    /// The repro: n = 2, k = 2, W = 1, horizon 1000 ms. A at 999
+    /// and 1001 share window 0 with A at 1002 going to window 1: before the
+    /// fix window 0 was charged to horizon 0 only, so A's readings of
+    /// horizon 1 sat in two windows.
+    #[test]
+    fn a_window_straddling_a_horizon_is_charged_to_both() {
+        let mut w = windower(2, 2, 1, None);
+        let mut closed = Vec::new();
+        let a = device_key("a");
+        let mut admit =
+            |w: &mut Windower, off, dk, ev| w.admit(0, 0, off, dk, 1, ev, ev, &mut closed);
+        assert_eq!(admit(&mut w, 0, a, 999), Admission::Accepted);
+        assert_eq!(admit(&mut w, 1, a, 1001), Admission::Accepted); // window 0 closes
+        assert_eq!(admit(&mut w, 2, a, 1002), Admission::DroppedHorizonCap);
+        assert_eq!(admit(&mut w, 3, device_key("b"), 1003), Admission::Accepted);
+        assert_eq!(closed[0].charges, vec![(a, 0), (a, 1)]);
+        // Restored from those charges, horizon 1 is used up too.
+        let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
+        let mut w2 = windower(2, 2, 1, None);
+        w2.restore_charges(0, 0, &charges);
+        let mut c2 = Vec::new();
+        assert_eq!(
+            w2.admit(0, 0, 9, a, 1, 1500, 1500, &mut c2),
+            Admission::DroppedHorizonCap
+        );
+    }
+
+    /// Out of order inside one window: a device's first reading there is of
+    /// the newer horizon; a later one of the older horizon is dropped (its
+    /// count is no longer kept), never admitted uncharged.
+    #[test]
+    fn an_older_horizon_inside_a_window_charged_newer_is_dropped() {
+        let mut w = windower(3, 2, 1, None);
+        let mut closed = Vec::new();
+        let a = device_key("a");
+        assert_eq!(
+            w.admit(0, 0, 0, a, 1, 1001, 0, &mut closed),
+            Admission::Accepted
+        );
+        assert_eq!(
+            w.admit(0, 0, 1, a, 1, 999, 0, &mut closed),
+            Admission::DroppedHorizonCap
+        );
+    }
+
+    fn timed(len: i64, k: u32, w: u32) -> Windower {
+        Windower::new(
+            vec![StreamRules {
+                name: "s".into(),
+                window_size: 0,
+                max_readings_per_device: k,
+                max_windows_per_device: w,
+                midpoint: 50,
+                timeout_ms: None,
+                window_ms: Some(len),
+            }],
+            1000,
+            50,
+        )
+        .with_clock_skew(20)
+    }
+
+    #[test]
+    fn time_windows_follow_event_time_and_close_on_the_clock() {
+        // Windows of 100 ms, lateness 50 ms, started at t = 120: window 0
+        // (end 100 + 50 = 150 > 120) is the first still open.
+        let mut w = timed(100, 1, 100);
+        w.start_time_lanes(0, 120);
+        let mut closed = Vec::new();
+        let mut admit = |w: &mut Windower, off, d: &str, ev, msg| {
+            w.admit(0, 0, off, device_key(d), 7, ev, msg, &mut closed)
+        };
+        assert_eq!(admit(&mut w, 0, "a", 90, 95), Admission::Accepted); // window 0
+        assert_eq!(admit(&mut w, 1, "b", 210, 212), Admission::Accepted); // window 2
+        assert_eq!(admit(&mut w, 2, "c", 50, 151), Admission::DroppedLate); // arrived after 150
+        assert_eq!(admit(&mut w, 3, "d", 260, 230), Admission::DroppedFuture); // 30 ahead > 20
+        assert_eq!(
+            admit(&mut w, 4, "b", 110, 215),
+            Admission::DroppedOutOfOrder
+        );
+        assert_eq!(admit(&mut w, 5, "e", 150, 149), Admission::Accepted); // window 1
+        assert!(closed.is_empty(), "time windows never close on a reading");
+        assert_eq!(w.committable(0, 6), 0);
+        // Due at 150 (window 0), 250 (window 1), 350 (window 2).
+        w.close_due(149, |_| i64::MAX, 100, &mut closed);
+        assert!(closed.is_empty());
+        w.close_due(260, |_| 240, 100, &mut closed); // read until 240 < 250: window 1 waits
+        assert_eq!(closed.len(), 1);
+        w.close_due(260, |_| 255, 100, &mut closed);
+        w.close_due(1000, |_| 1000, 100, &mut closed);
+        let got: Vec<_> = closed
+            .iter()
+            .map(|c| {
+                (
+                    c.seq,
+                    c.values.clone(),
+                    c.first_event_ms,
+                    c.last_event_ms,
+                    c.padded,
+                    c.timed,
+                )
+            })
+            .collect();
+        let mut want = vec![
+            (0, vec![7], 0, 100, 0, true),
+            (1, vec![7], 100, 200, 0, true),
+            (2, vec![7], 200, 300, 0, true),
+        ];
+        // Windows 3..=8 are due by 1000 and released empty.
+        want.extend((3..9).map(|s| (s, vec![], s as i64 * 100, s as i64 * 100 + 100, 0, true)));
+        assert_eq!(got, want);
+        // A released window accepts nothing more.
+        assert_eq!(
+            w.admit(0, 0, 9, device_key("z"), 1, 850, 860, &mut closed),
+            Admission::DroppedLate
+        );
+        assert_eq!(w.committable(0, 10), 10);
+    }
+
+    #[test]
+    fn time_windows_resume_after_the_ledger_and_bound_each_call() {
+        let mut w = timed(100, 1, 100);
+        w.resume(
+            0,
+            0,
+            Resume {
+                last_seq: 4,
+                last_offset: 3,
+                reference_event_ms: 500,
+            },
+        );
+        let mut closed = Vec::new();
+        // Replayed input up to the last release's last offset, then a
+        // reading of a released window arriving later.
+        assert_eq!(
+            w.admit(0, 0, 0, device_key("a"), 1, 450, 460, &mut closed),
+            Admission::AlreadyReleased
+        );
+        assert_eq!(
+            w.admit(0, 0, 4, device_key("b"), 1, 450, 460, &mut closed),
+            Admission::DroppedLate
+        );
+        assert_eq!(
+            w.admit(0, 0, 5, device_key("a"), 1, 520, 530, &mut closed),
+            Admission::Accepted
+        );
+        w.close_due(10_000, |_| 10_000, 3, &mut closed);
+        assert_eq!(
+            closed.iter().map(|c| c.seq).collect::<Vec<_>>(),
+            vec![5, 6, 7]
+        );
+        assert_eq!(closed[0].values, vec![1]);
     }
 }

@@ -34,6 +34,7 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         quantiles: vec![],
         quantile_candidates: None,
         window_timeout: None,
+        window: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -28,6 +28,7 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         quantiles: vec![],
         quantile_candidates: None,
         window_timeout: None,
+        window: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -286,6 +286,7 @@ fn killed_instances_release_every_window_exactly_once() {
                         m.offset,
                         &m.payload,
                         m.headers.get("content-type").map(String::as_str),
+                        None,
                         &mut closed,
                     )
                     .is_err()

@@ -28,6 +28,7 @@ fn stream() -> StreamSpec {
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         window_timeout: None,
+        window: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     }

@@ -61,8 +61,13 @@ pub struct StreamSpec {
     pub lower: f64,
     pub upper: f64,
     pub resolution: f64,
-    /// `n`, public.
+    /// Count windows (change-one): `n`, public. Unset (0) with time windows.
+    #[serde(default)]
     pub window_size: u64,
+    /// Time windows (add-remove): their length (humantime, e.g. "5m"),
+    /// aligned to the epoch; the horizon must be a whole number of them.
+    #[serde(default)]
+    pub window: Option<String>,
     /// `k`.
     #[serde(default = "one")]
     pub max_readings_per_device: u32,
@@ -387,18 +392,68 @@ fn sensitivity_of(m: &Measurement, nb: Neighbouring, u: &Universe, n: u64) -> Se
     stat.sensitivity(nb, u, n)
 }
 
-fn validate_spec(spec: &StreamSpec) -> Result<Universe, PlanError> {
+/// Readings a window may hold, for the overflow proof: `n` for count
+/// windows, the windower's bound for time windows.
+fn max_window_readings(spec: &StreamSpec) -> u64 {
+    if spec.window.is_some() {
+        MAX_TIME_WINDOW_READINGS
+    } else {
+        spec.window_size
+    }
+}
+
+/// Most readings a time window holds (the windower drops more, counted).
+pub const MAX_TIME_WINDOW_READINGS: u64 = 1 << 32;
+
+fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, PlanError> {
     if spec.name.is_empty() {
         return Err(field_err(spec, "name", "must not be empty"));
     }
     let u = Universe::new(spec.lower, spec.upper, spec.resolution)
         .map_err(|e| universe_err(spec, e))?;
-    let n = spec.window_size;
-    if n == 0 || n > 1 << 40 {
-        return Err(field_err(spec, "window_size", "must be in [1, 2^40]"));
+    match (relation, &spec.window) {
+        (Relation::AddRemove, None) => {
+            return Err(field_err(
+                spec,
+                "window",
+                "relation = \"add-remove\" needs time windows (e.g. window = \"5m\"): a window closed by count \
+                 would let one added reading shift every later window of its partition and reveal the device's presence",
+            ))
+        }
+        (Relation::ChangeOne, Some(_)) => {
+            return Err(field_err(
+                spec,
+                "window",
+                "time windows are for relation = \"add-remove\" (their size is private); change-one uses window_size",
+            ))
+        }
+        (Relation::AddRemove, Some(w)) => {
+            humantime::parse_duration(w)
+                .map_err(|e| field_err(spec, "window", format!("{w:?}: {e}")))?;
+            if spec.window_size != 0 {
+                return Err(field_err(
+                    spec,
+                    "window_size",
+                    "not used with time windows (their size is private and measured with noise); remove it",
+                ));
+            }
+            if spec.window_timeout.is_some() {
+                return Err(field_err(
+                    spec,
+                    "window_timeout",
+                    "not used with time windows (they close at their end plus limits.max_lateness); remove it",
+                ));
+            }
+        }
+        (Relation::ChangeOne, None) => {
+            if spec.window_size == 0 || spec.window_size > 1 << 40 {
+                return Err(field_err(spec, "window_size", "must be in [1, 2^40]"));
+            }
+        }
     }
+    let n = max_window_readings(spec);
     let k = spec.max_readings_per_device;
-    if k == 0 || k as u64 > n {
+    if k == 0 || (spec.window.is_none() && k as u64 > n) {
         return Err(field_err(
             spec,
             "max_readings_per_device",
@@ -434,7 +489,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         if specs[..i].iter().any(|s| s.name == spec.name) {
             return Err(field_err(spec, "name", "declared twice"));
         }
-        let u = validate_spec(spec)?;
+        let u = validate_spec(spec, privacy.relation)?;
         let ms = measurements_for(spec, &u, privacy.relation)?;
         let r = spec.running_share;
         if !(r.is_finite() && (0.0..1.0).contains(&r)) {
@@ -802,13 +857,18 @@ impl StreamPlan {
                             _ => None,
                         })
                         .collect();
-                    // Quantiles are monotone in the level: sorting is free.
+                    // Quantiles are monotone in the level: sorting is free,
+                    // but a sorted value depends on every level's selection
+                    // (the lowest level's is the minimum of all), so each
+                    // states the joint spend of all levels.
                     let mut vals: Vec<f64> = qs.iter().map(|q| q.1).collect();
                     vals.sort_by(f64::total_cmp);
                     qs.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    for ((level, _, m), v) in qs.into_iter().zip(vals) {
+                    let all: Vec<&MeasurementPlan> = qs.iter().map(|q| q.2).collect();
+                    for ((level, _, m), v) in qs.iter().zip(vals) {
                         let mut s = stat("quantile", vec![v], &[m], 1.0, None);
-                        s.level = Some(level);
+                        s.spent = self.spent_f64(&all);
+                        s.level = Some(*level);
                         out.push(s);
                     }
                 }
@@ -932,7 +992,7 @@ impl StreamPlan {
     pub fn describe(&self) -> Vec<ReleasedStatistic> {
         use rand::SeedableRng;
         let mid = (self.universe.lower() + self.universe.upper()).div_euclid(2);
-        let values = vec![mid; self.spec.window_size as usize];
+        let values = vec![mid; self.spec.window_size.max(1) as usize];
         let mut out = self.evaluate(
             &values,
             Some(&mut rand_chacha::ChaCha20Rng::seed_from_u64(0)),
@@ -941,6 +1001,43 @@ impl StreamPlan {
             s.values.clear();
         }
         out
+    }
+
+    /// Every measurement of a window without noise, as integers (a
+    /// quantile level gives its utility per candidate): what the
+    /// stream-level privacy check compares between neighbouring streams.
+    /// Never publish these.
+    pub fn exact_measurements(&self, values: &[i64]) -> Vec<Vec<i128>> {
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        self.measurements
+            .iter()
+            .map(|mp| match &mp.measurement {
+                Measurement::Count => vec![values.len() as i128],
+                Measurement::CentredSum => vec![stats::centred_sum(values, &self.universe)],
+                Measurement::CentredSumSq => vec![stats::centred_sum_sq(values, &self.universe)],
+                Measurement::Histogram { edges } => stats::histogram(values, edges)
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                Measurement::Quantile { level, candidates } => {
+                    stats::quantile_utilities(&sorted, candidates, *level)
+                }
+            })
+            .collect()
+    }
+
+    /// The sensitivity a measurement is calibrated to, in the units of
+    /// [`StreamPlan::exact_measurements`] (quantile utilities are scaled by
+    /// their level's denominator).
+    pub fn calibrated_to(&self, i: usize) -> Sensitivity {
+        let m = &self.measurements[i];
+        match &m.measurement {
+            Measurement::Quantile { level, .. } => Sensitivity::scalar(BigRational::from_integer(
+                (self.spec.max_readings_per_device as u64 * level.den as u64).into(),
+            )),
+            _ => m.sensitivity.clone(),
+        }
     }
 
     /// The same statistics without noise (the demo's "true value" and the
@@ -975,9 +1072,20 @@ mod tests {
             quantiles: vec![0.5, 0.9],
             quantile_candidates: None,
             window_timeout: None,
+            window: None,
             running_share: 0.0,
             running_lifetime: 1 << 24,
         }
+    }
+
+    /// [`spec`] with the windows its relation needs.
+    pub(crate) fn spec_for(relation: Relation) -> StreamSpec {
+        let mut s = spec();
+        if relation == Relation::AddRemove {
+            s.window = Some("5m".into());
+            s.window_size = 0;
+        }
+        s
     }
 
     pub(crate) fn privacy(measure: Measure, relation: Relation) -> PrivacySpec {
@@ -1052,7 +1160,7 @@ mod tests {
     fn plan_spends_within_budget_and_splits_evenly() {
         for measure in [Measure::Pure, Measure::Zcdp] {
             for rel in [Relation::ChangeOne, Relation::AddRemove] {
-                let plan = plan(&privacy(measure, rel), &[spec()]).unwrap();
+                let plan = plan(&privacy(measure, rel), &[spec_for(rel)]).unwrap();
                 assert!(plan.per_horizon <= rational::int(1));
                 let s = &plan.streams[0];
                 let m = s.measurements.len();
@@ -1085,5 +1193,63 @@ mod tests {
         assert!(r[1].half_width.unwrap() > 0.0);
         assert!((r[3].values.iter().sum::<f64>() - 100.0).abs() < 1e-6);
         assert!(r[4].values[0] <= r[5].values[0]);
+    }
+
+    #[test]
+    fn windows_must_fit_the_relation() {
+        let ar = privacy(Measure::Pure, Relation::AddRemove);
+        let co = privacy(Measure::Pure, Relation::ChangeOne);
+        let field = |r: Result<Plan, PlanError>| match r {
+            Err(PlanError::Field { field, message, .. }) => (field, message),
+            other => panic!("{other:?}"),
+        };
+        // Count windows under add-remove: refused, saying why.
+        let (f, msg) = field(plan(&ar, &[spec()]));
+        assert_eq!(f, "window");
+        assert!(msg.contains("presence"), "{msg}");
+        // Time windows under change-one, window_size or a timeout beside them.
+        assert_eq!(
+            field(plan(&co, &[spec_for(Relation::AddRemove)])).0,
+            "window"
+        );
+        let mut s = spec_for(Relation::AddRemove);
+        s.window_size = 10;
+        assert_eq!(field(plan(&ar, &[s])).0, "window_size");
+        let mut s = spec_for(Relation::AddRemove);
+        s.window_timeout = Some("1m".into());
+        assert_eq!(field(plan(&ar, &[s])).0, "window_timeout");
+        let mut s = spec_for(Relation::AddRemove);
+        s.window = Some("often".into());
+        assert_eq!(field(plan(&ar, &[s])).0, "window");
+        // Under add-remove an empty window releases (count 0 plus noise).
+        let p = plan(&ar, &[spec_for(Relation::AddRemove)]).unwrap();
+        let key = ReleaseKey::from_bytes([3; 32]);
+        let r = p.streams[0].release(&key, 0, 7, &[]);
+        assert_eq!(r[0].name, "count");
+        assert!(r[0].half_width.unwrap() > 0.0);
+    }
+
+    /// A sorted quantile depends on every level's selection: each states
+    /// the joint spend, and the window's total is unchanged.
+    #[test]
+    fn sorted_quantiles_state_the_joint_spend() {
+        let mut sp = spec();
+        sp.statistics = vec![StatKind::Quantiles];
+        sp.histogram_edges.clear();
+        sp.quantiles = vec![0.1, 0.5, 0.9];
+        let plan = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[sp]).unwrap();
+        let s = &plan.streams[0];
+        let per_level: Vec<f64> = s
+            .measurements
+            .iter()
+            .map(|m| rational::to_f64(&m.spent))
+            .collect();
+        let joint: f64 = per_level.iter().sum();
+        let values: Vec<i64> = (0..100).collect();
+        for st in s.release(&ReleaseKey::from_bytes([2; 32]), 0, 0, &values) {
+            assert!((st.spent - joint).abs() < 1e-12, "{} vs {joint}", st.spent);
+        }
+        assert!((joint - rational::to_f64(&s.per_window)).abs() < 1e-12);
+        assert!(per_level[0] < joint);
     }
 }
