@@ -143,6 +143,13 @@ pub struct HttpConfig {
     /// messages behind its high watermark.
     #[serde(default = "default_ready_max_lag")]
     pub ready_max_lag: i64,
+    /// Leave out of `/metrics` every figure that counts input exactly
+    /// (messages, bytes, readings accepted or dropped, dead letters, lag,
+    /// windows opened, release latency): under add-remove those reveal
+    /// presence, so set this where the listener is reachable by anyone who
+    /// must not learn it. `/api/status` never shows them under add-remove.
+    #[serde(default)]
+    pub hide_exact_counts: bool,
 }
 
 fn default_ready_max_lag() -> i64 {
@@ -154,6 +161,7 @@ impl Default for HttpConfig {
         Self {
             listen: default_listen(),
             ready_max_lag: default_ready_max_lag(),
+            hide_exact_counts: false,
         }
     }
 }

@@ -95,11 +95,14 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
 
 fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
     match req.uri().path() {
-        "/metrics" => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            st.metrics.render(),
-        ),
+        "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
+            let text = st.metrics.render();
+            if st.config.config.http.hide_exact_counts {
+                crate::status::without_exact_counts(&text)
+            } else {
+                text
+            }
+        }),
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n"),
         "/readyz" => match st.board.ready() {
             Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),

@@ -891,6 +891,9 @@ impl Pipeline {
         let producer = sinks.producer.clone();
         let topic = self.v.config.kafka.output_topic.clone();
         let (partition, first_offset, padded) = (w.partition, holds, w.padded);
+        let stamp = w
+            .published(self.v.max_lateness.as_millis() as i64)
+            .released_at_ms;
         let mut ledger = proto::v1::LedgerEntry {
             stream: stream.spec.name.clone(),
             partition: w.partition,
@@ -949,6 +952,7 @@ impl Pipeline {
                 Some(&charges),
                 None,
                 kind(kafka::CHARGES),
+                None,
             )
             .await?;
             crash_point(CrashPoint::BeforeRelease);
@@ -959,6 +963,9 @@ impl Pipeline {
                 Some(&payload),
                 Some(out_partition),
                 headers,
+                // Time windows: stamped with their due moment, not the
+                // moment the release happened to be made.
+                stamp,
             )
             .await?;
             crash_point(CrashPoint::AfterRelease);
@@ -1133,10 +1140,14 @@ async fn publish(
     payload: Option<&[u8]>,
     partition: Option<i32>,
     headers: OwnedHeaders,
+    timestamp_ms: Option<i64>,
 ) -> Result<(i32, i64)> {
     let mut backoff = Duration::from_millis(100);
     for attempt in 1..=8 {
         let mut record = FutureRecord::to(topic).key(key).headers(headers.clone());
+        if let Some(t) = timestamp_ms {
+            record = record.timestamp(t);
+        }
         if let Some(p) = payload {
             record = record.payload(p);
         }

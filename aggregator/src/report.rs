@@ -26,7 +26,11 @@ pub struct PlanReport {
 #[derive(Debug, Serialize)]
 pub struct StreamReport {
     pub name: String,
+    /// Count windows: `n` (0 with time windows).
     pub window_size: u64,
+    /// Time windows: their length in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<f64>,
     pub max_readings_per_device: u32,
     pub max_windows_per_device: u32,
     pub spent_per_window: f64,
@@ -133,11 +137,13 @@ impl PlanReport {
         let streams = plan
             .streams
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 let w = s.spec.max_windows_per_device as f64;
                 StreamReport {
                     name: s.spec.name.clone(),
                     window_size: s.spec.window_size,
+                    window_seconds: v.windows[i].map(|d| d.as_secs_f64()),
                     max_readings_per_device: s.spec.max_readings_per_device,
                     max_windows_per_device: s.spec.max_windows_per_device,
                     spent_per_window: rational::to_f64(&s.per_window),
@@ -195,9 +201,12 @@ impl PlanReport {
         for s in &self.streams {
             let _ = writeln!(
                 out,
-                "\nstream {}: n = {}, k = {}, W = {}; {unit} per window {:.6}, per horizon {:.6}",
+                "\nstream {}: {}, k = {}, W = {}; {unit} per window {:.6}, per horizon {:.6}",
                 s.name,
-                s.window_size,
+                match s.window_seconds {
+                    Some(t) => format!("time windows of {t} s (size private, counted with noise)"),
+                    None => format!("n = {}", s.window_size),
+                },
                 s.max_readings_per_device,
                 s.max_windows_per_device,
                 s.spent_per_window,

@@ -12,6 +12,39 @@ use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
+/// Metric families that count the input exactly (per message, reading,
+/// dead letter or lag): operator-internal under add-remove, where they
+/// reveal presence; left out of `/metrics` with `http.hide_exact_counts`.
+pub const EXACT_COUNT_METRICS: &[&str] = &[
+    "fleetdp_messages_total",
+    "fleetdp_bytes_total",
+    "fleetdp_readings_accepted_total",
+    "fleetdp_readings_dropped_total",
+    "fleetdp_windows_opened_total",
+    "fleetdp_dead_letters_total",
+    "fleetdp_consumer_lag",
+    "fleetdp_release_latency_seconds",
+];
+
+/// A Prometheus text exposition without the [`EXACT_COUNT_METRICS`]
+/// families (their samples, `# HELP` and `# TYPE` lines).
+pub fn without_exact_counts(text: &str) -> String {
+    text.lines()
+        .filter(|line| {
+            let name = line
+                .strip_prefix("# HELP ")
+                .or_else(|| line.strip_prefix("# TYPE "))
+                .unwrap_or(line);
+            let name = name.split(['{', ' ']).next().unwrap_or("");
+            !EXACT_COUNT_METRICS.iter().any(|m| {
+                name.strip_prefix(m)
+                    .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
+            })
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
 /// Points kept per series for the page.
 const HISTORY: usize = 120;
 
@@ -210,7 +243,8 @@ impl StatusBoard {
             .plan
             .streams
             .iter()
-            .map(|s| {
+            .enumerate()
+            .map(|(i, s)| {
                 let spent = rational::to_f64(&s.per_horizon());
                 let series: BTreeMap<&str, &VecDeque<Point>> = b
                     .series
@@ -221,22 +255,36 @@ impl StatusBoard {
                 serde_json::json!({
                     "name": s.spec.name,
                     "window_size": s.spec.window_size,
+                    "window_seconds": v.windows.get(i).copied().flatten().map(|d| d.as_secs_f64()),
                     "budget_share": s.spec.budget_share * budget,
                     "spent_per_horizon": spent,
                     "series": series,
                 })
             })
             .collect();
+        // Under add-remove exact counts of the input reveal presence: the
+        // page and its JSON never carry them (null).
+        let exact = v.plan.privacy.relation == crate::dp::relation::Relation::ChangeOne
+            && !v.config.http.hide_exact_counts;
+        let messages = exact.then(|| counters.messages.load(std::sync::atomic::Ordering::Relaxed));
+        let dead_letters = exact.then(|| {
+            ingest::Reason::ALL
+                .iter()
+                .map(|r| (r.as_str(), counters.dead_letters(*r)))
+                .collect::<BTreeMap<_, _>>()
+        });
+        let lag = exact.then_some(&b.lag);
         serde_json::json!({
+            "relation": v.plan.privacy.relation.to_string(),
             "budget_per_horizon": budget,
             "spent_per_horizon": rational::to_f64(&v.plan.per_horizon),
             "measure": format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
             "horizon_seconds": v.horizon.as_secs(),
             "windows_released": counters.windows_released.load(std::sync::atomic::Ordering::Relaxed),
-            "messages": counters.messages.load(std::sync::atomic::Ordering::Relaxed),
-            "dead_letters": ingest::Reason::ALL.iter().map(|r| (r.as_str(), counters.dead_letters(*r))).collect::<BTreeMap<_, _>>(),
+            "messages": messages,
+            "dead_letters": dead_letters,
             "assigned": b.assigned,
-            "lag": b.lag,
+            "lag": lag,
             "ready": self.ready_locked(&b).is_ok(),
             "streams": streams,
         })
@@ -257,5 +305,24 @@ pub fn budget_gauges(v: &Validated) {
             .set(spent);
         metrics::gauge!("fleetdp_budget_remaining_per_horizon", "stream" => s.spec.name.clone())
             .set((declared - spent).max(0.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_counts_are_left_out_whole() {
+        let text = "# HELP fleetdp_messages_total Messages.\n# TYPE fleetdp_messages_total counter\nfleetdp_messages_total 12\n\
+fleetdp_readings_dropped_total{stream=\"a\",reason=\"late\"} 3\n\
+fleetdp_release_latency_seconds_bucket{le=\"0.1\"} 4\nfleetdp_release_latency_seconds_sum 0.2\nfleetdp_release_latency_seconds_count 4\n\
+fleetdp_consumer_lag{partition=\"0\"} 7\n\
+# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\n\
+fleetdp_messages_total_other 1\n";
+        assert_eq!(
+            without_exact_counts(text),
+            "# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
+        );
     }
 }

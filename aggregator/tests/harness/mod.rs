@@ -219,6 +219,8 @@ pub struct Read {
     pub key: Vec<u8>,
     pub payload: Vec<u8>,
     pub headers: HashMap<String, String>,
+    /// The record's timestamp (ms), if it has one.
+    pub timestamp: Option<i64>,
 }
 
 /// Everything in a topic up to its current high watermarks.
@@ -275,6 +277,7 @@ pub fn read_all(broker: &Broker, topic: &str) -> Vec<Read> {
             key: m.key().unwrap_or(&[]).to_vec(),
             payload: m.payload().unwrap_or(&[]).to_vec(),
             headers,
+            timestamp: m.timestamp().to_millis(),
         });
     }
     assert!(remaining.is_empty(), "timed out reading {topic}");

@@ -1,0 +1,242 @@
+//! Privacy over whole streams, over the broker (docs/DESIGN.md §3):
+//!
+//! - add-remove with time windows: releases at the declared boundaries, one
+//!   per window and none skipped (empty windows too), late and future
+//!   readings dropped and counted, nothing exact about presence in the
+//!   output (values, keys, headers, record timestamps) or `/api/status`;
+//! - change-one: the issue's horizon repro — a window holding a device's
+//!   readings of two horizons is charged to both, so the device's readings
+//!   of the second horizon reach no second window when `W = 1`.
+
+mod harness;
+
+use fleetdp::pipeline::{Counters, Options, Pipeline};
+use harness::*;
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const KEY: [u8; 32] = [9; 32];
+const WAIT: Duration = Duration::from_secs(120);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
+    Counters::get(c)
+}
+
+fn json_reading(device: &str, value: f64, event_ms: i64) -> Out {
+    Out {
+        partition: Some(0),
+        key: device.to_string(),
+        payload: format!(
+            r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{event_ms}}}"#
+        )
+        .into_bytes(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+#[test]
+fn add_remove_time_windows_release_on_their_boundaries_and_publish_nothing_exact() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("timed");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &broker,
+            &t,
+            "relation = \"add-remove\"\nepsilon_per_device = 200.0\nhorizon = \"1h\"",
+            "[limits]\nmax_lateness = \"1s\"\nmax_clock_skew = \"1m\"",
+            r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window = "2s"
+statistics = ["count", "mean"]
+"#,
+        );
+        let p = Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
+        let (c, board, cfg) = (p.counters.clone(), p.board.clone(), p.config());
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
+
+        // With no input at all, windows are released (empty) on the clock.
+        assert!(
+            wait_until(WAIT, || get(&c.windows_released) >= 2).await,
+            "no empty window released"
+        );
+        // 30 devices, one reading each, all in the window of `at`.
+        let at = now_ms();
+        let busy = (at / 2000) as u64;
+        let msgs: Vec<Out> = (0..30)
+            .map(|i| json_reading(&format!("dev-{i}"), 20.0, at))
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        assert!(
+            wait_until(WAIT, || get(&c.readings_accepted) >= 30).await,
+            "accepted {}",
+            get(&c.readings_accepted)
+        );
+        // A reading of a window released long ago, and one from a clock
+        // ten minutes fast: both dropped and counted, never released.
+        produce(
+            &broker,
+            &t.input,
+            &[
+                json_reading("late", 20.0, at - 60_000),
+                json_reading("fast", 20.0, now_ms() + 600_000),
+            ],
+        )
+        .await;
+        assert!(
+            wait_until(WAIT, || get(&c.dropped_time_window) >= 2).await,
+            "dropped {}",
+            get(&c.dropped_time_window)
+        );
+        let released_before = get(&c.windows_released);
+        assert!(
+            wait_until(WAIT, || get(&c.windows_released) >= released_before + 3).await,
+            "the clock stopped releasing windows"
+        );
+        // The page's JSON carries no exact count under add-remove.
+        let status = board.to_json(&cfg, &c);
+        assert!(status["messages"].is_null() && status["dead_letters"].is_null());
+        assert!(status["lag"].is_null());
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.readings_accepted), 30);
+        assert_eq!(get(&c.dropped_time_window), 2);
+
+        let out = tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        let mut by_seq = HashMap::new();
+        for m in &out {
+            let r = fleetdp::kafka::decode_release(
+                &m.payload,
+                m.headers.get("content-type").map(String::as_str),
+            )
+            .unwrap();
+            // Keys, headers and record timestamps: public facts only.
+            assert_eq!(m.key, format!("temp/0/{}", r.window_seq).into_bytes());
+            assert_eq!(m.headers.keys().collect::<Vec<_>>(), ["content-type"]);
+            assert_eq!(
+                m.timestamp,
+                Some(r.released_at_ms),
+                "record stamped with its due moment"
+            );
+            assert!(
+                by_seq.insert(r.window_seq, r).is_none(),
+                "a window released twice"
+            );
+        }
+        let first = *by_seq.keys().min().unwrap();
+        let last = *by_seq.keys().max().unwrap();
+        assert_eq!(
+            by_seq.len() as u64,
+            last - first + 1,
+            "a window was skipped"
+        );
+        assert!(first < busy && busy < last, "{first} {busy} {last}");
+        for (seq, r) in &by_seq {
+            let start = *seq as i64 * 2000;
+            assert_eq!(
+                (
+                    r.first_event_time_ms,
+                    r.last_event_time_ms,
+                    r.released_at_ms
+                ),
+                (start, start + 2000, start + 3000),
+                "window {seq}: bounds and due moment"
+            );
+            assert_eq!(
+                (r.n, r.padded, r.first_offset, r.last_offset),
+                (0, 0, 0, 0),
+                "window {seq}: nothing exact about its size"
+            );
+            assert_eq!(r.guarantee.as_ref().unwrap().relation, "add-remove");
+            let count = r.statistics.iter().find(|s| s.name == "count").unwrap();
+            assert_ne!(count.mechanism, "exact");
+            assert!(count.scale > 0.0 && count.half_width.is_some());
+            // ε = 100 per measurement: the noise is far below 2.
+            let truth = if *seq == busy { 30.0 } else { 0.0 };
+            assert!(
+                (count.values[0] - truth).abs() < 2.0,
+                "window {seq}: count {} for {truth}",
+                count.values[0]
+            );
+        }
+    });
+}
+
+/// The issue's repro over the broker: n = 2, k = 2, W = 1, horizon 1h,
+/// values distinct powers of two, near-noiseless. A 1 at 00:59:58, A 2 at
+/// 01:00:01, A 4 at 01:00:02, then B 8, C 16, D 32. Window 0 = {A 1, A 2}
+/// is charged to both hours, so A 4 is dropped and window 1 = {B 8, C 16}.
+#[test]
+fn a_window_straddling_a_horizon_boundary_charges_both_over_the_broker() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("straddle");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 100000.0\nhorizon = \"1h\"",
+            "",
+            r#"
+[[stream]]
+name = "temp"
+lower = 0.0
+upper = 64.0
+resolution = 1.0
+window_size = 2
+max_readings_per_device = 2
+max_windows_per_device = 1
+statistics = ["sum"]
+"#,
+        );
+        let hour = 1_767_225_600_000i64 + 3_600_000; // 01:00:00
+        let msgs = [
+            json_reading("A", 1.0, hour - 2_000),
+            json_reading("A", 2.0, hour + 1_000),
+            json_reading("A", 4.0, hour + 2_000),
+            json_reading("B", 8.0, hour + 3_000),
+            json_reading("C", 16.0, hour + 4_000),
+            json_reading("D", 32.0, hour + 5_000),
+        ];
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        assert!(wait_until(WAIT, || get(&c.windows_released) >= 2).await);
+        assert!(wait_until(WAIT, || get(&c.messages) >= 6).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(get(&c.dropped_horizon_cap), 1, "A 4 must be dropped");
+        let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let sums: Vec<(u64, f64)> = {
+            let mut v: Vec<_> = releases
+                .iter()
+                .map(|r| (r.window_seq, r.statistics[0].values[0]))
+                .collect();
+            v.sort_by_key(|x| x.0);
+            v
+        };
+        assert_eq!(sums.len(), 2);
+        assert!((sums[0].1 - 3.0).abs() < 1.0, "{sums:?}");
+        assert!(
+            (sums[1].1 - 24.0).abs() < 1.0,
+            "window 1 must be B + C: {sums:?}"
+        );
+    });
+}
