@@ -716,8 +716,8 @@ impl StreamPlan {
         }
     }
 
-    fn evaluate<R: Rng + ?Sized>(
-        &self,
+    fn evaluate<'a, R: Rng + ?Sized>(
+        &'a self,
         values: &[i64],
         rng: Option<&mut R>,
     ) -> Vec<ReleasedStatistic> {
@@ -781,6 +781,19 @@ impl StreamPlan {
             ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m2, m1])
         });
 
+        // Under add-remove these statistics are post-processed with the
+        // noisy count: their stated spend includes its (the first
+        // measurement named stays the primary: mechanism, scale).
+        let count_plan: Option<&MeasurementPlan> = count.map(|(_, m)| m);
+        fn joined<'a>(
+            ms: &[&'a MeasurementPlan],
+            count: Option<&'a MeasurementPlan>,
+        ) -> Vec<&'a MeasurementPlan> {
+            let mut v = ms.to_vec();
+            v.extend(count);
+            v
+        }
+        let with_count = |ms: &[&'a MeasurementPlan]| joined(ms, count_plan);
         let mut out = Vec::new();
         for kind in &self.spec.statistics {
             match kind {
@@ -806,20 +819,26 @@ impl StreamPlan {
                 StatKind::Sum => {
                     let (s, m) = sum.expect("planned");
                     let h = if change_one { hw(m, res / 2.0) } else { None };
-                    out.push(stat("sum", vec![s * res], &[m], res / 2.0, h));
+                    out.push(stat("sum", vec![s * res], &with_count(&[m]), res / 2.0, h));
                 }
                 StatKind::Mean => {
                     let (s, m) = sum.expect("planned");
                     let per = res / 2.0 / n_hat;
                     let h = if change_one { hw(m, per) } else { None };
-                    out.push(stat("mean", vec![s / n_hat * res], &[m], per, h));
+                    out.push(stat(
+                        "mean",
+                        vec![s / n_hat * res],
+                        &with_count(&[m]),
+                        per,
+                        h,
+                    ));
                 }
                 StatKind::Variance => {
                     let (v, ms) = variance.expect("planned");
                     out.push(stat(
                         "variance",
                         vec![v * res * res],
-                        &ms,
+                        &with_count(&ms),
                         res * res / 4.0 / n_hat,
                         None,
                     ));
@@ -829,7 +848,7 @@ impl StreamPlan {
                     out.push(stat(
                         "std",
                         vec![v.sqrt() * res],
-                        &ms,
+                        &with_count(&ms),
                         res * res / 4.0 / n_hat,
                         None,
                     ));
@@ -843,7 +862,13 @@ impl StreamPlan {
                     };
                     let raw: Vec<f64> = raw.iter().map(|&c| c as f64).collect();
                     let counts = project_to_simplex(&raw, n_hat.round());
-                    out.push(stat("histogram", counts, &[m], 1.0, hw(m, 1.0)));
+                    out.push(stat(
+                        "histogram",
+                        counts,
+                        &with_count(&[m]),
+                        1.0,
+                        hw(m, 1.0),
+                    ));
                 }
                 StatKind::Quantiles => {
                     let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
@@ -1251,5 +1276,40 @@ mod tests {
         }
         assert!((joint - rational::to_f64(&s.per_window)).abs() < 1e-12);
         assert!(per_level[0] < joint);
+    }
+
+    /// Under add-remove, statistics post-processed with the noisy count
+    /// state its spend too.
+    #[test]
+    fn add_remove_statistics_include_the_counts_spend() {
+        let p = plan(
+            &privacy(Measure::Pure, Relation::AddRemove),
+            &[spec_for(Relation::AddRemove)],
+        )
+        .unwrap();
+        let s = &p.streams[0];
+        let spent = |name: &str| {
+            s.measurements
+                .iter()
+                .filter(|m| m.measurement.name() == name)
+                .map(|m| rational::to_f64(&m.spent))
+                .sum::<f64>()
+        };
+        let key = ReleaseKey::from_bytes([4; 32]);
+        for st in s.release(&key, 0, 0, &[100, 200, 300]) {
+            let want = match st.name.as_str() {
+                "count" => spent("count"),
+                "mean" => spent("centred_sum") + spent("count"),
+                "std" => spent("centred_sum_sq") + spent("centred_sum") + spent("count"),
+                "histogram" => spent("histogram") + spent("count"),
+                _ => continue,
+            };
+            assert!(
+                (st.spent - want).abs() < 1e-12,
+                "{}: {} vs {want}",
+                st.name,
+                st.spent
+            );
+        }
     }
 }
