@@ -1,7 +1,7 @@
 //! What the HTTP listener shows: the latest releases per stream (for the
 //! status page and the released-value gauges), consumer lag and readiness.
 //!
-//! Side channel (DESIGN §8): everything here is either a released (noisy)
+//! Side channel (docs/DESIGN.md §8): everything here is either a released (noisy)
 //! value, or a function of public facts — offsets, partitions, the plan —
 //! never of values; the side-channel test compares two runs on neighbouring
 //! inputs.

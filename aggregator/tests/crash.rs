@@ -1,4 +1,4 @@
-//! Crash test (DESIGN §7): three `fleetdp run` processes share one consumer
+//! Crash test (docs/DESIGN.md §7): three `fleetdp run` processes share one consumer
 //! group on a deterministic fleet while the harness kills them with SIGKILL
 //! — at random moments (often mid-rebalance, since every kill triggers one)
 //! and at armed crash points of the release protocol (before the state

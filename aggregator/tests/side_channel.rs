@@ -1,4 +1,4 @@
-//! No side channel (DESIGN §8): two `fleetdp run` processes on neighbouring
+//! No side channel (docs/DESIGN.md §8): two `fleetdp run` processes on neighbouring
 //! inputs — the same arrival pattern (keys, partitions, offsets, event
 //! times, bad messages), one device's valid values changed — with the same
 //! release key. Every exported counter and gauge except durations and the

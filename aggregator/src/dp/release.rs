@@ -716,16 +716,28 @@ impl StreamPlan {
         }
     }
 
-    fn evaluate<'a, R: Rng + ?Sized>(
-        &'a self,
+    fn evaluate<R: Rng + ?Sized>(
+        &self,
         values: &[i64],
         rng: Option<&mut R>,
+    ) -> Vec<ReleasedStatistic> {
+        let noisy = rng.is_some();
+        let measured = self.measure(values, rng);
+        self.post_process(values, &measured, noisy)
+    }
+
+    /// Every statistic from the measurements (noisy or not) and public
+    /// parameters only: the post-processing that costs nothing more.
+    /// `values` is read for its length under change-one (public `n`).
+    fn post_process<'a>(
+        &'a self,
+        values: &[i64],
+        measured: &[Measured],
+        noisy: bool,
     ) -> Vec<ReleasedStatistic> {
         let u = &self.universe;
         let res = u.resolution();
         let (lo, hi) = (u.lower() as f64, u.upper() as f64);
-        let noisy = rng.is_some();
-        let measured = self.measure(values, rng);
         let change_one = self.neighbouring.relation == Relation::ChangeOne;
         let scalar = |i: usize| match measured[i] {
             Measured::Scalar(v) => v as f64,
@@ -874,7 +886,7 @@ impl StreamPlan {
                     let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
                         .measurements
                         .iter()
-                        .zip(&measured)
+                        .zip(measured.iter())
                         .filter_map(|(m, v)| match (&m.measurement, v) {
                             (Measurement::Quantile { level, .. }, Measured::Choice(c)) => {
                                 Some((level.as_f64(), *c as f64 * res, m))
@@ -918,7 +930,7 @@ impl StreamPlan {
         self.evaluate(values, Some(rng))
     }
 
-    /// Release a window with the keyed noise of DESIGN §5: the same key,
+    /// Release a window with the keyed noise of docs/DESIGN.md §5: the same key,
     /// window and values always give the same bits.
     pub fn release(
         &self,
@@ -1310,6 +1322,98 @@ mod tests {
                 st.name,
                 st.spent
             );
+        }
+    }
+
+    /// Every published `spent` covers the measurements its value depends
+    /// on: each measurement is perturbed in turn (both ways, several sizes;
+    /// a quantile's choice moved to each end of its candidates) and every
+    /// statistic whose value moves must state at least that measurement's
+    /// spend — both relations, both measures, every statistic.
+    #[test]
+    fn every_stated_spend_covers_what_its_value_depends_on() {
+        use rand_chacha::ChaCha20Rng;
+        for rel in [Relation::ChangeOne, Relation::AddRemove] {
+            for measure in [Measure::Pure, Measure::Zcdp] {
+                let mut sp = spec_for(rel);
+                sp.statistics = vec![
+                    StatKind::Count,
+                    StatKind::Sum,
+                    StatKind::Mean,
+                    StatKind::Variance,
+                    StatKind::Std,
+                    StatKind::Histogram,
+                    StatKind::Quantiles,
+                ];
+                sp.quantiles = vec![0.1, 0.5, 0.9];
+                let p = plan(&privacy(measure, rel), &[sp]).unwrap();
+                let s = &p.streams[0];
+                let values: Vec<i64> = (0..100).map(|i| -300 + (i * 37) % 900).collect();
+                let base = s.measure::<ChaCha20Rng>(&values, None);
+                let out0 = s.post_process(&values, &base, true);
+                let mut deps: Vec<Vec<usize>> = vec![Vec::new(); out0.len()];
+                for i in 0..base.len() {
+                    let variants: Vec<Measured> = match &base[i] {
+                        Measured::Scalar(v) => [1, 7, 50, 400, 5000]
+                            .iter()
+                            .flat_map(|d| [Measured::Scalar(v + d), Measured::Scalar(v - d)])
+                            .collect(),
+                        Measured::Vector(v) => (0..v.len())
+                            .flat_map(|b| {
+                                [3i128, -3, 40, -40].map(|d| {
+                                    let mut w = v.clone();
+                                    w[b] += d;
+                                    Measured::Vector(w)
+                                })
+                            })
+                            .collect(),
+                        Measured::Choice(_) => {
+                            let c = match &s.measurements[i].measurement {
+                                Measurement::Quantile { candidates, .. } => candidates,
+                                _ => unreachable!(),
+                            };
+                            vec![Measured::Choice(c[0]), Measured::Choice(*c.last().unwrap())]
+                        }
+                    };
+                    for m in variants {
+                        let mut all = base.clone();
+                        all[i] = m;
+                        for (j, (a, b)) in out0
+                            .iter()
+                            .zip(s.post_process(&values, &all, true))
+                            .enumerate()
+                        {
+                            if a.values != b.values && !deps[j].contains(&i) {
+                                deps[j].push(i);
+                            }
+                        }
+                    }
+                }
+                // Not vacuous: every measurement moves some statistic.
+                for i in 0..base.len() {
+                    assert!(
+                        deps.iter().any(|d| d.contains(&i)),
+                        "{rel:?} {measure:?}: measurement {i} moves nothing"
+                    );
+                }
+                for (j, st) in out0.iter().enumerate() {
+                    let needed: f64 = deps[j]
+                        .iter()
+                        .map(|&i| rational::to_f64(&s.measurements[i].spent))
+                        .sum();
+                    assert!(
+                        st.spent >= needed - 1e-12,
+                        "{rel:?} {measure:?} {}({:?}): states {} but depends on {:?} = {needed}",
+                        st.name,
+                        st.level,
+                        st.spent,
+                        deps[j]
+                            .iter()
+                            .map(|&i| s.measurements[i].measurement.name())
+                            .collect::<Vec<_>>()
+                    );
+                }
+            }
         }
     }
 }

@@ -1,0 +1,323 @@
+//! No side channel under add-remove (docs/DESIGN.md §8): two `fleetdp run`
+//! processes side by side, each on its own topics, fed at the same moments
+//! with neighbouring inputs — the second has one more device, with readings
+//! in several windows. Time windows make releases depend on the clock, so
+//! both run at once and are compared over the windows both released.
+//!
+//! Required: every record of the output topics agrees between the two runs
+//! in key, headers, record timestamp and every published field but the
+//! noisy values (no exact count, padding, offset or data-dependent time);
+//! `/metrics` with `http.hide_exact_counts` shows no family that counts the
+//! input and the same lines otherwise (released values and times excepted);
+//! `/api/status` carries no exact count; logs have the same lines once seqs
+//! and durations are removed.
+
+mod harness;
+
+use harness::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const KEY_HEX: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+
+const STREAM: &str = r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window = "2s"
+max_windows_per_device = 3
+statistics = ["count", "mean", "histogram", "quantiles"]
+histogram_edges = [-20, 0, 20, 60]
+quantiles = [0.5]
+"#;
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+struct Proc {
+    child: Child,
+    base: String,
+    log: std::path::PathBuf,
+}
+
+fn start(broker: &Broker, t: &Topics, dir: &Path, name: &str) -> Proc {
+    let port = free_port();
+    let text = config_text(
+        broker,
+        t,
+        "relation = \"add-remove\"\nmeasure = \"zcdp\"\nrho_per_device = 2.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_SIDE_KEY\"",
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\nhide_exact_counts = true\n[limits]\nmax_lateness = \"1s\""),
+        STREAM,
+    );
+    let cfg = dir.join(format!("{name}.toml"));
+    std::fs::write(&cfg, text).unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env("FLEETDP_SIDE_KEY", KEY_HEX)
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    Proc {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+        log,
+    }
+}
+
+fn status(p: &Proc) -> Option<serde_json::Value> {
+    match http_get(&format!("{}/api/status", p.base)) {
+        Some((200, body)) => serde_json::from_str(&body).ok(),
+        _ => None,
+    }
+}
+
+fn released(p: &Proc) -> u64 {
+    status(p)
+        .and_then(|s| s["windows_released"].as_u64())
+        .unwrap_or(0)
+}
+
+fn json_reading(device: &str, value: f64, event_ms: i64) -> Out {
+    Out {
+        partition: None,
+        key: device.to_string(),
+        payload: format!(
+            r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{event_ms}}}"#
+        )
+        .into_bytes(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+/// Metrics lines without released values and times, and the log lines
+/// without timestamps, seqs and durations.
+fn normalised(
+    p: &Proc,
+    metrics: &str,
+    names: &[(&String, &str)],
+) -> (Vec<String>, BTreeSet<String>) {
+    let excluded = [
+        "fleetdp_release_value",
+        "fleetdp_release_half_width",
+        "fleetdp_last_release_timestamp_seconds",
+        "fleetdp_release_window_seq",
+        "fleetdp_windows_released_total",
+    ];
+    let mut m: Vec<String> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter(|l| !excluded.iter().any(|e| l.starts_with(e)))
+        .map(String::from)
+        .collect();
+    m.sort();
+    let scrub = |l: &str, key: &str| -> String {
+        let mut l = l.to_string();
+        if let Some(i) = l.find(key) {
+            let end = l[i..].find(' ').map_or(l.len(), |e| i + e);
+            l.replace_range(i..end, &format!("{key}_"));
+        }
+        l
+    };
+    let logs = std::fs::read_to_string(&p.log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut l = l.split_once(' ').map_or(l, |(_, r)| r).trim().to_string();
+            for k in ["latency_ms=", "window_seq=", "address="] {
+                l = scrub(&l, k);
+            }
+            for (from, to) in names {
+                l = l.replace(from.as_str(), to);
+            }
+            l
+        })
+        .collect();
+    (m, logs)
+}
+
+#[test]
+fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let dir = std::env::temp_dir().join(unique("fleetdp-side-ar"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (ta, tb) = (Topics::new("sidear-a"), Topics::new("sidear-b"));
+        for t in [&ta, &tb] {
+            broker
+                .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+                .await;
+        }
+        let mut a = start(&broker, &ta, &dir, "a");
+        let mut b = start(&broker, &tb, &dir, "b");
+        // Both assigned and releasing (empty windows) before any input.
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while (released(&a) < 2 || released(&b) < 2) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(
+            released(&a) >= 2 && released(&b) >= 2,
+            "not releasing; logs in {}",
+            dir.display()
+        );
+        let first_data = now_ms() / 2000;
+        // Three rounds, one window apart: 40 devices each; the neighbour
+        // adds device "extra" in every round.
+        for round in 0..3 {
+            let at = now_ms();
+            let common: Vec<Out> = (0..40)
+                .map(|i| json_reading(&format!("dev-{i}"), 10.0 + (i % 7) as f64, at))
+                .collect();
+            let mut with = common
+                .iter()
+                .map(|o| Out {
+                    partition: o.partition,
+                    key: o.key.clone(),
+                    payload: o.payload.clone(),
+                    content_type: o.content_type.clone(),
+                })
+                .collect::<Vec<_>>();
+            with.push(json_reading("extra", 59.0, at));
+            let (pa, pb) = tokio::join!(
+                produce(&broker, &ta.input, &common),
+                produce(&broker, &tb.input, &with)
+            );
+            let _ = (pa, pb, round);
+            tokio::time::sleep(Duration::from_millis(2100)).await;
+        }
+        let last_data = now_ms() / 2000;
+        // Wait until both released well past the data.
+        let target = |p: &Proc| -> bool {
+            status(p).is_some_and(|s| {
+                s["streams"][0]["series"]["count"]
+                    .as_array()
+                    .and_then(|pts| pts.last())
+                    .and_then(|pt| pt["window_seq"].as_u64())
+                    .is_some_and(|seq| seq as i64 >= last_data + 2)
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !(target(&a) && target(&b)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        assert!(
+            target(&a) && target(&b),
+            "releases stalled; logs in {}",
+            dir.display()
+        );
+        for p in [&a, &b] {
+            let s = status(p).unwrap();
+            assert!(s["messages"].is_null() && s["dead_letters"].is_null() && s["lag"].is_null());
+        }
+        let scrape = |p: &Proc| http_get(&format!("{}/metrics", p.base)).unwrap().1;
+        let (ma, mb) = (scrape(&a), scrape(&b));
+        for p in [&mut a, &mut b] {
+            unsafe {
+                libc::kill(p.child.id() as i32, libc::SIGTERM);
+            }
+            assert!(p.child.wait().unwrap().success(), "did not stop cleanly");
+        }
+        for m in [&ma, &mb] {
+            for fam in fleetdp::status::EXACT_COUNT_METRICS {
+                assert!(!m.contains(fam), "{fam} exposed with hide_exact_counts");
+            }
+        }
+        let names_a = [
+            (&ta.input, "INPUT"),
+            (&ta.output, "OUTPUT"),
+            (&ta.dlq, "DLQ"),
+            (&ta.state, "STATE"),
+            (&ta.group, "GROUP"),
+        ];
+        let names_b = [
+            (&tb.input, "INPUT"),
+            (&tb.output, "OUTPUT"),
+            (&tb.dlq, "DLQ"),
+            (&tb.state, "STATE"),
+            (&tb.group, "GROUP"),
+        ];
+        let (na, la) = normalised(&a, &ma, &names_a);
+        let (nb, lb) = normalised(&b, &mb, &names_b);
+        assert_eq!(na, nb, "metrics differ");
+        assert_eq!(la, lb, "log lines differ");
+        assert!(la.iter().any(|l| l.contains("window released")));
+
+        // The output topics, over the windows both released.
+        let read = |t: &Topics| -> BTreeMap<(i32, u64), (Read, proto::WindowRelease)> {
+            tokio::task::block_in_place(|| read_all(&broker, &t.output))
+                .into_iter()
+                .map(|m| {
+                    let r = fleetdp::kafka::decode_release(
+                        &m.payload,
+                        m.headers.get("content-type").map(String::as_str),
+                    )
+                    .unwrap();
+                    ((r.partition, r.window_seq), (m, r))
+                })
+                .collect()
+        };
+        let (oa, ob) = (read(&ta), read(&tb));
+        let common: Vec<(i32, u64)> = oa.keys().filter(|s| ob.contains_key(s)).copied().collect();
+        for p in 0..2 {
+            for s in first_data as u64..=last_data as u64 {
+                assert!(
+                    common.contains(&(p, s)),
+                    "window {p}/{s} missing from one run"
+                );
+            }
+        }
+        for s in &common {
+            let ((ra, a), (rb, b)) = (&oa[s], &ob[s]);
+            assert_eq!(
+                (&ra.key, &ra.headers, ra.timestamp),
+                (&rb.key, &rb.headers, rb.timestamp),
+                "window {s:?}"
+            );
+            let public = |r: &proto::WindowRelease| {
+                (
+                    r.window_seq,
+                    r.first_offset,
+                    r.last_offset,
+                    r.first_event_time_ms,
+                    r.last_event_time_ms,
+                    r.n,
+                    r.padded,
+                    r.released_at_ms,
+                    r.guarantee.clone(),
+                    r.statistics
+                        .iter()
+                        .map(|x| {
+                            (
+                                x.name.clone(),
+                                x.level,
+                                x.mechanism.clone(),
+                                x.spent,
+                                x.values.len(),
+                                x.half_width.is_some(),
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            };
+            assert_eq!(
+                public(a),
+                public(b),
+                "window {s:?}: published fields differ"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}
