@@ -60,9 +60,8 @@ pub struct StreamRules {
 }
 
 /// Most readings one time window holds; later ones are dropped
-/// (`window_full`). Far above what memory allows in practice; it bounds
-/// the exact sums (docs/DESIGN.md §5).
-pub const MAX_TIME_WINDOW_READINGS: usize = 1 << 32;
+/// (`window_full`): the bound the plan's overflow proof assumes.
+const MAX_TIME_WINDOW_READINGS: usize = crate::dp::release::MAX_TIME_WINDOW_READINGS as usize;
 
 /// What happened to one reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -240,3 +240,85 @@ statistics = ["sum"]
         );
     });
 }
+
+/// Stopped while a time window holding readings is still open, then
+/// restarted: every window from the first to the last is released exactly
+/// once, and the open window's readings are replayed into it, not lost.
+#[test]
+fn time_windows_are_released_exactly_once_across_a_restart() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("timed-restart");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = || {
+            config(
+                &broker,
+                &t,
+                "relation = \"add-remove\"\nepsilon_per_device = 200.0\nhorizon = \"1h\"",
+                "[limits]\nmax_lateness = \"3s\"",
+                r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window = "2s"
+statistics = ["count"]
+"#,
+            )
+        };
+        let (stop, c1, h) = spawn_pipeline(v(), KEY);
+        assert!(wait_until(WAIT, || get(&c1.windows_released) >= 1).await);
+        let at = now_ms();
+        let busy = (at / 2000) as u64;
+        let msgs: Vec<Out> = (0..30)
+            .map(|i| json_reading(&format!("dev-{i}"), 20.0, at))
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        assert!(wait_until(WAIT, || get(&c1.readings_accepted) >= 30).await);
+        // The window of `at` is due 3 s after its end: stop before that.
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        let before = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert!(
+            before.iter().all(|r| r.window_seq < busy),
+            "the busy window closed before the stop; the test needs it open"
+        );
+        let (stop, c2, h) = spawn_pipeline(v(), KEY);
+        let target = busy + 3;
+        assert!(
+            wait_until(WAIT, || {
+                tokio::task::block_in_place(|| releases(&broker, &t.output))
+                    .iter()
+                    .any(|r| r.window_seq >= target)
+            })
+            .await
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(
+            get(&c2.readings_accepted),
+            30,
+            "the open window's readings are replayed"
+        );
+        let all = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let mut seqs: Vec<u64> = all.iter().map(|r| r.window_seq).collect();
+        seqs.sort_unstable();
+        let (first, last) = (seqs[0], *seqs.last().unwrap());
+        assert_eq!(
+            seqs,
+            (first..=last).collect::<Vec<_>>(),
+            "a window skipped or released twice"
+        );
+        let busy_count = all
+            .iter()
+            .find(|r| r.window_seq == busy)
+            .unwrap()
+            .statistics[0]
+            .values[0];
+        assert!((busy_count - 30.0).abs() < 2.0, "count {busy_count}");
+    });
+}
