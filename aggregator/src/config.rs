@@ -338,7 +338,7 @@ impl Config {
             .map(|s| {
                 s.window_timeout
                     .as_deref()
-                    .map(|t| duration("stream.window_timeout", t))
+                    .map(|t| duration(&format!("stream '{}': window_timeout", s.name), t))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -495,6 +495,31 @@ quantiles = [0.5, 0.9]
                 .unwrap_err()
         );
         assert!(err.contains("divides privacy.horizon"), "{err}");
+        for (from, to, field) in [
+            ("\"5m\"", "\"often\"", "stream 'cabin_temp_c': window"),
+            ("\"5m\"", "\"0s\"", "stream 'cabin_temp_c': window"),
+        ] {
+            let err = format!(
+                "{:#}",
+                Config::parse(&timed.replace(from, to))
+                    .unwrap()
+                    .validate()
+                    .unwrap_err()
+            );
+            assert!(err.contains(field), "{err}");
+        }
+        let soon = SAMPLE.replace(
+            "window_size = 1000",
+            "window_size = 1000\nwindow_timeout = \"soon\"",
+        );
+        let err = format!(
+            "{:#}",
+            Config::parse(&soon).unwrap().validate().unwrap_err()
+        );
+        assert!(
+            err.contains("stream 'cabin_temp_c': window_timeout"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //! The crate is split into a pure privacy core ([`dp`]) that knows nothing of
 //! Kafka, tokio or I/O, and the service around it.
 
+/// The privacy core, its own crate (`aggregator/dp`, no Kafka, tokio or I/O).
+pub use fleetdp_dp as dp;
+
 pub mod config;
 pub mod demo;
 mod devices;
-pub mod dp;
 pub mod faults;
 pub mod http;
 pub mod kafka;

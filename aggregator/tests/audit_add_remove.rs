@@ -12,6 +12,7 @@
 //! next window, which it does not touch, nothing; for the block's signed
 //! sum, the device's budget per horizon.
 
+#[path = "../dp/tests/common/mod.rs"]
 mod common;
 
 use common::{cp_lower, cp_upper};

@@ -181,7 +181,7 @@ impl Accountant {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dp::rational::ratio;
+    use crate::rational::ratio;
 
     fn pure(eps: f64) -> Accountant {
         Accountant::new(Budget {

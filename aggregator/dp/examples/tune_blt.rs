@@ -2,9 +2,9 @@
 //! lifetimes 2¹⁰ … 2²⁴ windows and print them with their loss against the
 //! square-root factorization and the binary tree at the same lifetime.
 //!
-//! `cargo run --release -p fleetdp --example tune_blt`
+//! `cargo run --release -p fleetdp-dp --example tune_blt`
 
-use fleetdp::dp::continual::{baseline, tune};
+use fleetdp_dp::continual::{baseline, tune};
 
 fn main() {
     println!("// (log2 lifetime, θ, ω); loss vs sqrt factorization, vs plain Gaussian tree");

@@ -4,8 +4,8 @@
 mod common;
 
 use common::chi_square_p;
-use fleetdp::dp::rational::exact;
-use fleetdp::dp::sampler::{bernoulli, bernoulli_exp, DiscreteGaussian, DiscreteLaplace};
+use fleetdp_dp::rational::exact;
+use fleetdp_dp::sampler::{bernoulli, bernoulli_exp, DiscreteGaussian, DiscreteLaplace};
 use num_bigint::BigUint;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;

@@ -64,7 +64,8 @@ pub struct StreamSpec {
     /// Count windows (change-one): `n`, public. Unset (0) with time windows.
     #[serde(default)]
     pub window_size: u64,
-    /// Time windows (add-remove): their length (humantime, e.g. "5m"),
+    /// Time windows (add-remove): their length (a duration such as "5m",
+    /// parsed by the service's configuration),
     /// aligned to the epoch; the horizon must be a whole number of them.
     #[serde(default)]
     pub window: Option<String>,
@@ -86,7 +87,8 @@ pub struct StreamSpec {
     #[serde(default)]
     pub quantile_candidates: Option<Vec<f64>>,
     /// Close a window that has waited this long by padding it to `n` with the
-    /// midpoint (humantime, e.g. "5m"); unset: wait for `n` readings.
+    /// midpoint (a duration such as "5m", parsed by the service's
+    /// configuration); unset: wait for `n` readings.
     #[serde(default)]
     pub window_timeout: Option<String>,
     /// Share of this stream's budget spent on running totals (sum, and the
@@ -427,9 +429,9 @@ fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, Plan
                 "time windows are for relation = \"add-remove\" (their size is private); change-one uses window_size",
             ))
         }
-        (Relation::AddRemove, Some(w)) => {
-            humantime::parse_duration(w)
-                .map_err(|e| field_err(spec, "window", format!("{w:?}: {e}")))?;
+        (Relation::AddRemove, Some(_)) => {
+            // The length itself is parsed and checked by the service's
+            // configuration (it must divide the horizon).
             if spec.window_size != 0 {
                 return Err(field_err(
                     spec,
@@ -471,10 +473,6 @@ fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, Plan
             "window_size",
             "window_size × (2·max|bound|/resolution)² overflows exact 128-bit sums; use a coarser resolution or smaller windows",
         ));
-    }
-    if let Some(t) = &spec.window_timeout {
-        humantime::parse_duration(t)
-            .map_err(|e| field_err(spec, "window_timeout", format!("{t:?}: {e}")))?;
     }
     Ok(u)
 }
@@ -1168,10 +1166,6 @@ mod tests {
             (Box::new(|s| s.quantiles = vec![1.5]), "quantiles"),
             (Box::new(|s| s.statistics.clear()), "statistics"),
             (
-                Box::new(|s| s.window_timeout = Some("soon".into())),
-                "window_timeout",
-            ),
-            (
                 Box::new(|s| {
                     s.resolution = 1e-9;
                     s.window_size = 1_000_000_000_000_000;
@@ -1255,9 +1249,6 @@ mod tests {
         let mut s = spec_for(Relation::AddRemove);
         s.window_timeout = Some("1m".into());
         assert_eq!(field(plan(&ar, &[s])).0, "window_timeout");
-        let mut s = spec_for(Relation::AddRemove);
-        s.window = Some("often".into());
-        assert_eq!(field(plan(&ar, &[s])).0, "window");
         // Under add-remove an empty window releases (count 0 plus noise).
         let p = plan(&ar, &[spec_for(Relation::AddRemove)]).unwrap();
         let key = ReleaseKey::from_bytes([3; 32]);

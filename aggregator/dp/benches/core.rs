@@ -1,17 +1,17 @@
 //! Benchmarks of the privacy core: exact sampler throughput and the time to
 //! release one window (n = 10,000; mean, std, 10-bin histogram, 4 quantiles).
 //!
-//! Run: `cargo bench -p fleetdp --bench core`. Targets (one core): ≥ 5 M
+//! Run: `cargo bench -p fleetdp-dp --bench core`. Targets (one core): ≥ 5 M
 //! discrete Laplace samples/s at scale 100; window release ≤ 2 ms.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use fleetdp::dp::accountant::Budget;
-use fleetdp::dp::mechanism::Measure;
-use fleetdp::dp::rational::exact;
-use fleetdp::dp::relation::Relation;
-use fleetdp::dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
-use fleetdp::dp::rng::ReleaseKey;
-use fleetdp::dp::sampler::{DiscreteGaussian, DiscreteLaplace};
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::rational::exact;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
+use fleetdp_dp::sampler::{DiscreteGaussian, DiscreteLaplace};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 

@@ -4,9 +4,9 @@
 //! forms (BLT and the Honaker tree), restart continuity, and the utility
 //! targets at T = 2¹⁶.
 
-use fleetdp::dp::continual::{baseline, Blt, BltNoise, RunningPlan, RunningState};
-use fleetdp::dp::mechanism::Measure;
-use fleetdp::dp::rational::ratio;
+use fleetdp_dp::continual::{baseline, Blt, BltNoise, RunningPlan, RunningState};
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::rational::ratio;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
@@ -180,7 +180,7 @@ fn the_blt_meets_its_utility_targets_at_2_to_the_16() {
         "the plain tree's std is only {ratio_tree}× the BLT's"
     );
     // And the tuner finds nothing much better than the table.
-    let tuned = fleetdp::dp::continual::tune(4, t).loss(t);
+    let tuned = fleetdp_dp::continual::tune(4, t).loss(t);
     assert!(blt <= tuned * 1.01);
 }
 

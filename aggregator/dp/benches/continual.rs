@@ -8,10 +8,10 @@
 //! of the BLT's generator checks the closed form at T = 2¹⁰, and the cost of
 //! one step is timed.
 //!
-//! `cargo bench -p fleetdp --bench continual`. Targets at T = 2¹⁶: BLT
+//! `cargo bench -p fleetdp-dp --bench continual`. Targets at T = 2¹⁶: BLT
 //! within 5% of the square-root factorization, ≥ 3× below the plain tree.
 
-use fleetdp::dp::continual::{baseline, Blt, BltNoise};
+use fleetdp_dp::continual::{baseline, Blt, BltNoise};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use std::time::Instant;

@@ -1,11 +1,11 @@
 //! Keyed noise: the same key and window give bit-identical release bytes; a
 //! changed value, seq or key gives different noise.
 
-use fleetdp::dp::accountant::Budget;
-use fleetdp::dp::mechanism::Measure;
-use fleetdp::dp::relation::Relation;
-use fleetdp::dp::release::{plan, PrivacySpec, ReleasedStatistic, StatKind, StreamSpec};
-use fleetdp::dp::rng::ReleaseKey;
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, PrivacySpec, ReleasedStatistic, StatKind, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
 
 fn stream() -> StreamSpec {
     StreamSpec {

@@ -308,7 +308,7 @@ fn permute_and_flip_probabilities(p: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dp::rational::{exact, int};
+    use crate::rational::{exact, int};
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
 

@@ -76,7 +76,7 @@ pub fn coverage(noise: &Noise, h: u128) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dp::rational::{exact, int};
+    use crate::rational::{exact, int};
 
     #[test]
     fn half_widths_are_smallest_with_95_percent() {

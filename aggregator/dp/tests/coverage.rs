@@ -4,12 +4,12 @@
 //! 4-standard-error tolerance, and the exact coverage of the discrete
 //! interval is checked to lie in the band itself.
 
-use fleetdp::dp::accountant::Budget;
-use fleetdp::dp::accuracy::{coverage, LEVEL};
-use fleetdp::dp::mechanism::Measure;
-use fleetdp::dp::relation::Relation;
-use fleetdp::dp::release::{plan, Mechanism, PrivacySpec, StatKind, StreamSpec};
-use fleetdp::dp::rng::ReleaseKey;
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::accuracy::{coverage, LEVEL};
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, Mechanism, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
 
 const TRIALS: u64 = 100_000;
 

@@ -3,9 +3,9 @@
 //! relations, the analytic sensitivity of every statistic is at least the
 //! empirical maximum, and equal to it where the bound is claimed tight.
 
-use fleetdp::dp::relation::{Neighbouring, Relation};
-use fleetdp::dp::stats::{self, QuantileLevel, Statistic};
-use fleetdp::dp::universe::Universe;
+use fleetdp_dp::relation::{Neighbouring, Relation};
+use fleetdp_dp::stats::{self, QuantileLevel, Statistic};
+use fleetdp_dp::universe::Universe;
 use num_bigint::BigInt;
 use num_rational::BigRational;
 

@@ -7,14 +7,14 @@
 mod common;
 
 use common::{cp_lower, cp_upper};
-use fleetdp::dp::accountant::Budget;
-use fleetdp::dp::mechanism::{Measure, Selection};
-use fleetdp::dp::rational::exact;
-use fleetdp::dp::relation::Relation;
-use fleetdp::dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
-use fleetdp::dp::rng::ReleaseKey;
-use fleetdp::dp::sampler::DiscreteGaussian;
-use fleetdp::dp::stats::{self, QuantileLevel};
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::mechanism::{Measure, Selection};
+use fleetdp_dp::rational::exact;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
+use fleetdp_dp::sampler::DiscreteGaussian;
+use fleetdp_dp::stats::{self, QuantileLevel};
 
 const RUNS: u64 = 1_000_000;
 const ALPHA: f64 = 0.05;
@@ -134,7 +134,7 @@ fn discrete_gaussian_sum_against_its_privacy_curve() {
     let shift = 20i128;
     // The stated conversion holds for this mechanism: δ(ε_BS(δ)) ≤ δ.
     let delta = 1e-6;
-    let eps_bs = fleetdp::dp::mechanism::zcdp_to_approx_dp(rho, delta);
+    let eps_bs = fleetdp_dp::mechanism::zcdp_to_approx_dp(rho, delta);
     assert!(gaussian_delta(&g, shift, eps_bs) <= delta);
 
     let thresholds: Vec<i64> = (-20..=100).step_by(4).collect();

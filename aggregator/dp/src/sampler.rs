@@ -293,7 +293,7 @@ impl DiscreteGaussian {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dp::rational::{int, ratio};
+    use crate::rational::{int, ratio};
     use rand::SeedableRng;
     use rand_chacha::ChaCha20Rng;
 
