@@ -183,8 +183,8 @@ pub struct LimitsConfig {
     /// late readings before it is released.
     #[serde(default = "default_lateness")]
     pub max_lateness: String,
-    /// Time windows: a reading whose event time is more than this ahead of
-    /// its Kafka message timestamp is dropped (`future`).
+    /// A reading whose event time is more than this ahead of its Kafka
+    /// message timestamp (or before 1970) is dead-lettered (`future`).
     #[serde(default = "default_skew")]
     pub max_clock_skew: String,
 }

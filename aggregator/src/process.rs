@@ -106,6 +106,8 @@ pub struct Processor {
     partitioner: Partitioner,
     /// Partition count of the input topic (for the partition check).
     input_partitions: Option<i32>,
+    /// How far an event time may run ahead of its message's timestamp.
+    skew_ms: i64,
 }
 
 impl Processor {
@@ -158,6 +160,7 @@ impl Processor {
             pending_bytes: 0,
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
+            skew_ms: v.max_clock_skew.as_millis() as i64,
         }
     }
 
@@ -241,6 +244,17 @@ impl Processor {
     ) -> Result<(), Rejection> {
         for (i, r) in readings.iter().enumerate() {
             let s = r.stream_index;
+            // A wrong clock must not move any lane: judged against the
+            // message's own timestamp, stored with it (the same on replay).
+            let stamp = timestamp_ms.unwrap_or(r.event_time_ms);
+            if r.event_time_ms < 0 || r.event_time_ms > stamp.saturating_add(self.skew_ms) {
+                return Err(Rejection::new(
+                    Reason::Future,
+                    format!(
+                        "reading {i}: event_time_ms is before 1970 or more than limits.max_clock_skew ahead of the message timestamp"
+                    ),
+                ));
+            }
             let Ok(t) = self.coders[s].top_code(r.value) else {
                 return Err(Rejection::new(
                     Reason::NotFinite,

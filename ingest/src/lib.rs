@@ -76,10 +76,14 @@ pub enum Reason {
     /// A reading's device id does not belong on the message's partition
     /// under the declared partitioner (a device must stay on one partition).
     WrongPartition,
+    /// A reading's event time is before 1970, or later than its message's
+    /// Kafka timestamp plus the allowed clock skew (a wrong device clock,
+    /// or microseconds sent as milliseconds).
+    Future,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Undecodable,
         Reason::MissingField,
         Reason::NotFinite,
@@ -88,6 +92,7 @@ impl Reason {
         Reason::BatchSize,
         Reason::TooOld,
         Reason::WrongPartition,
+        Reason::Future,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -100,6 +105,7 @@ impl Reason {
             Reason::BatchSize => "batch_size",
             Reason::TooOld => "too_old",
             Reason::WrongPartition => "wrong_partition",
+            Reason::Future => "future",
         }
     }
 }

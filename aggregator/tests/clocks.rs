@@ -1,0 +1,99 @@
+//! Wrong device clocks never stop a lane (issue: one future event time
+//! moved a lane's lateness reference and every later reading was refused as
+//! too old). A reading dated before 1970 or more than `max_clock_skew` ahead
+//! of its message's timestamp is dead-lettered `future` before it touches
+//! any lane; the readings around it are accepted and windows keep closing.
+
+mod harness;
+
+use fleetdp::pipeline::Counters;
+use harness::*;
+use ingest::Reason;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const KEY: [u8; 32] = [5; 32];
+const WAIT: Duration = Duration::from_secs(120);
+
+fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
+    Counters::get(c)
+}
+
+fn reading(device: &str, event_ms: i64) -> Out {
+    Out {
+        partition: Some(0),
+        key: device.to_string(),
+        payload: format!(
+            r#"{{"device_id":"{device}","stream":"temp","value":21.5,"event_time_ms":{event_ms}}}"#
+        )
+        .into_bytes(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+#[test]
+fn microsecond_and_fast_clocks_are_dead_lettered_and_the_lane_goes_on() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("clocks");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "[limits]\nmax_lateness = \"10m\"",
+            r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 5
+max_windows_per_device = 100
+statistics = ["mean"]
+"#,
+        );
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let base = now - 60_000;
+        let mut msgs: Vec<Out> = (0..20)
+            .map(|i| reading(&format!("a{i}"), base + i))
+            .collect();
+        msgs.push(reading("micros", base * 1000)); // µs sent as ms
+        msgs.push(reading("fast", now + 2 * 3_600_000)); // a clock 2 h fast
+        msgs.push(reading("ancient", -5));
+        msgs.extend((0..20).map(|i| reading(&format!("b{i}"), base + 100 + i)));
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        assert!(
+            wait_until(WAIT, || get(&c.windows_released) >= 8).await,
+            "released {} of 8; accepted {}, dead letters {}",
+            get(&c.windows_released),
+            get(&c.readings_accepted),
+            c.dead_letters_total()
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(
+            get(&c.readings_accepted),
+            40,
+            "every reading with a sane clock"
+        );
+        assert_eq!(c.dead_letters(Reason::Future), 3);
+        assert_eq!(
+            c.dead_letters(Reason::TooOld),
+            0,
+            "a wrong clock moved the lane"
+        );
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        let reasons: Vec<&str> = dlq
+            .iter()
+            .map(|m| m.headers["fleetdp-reason"].as_str())
+            .collect();
+        assert_eq!(reasons, ["future", "future", "future"]);
+    });
+}
