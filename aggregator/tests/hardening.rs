@@ -1,8 +1,11 @@
-//! Wrong device clocks never stop a lane (issue: one future event time
-//! moved a lane's lateness reference and every later reading was refused as
-//! too old). A reading dated before 1970 or more than `max_clock_skew` ahead
-//! of its message's timestamp is dead-lettered `future` before it touches
-//! any lane; the readings around it are accepted and windows keep closing.
+//! Hardening of the data path, over the broker:
+//!
+//! - wrong device clocks never stop a lane (one future event time used to
+//!   move a lane's lateness reference, and every later reading was refused
+//!   as too old): a reading dated before 1970 or more than `max_clock_skew`
+//!   ahead of its message's timestamp is dead-lettered `future` before it
+//!   touches any lane; the readings around it are accepted;
+//! - an idle instance applies its assignment without a message arriving.
 
 mod harness;
 
@@ -95,5 +98,43 @@ statistics = ["mean"]
             .map(|m| m.headers["fleetdp-reason"].as_str())
             .collect();
         assert_eq!(reasons, ["future", "future", "future"]);
+    });
+}
+
+/// An instance on an empty topic applies its assignment on the idle tick:
+/// it becomes ready without a message arriving (it used to wait for one).
+#[test]
+fn an_idle_instance_becomes_ready_without_a_message() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("idle");
+        broker
+            .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 5
+statistics = ["mean"]
+"#,
+        );
+        let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
+        let board = p.board.clone();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let h = tokio::spawn(async move { p.run(rx, fleetdp::pipeline::Options::default()).await });
+        let ready = wait_until(Duration::from_secs(60), || board.ready().is_ok()).await;
+        let why = board.ready().err();
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(ready, "not ready on an empty topic: {why:?}");
     });
 }
