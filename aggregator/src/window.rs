@@ -94,8 +94,8 @@ pub struct ClosedWindow {
     pub values: Vec<i64>,
     pub first_offset: i64,
     pub last_offset: i64,
-    /// Count windows: the event times of the first and last reading to
-    /// arrive. Time windows: the window's bounds `[start, end)`.
+    /// Count windows: the earliest and latest event time among the
+    /// window's readings. Time windows: the window's bounds `[start, end)`.
     pub first_event_ms: i64,
     pub last_event_ms: i64,
     /// How many of the values are midpoint padding (count windows; public).
@@ -181,8 +181,11 @@ struct Open {
     values: Vec<i64>,
     first_offset: i64,
     last_offset: i64,
+    /// Event time of the first reading to arrive (timeouts count from it).
     first_event_ms: i64,
-    last_event_ms: i64,
+    /// Earliest and latest event time among the readings.
+    min_event_ms: i64,
+    max_event_ms: i64,
     charges: Vec<(u64, i64)>,
 }
 
@@ -533,9 +536,11 @@ impl Windower {
             self.opened[stream] += 1;
             open.first_offset = offset;
             open.first_event_ms = event_ms;
+            (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
         }
         open.last_offset = offset;
-        open.last_event_ms = event_ms;
+        open.min_event_ms = open.min_event_ms.min(event_ms);
+        open.max_event_ms = open.max_event_ms.max(event_ms);
         open.values.push(units);
         self.last_accepted_seq = seq;
         if rules.window_ms.is_none() && open.values.len() >= rules.window_size {
@@ -612,7 +617,7 @@ fn take_open(lane: &mut Lane, rules: &StreamRules) -> Open {
 fn oldest_count(lane: &Lane, open: &Open, lateness_ms: i64) -> (i64, i64) {
     let reference = lane
         .reference_event_ms
-        .map_or(open.last_event_ms, |r| r.max(open.last_event_ms));
+        .map_or(open.max_event_ms, |r| r.max(open.max_event_ms));
     (reference.saturating_sub(lateness_ms), reference)
 }
 
@@ -649,7 +654,7 @@ fn close(
         None => {
             let padded = rules.window_size.saturating_sub(values.len()) as u64;
             values.resize(rules.window_size, rules.midpoint);
-            (padded, open.first_event_ms, open.last_event_ms)
+            (padded, open.min_event_ms, open.max_event_ms)
         }
         Some(len) => (0, (seq as i64).saturating_mul(len), window_end(seq, len)),
     };
@@ -1043,5 +1048,21 @@ mod tests {
             vec![5, 6, 7]
         );
         assert_eq!(closed[0].values, vec![1]);
+    }
+
+    /// A count window's published event-time span is the earliest and
+    /// latest event time it holds, whatever the arrival order.
+    #[test]
+    fn the_event_time_span_is_min_and_max_of_the_readings() {
+        let mut w = windower(3, 1, 100, None);
+        let mut closed = Vec::new();
+        for (off, (d, t)) in [("a", 50), ("b", 10), ("c", 30)].into_iter().enumerate() {
+            w.admit(0, 0, off as i64, device_key(d), 1, t, t, &mut closed);
+        }
+        assert_eq!(
+            (closed[0].first_event_ms, closed[0].last_event_ms),
+            (10, 50)
+        );
+        assert_eq!(closed[0].reference_event_ms, 50);
     }
 }
