@@ -13,6 +13,7 @@ use hyper::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 /// What the handlers read.
 pub struct HttpState {
@@ -54,8 +55,18 @@ pub fn recorder() -> Result<PrometheusHandle> {
     Ok(HANDLE.get_or_init(|| h).clone())
 }
 
+/// Connections served at once; more are closed on accept.
+pub const MAX_CONNECTIONS: usize = 512;
+/// Time a client has to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a connection may stay open, keep-alive included.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
 /// Listen on `addr` and serve until the runtime ends (needs a tokio
-/// runtime). Returns the bound address.
+/// runtime). Returns the bound address. Hostile clients are bounded: at
+/// most [`MAX_CONNECTIONS`] at once, [`HEADER_READ_TIMEOUT`] to send
+/// headers, [`CONNECTION_LIFETIME`] in all, and accept errors (such as
+/// running out of file descriptors) back off instead of spinning.
 pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
     let sock: SocketAddr = addr
         .parse()
@@ -64,9 +75,24 @@ pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
         .await
         .with_context(|| format!("http.listen: cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(10);
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    backoff = Duration::from_millis(10);
+                    stream
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "accept failed; backing off");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                drop(stream);
                 continue;
             };
             let st = state.clone();
@@ -75,9 +101,12 @@ pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
                     let st = st.clone();
                     async move { Ok::<_, std::convert::Infallible>(handle(&req, &st)) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+                drop(slot);
             });
         }
     });
@@ -89,11 +118,30 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
         .status(status)
         .header("content-type", content_type)
         .header("cache-control", "no-store")
+        .header("x-content-type-options", "nosniff")
+        .header("referrer-policy", "no-referrer")
         .body(Full::new(body.into()))
         .expect("a valid response")
 }
 
+/// The status page's policy: its own inline script and style, requests to
+/// this origin only, no framing.
+const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+     connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
+
 fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        let mut r = reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET and HEAD\n",
+        );
+        r.headers_mut().insert(
+            "allow",
+            hyper::header::HeaderValue::from_static("GET, HEAD"),
+        );
+        return r;
+    }
     match req.uri().path() {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
             let text = st.metrics.render();
@@ -117,7 +165,18 @@ fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
             "application/json",
             st.board.to_json(&st.config, &st.counters).to_string(),
         ),
-        "/" | "/index.html" => reply(StatusCode::OK, "text/html; charset=utf-8", PAGE),
+        "/" | "/index.html" => {
+            let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", PAGE);
+            r.headers_mut().insert(
+                "content-security-policy",
+                hyper::header::HeaderValue::from_static(PAGE_CSP),
+            );
+            r.headers_mut().insert(
+                "x-frame-options",
+                hyper::header::HeaderValue::from_static("DENY"),
+            );
+            r
+        }
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }

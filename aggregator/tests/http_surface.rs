@@ -1,0 +1,137 @@
+//! The HTTP listener under hostile clients: only GET and HEAD, security
+//! headers on every answer and a restrictive policy on the page, and
+//! hundreds of connections that never finish their headers neither keep
+//! their sockets beyond the header timeout nor stop `/healthz` answering.
+
+use fleetdp::config::Config;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = r#"
+[kafka]
+brokers = "127.0.0.1:1"
+input_topic = "in"
+output_topic = "out"
+dead_letter_topic = "dlq"
+[privacy]
+epsilon_per_device = 1.0
+horizon = "24h"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 10
+statistics = ["mean"]
+"#;
+
+/// A request's raw answer: status line, headers (lower-case names), body.
+fn raw(addr: &str, request: &str) -> (String, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    let (head, body) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or("").to_string();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn the_listener_refuses_other_methods_sends_security_headers_and_survives_slow_clients() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let v = Config::parse(CONFIG).unwrap().validate().unwrap();
+        let p =
+            fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
+        let state = Arc::new(fleetdp::http::HttpState {
+            metrics: fleetdp::http::recorder().unwrap(),
+            board: p.board.clone(),
+            config: p.config(),
+            counters: p.counters.clone(),
+        });
+        let addr = fleetdp::http::serve("127.0.0.1:0", state)
+            .await
+            .unwrap()
+            .to_string();
+        tokio::task::block_in_place(|| {
+            let close = "Connection: close\r\n\r\n";
+            for method in ["DELETE", "POST", "PUT", "PATCH", "OPTIONS"] {
+                let (status, h, _) = raw(
+                    &addr,
+                    &format!(
+                        "{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n{close}"
+                    ),
+                );
+                assert!(status.contains(" 405 "), "{method}: {status}");
+                assert_eq!(header(&h, "allow"), Some("GET, HEAD"));
+            }
+            let (status, h, body) = raw(
+                &addr,
+                &format!("HEAD /healthz HTTP/1.1\r\nHost: x\r\n{close}"),
+            );
+            assert!(status.contains(" 200 "), "{status}");
+            assert!(body.is_empty(), "HEAD has no body");
+            assert_eq!(header(&h, "x-content-type-options"), Some("nosniff"));
+            let (status, h, _) = raw(&addr, &format!("GET / HTTP/1.1\r\nHost: x\r\n{close}"));
+            assert!(status.contains(" 200 "), "{status}");
+            let csp = header(&h, "content-security-policy").expect("a policy on the page");
+            assert!(
+                csp.contains("default-src 'none'") && csp.contains("frame-ancestors 'none'"),
+                "{csp}"
+            );
+            assert_eq!(header(&h, "cache-control"), Some("no-store"));
+
+            // 300 clients that open a connection and never finish their headers.
+            let slow: Vec<TcpStream> = (0..300)
+                .map(|_| {
+                    let mut s = TcpStream::connect(&addr).unwrap();
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                        .unwrap();
+                    s
+                })
+                .collect();
+            let started = Instant::now();
+            let (status, _, _) = raw(
+                &addr,
+                &format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{close}"),
+            );
+            assert!(status.contains(" 200 "), "{status}");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "healthz took {:?}",
+                started.elapsed()
+            );
+            // After the header timeout the server has closed every one of them.
+            std::thread::sleep(fleetdp::http::HEADER_READ_TIMEOUT + Duration::from_secs(2));
+            for mut s in slow {
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut buf = [0u8; 512];
+                match s.read(&mut buf) {
+                    Ok(_) => {} // EOF, or a 408 then EOF: closed by the server
+                    Err(e) => {
+                        assert!(
+                            e.kind() == std::io::ErrorKind::ConnectionReset,
+                            "a slow connection is still open: {e}"
+                        )
+                    }
+                }
+            }
+        });
+    });
+}
