@@ -376,11 +376,32 @@ impl Config {
     pub fn release_key(&self) -> Result<ReleaseKey> {
         let p = &self.privacy;
         if let Some(var) = &p.key_env {
-            let v = std::env::var(var)
-                .map_err(|_| anyhow!("privacy.key_env: environment variable {var} is not set"))?;
+            let v =
+                zeroize::Zeroizing::new(std::env::var(var).map_err(|_| {
+                    anyhow!("privacy.key_env: environment variable {var} is not set")
+                })?);
+            // Out of the environment once read (child processes and later
+            // reads no longer see it; /proc/PID/environ keeps the initial
+            // block, so key_file is the safer choice).
+            std::env::remove_var(var);
             return ReleaseKey::from_hex(&v).map_err(|e| anyhow!("privacy.key_env ({var}): {e}"));
         }
         if let Some(path) = &p.key_file {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                if let Ok(m) = std::fs::metadata(path) {
+                    let mode = m.permissions().mode() & 0o777;
+                    if mode & 0o077 != 0 {
+                        bail!(
+                            "privacy.key_file {}: mode {mode:04o} lets group or others read the release key; \
+                             run `chmod 600 {}` (whoever reads the key can recompute the noise)",
+                            path.display(),
+                            path.display()
+                        );
+                    }
+                }
+            }
             let text = std::fs::read_to_string(path).with_context(|| {
                 format!(
                     "privacy.key_file: cannot read {} (create one with `fleetdp keygen --out {}`)",
@@ -388,6 +409,7 @@ impl Config {
                     path.display()
                 )
             })?;
+            let text = zeroize::Zeroizing::new(text);
             return ReleaseKey::from_hex(&text)
                 .map_err(|e| anyhow!("privacy.key_file {}: {e}", path.display()));
         }

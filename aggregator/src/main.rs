@@ -319,21 +319,30 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     })
 }
 
+/// Create the key file atomically: it must not exist (no overwrite, and a
+/// symlink in its place is not followed: `create_new` is `O_EXCL`), and it
+/// is readable by its owner only from the moment it exists.
 fn keygen(out: PathBuf) -> Result<()> {
-    if out.exists() {
-        bail!(
-            "{} exists; refusing to overwrite a release key",
-            out.display()
-        );
-    }
-    let key = ReleaseKey::ephemeral();
-    std::fs::write(&out, key.to_hex() + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o600))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
     }
-    println!("wrote a new release key to {}", out.display());
+    let mut f = opts.open(&out).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+            "{} exists; refusing to overwrite a release key (or to follow a link there)",
+            out.display()
+        ),
+        _ => anyhow::Error::new(e).context(format!("creating {}", out.display())),
+    })?;
+    let key = ReleaseKey::ephemeral();
+    let hex = zeroize::Zeroizing::new(key.to_hex() + "\n");
+    f.write_all(hex.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("wrote a new release key to {} (mode 0600)", out.display());
     Ok(())
 }

@@ -29,7 +29,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const KEY_HEX: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const KEY_HEX: &str = "1f63aca3dd09043aa9c3c75dac6626036f235c6a29b1b68d8399a16a0c709aca";
 const INSTANCES: usize = 3;
 const MIN_KILLS: usize = 24;
 const W: u32 = 2;

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const KEY_HEX: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+const KEY_HEX: &str = "45d9b922669e0e6069c3dd5e64c68e3ed569f27e1a64d4a2774365b7ae0f9aa3";
 
 const STREAM: &str = r#"
 [[stream]]

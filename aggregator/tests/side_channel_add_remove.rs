@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const KEY_HEX: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+const KEY_HEX: &str = "7bda32603daf3b6d69a63b2dc566513c71d0d0a9030cf17ee74c2bba3f7d7809";
 
 const STREAM: &str = r#"
 [[stream]]

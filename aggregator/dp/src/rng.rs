@@ -11,10 +11,13 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use std::fmt;
+use std::sync::Arc;
+use zeroize::Zeroizing;
 
-/// The secret that keys all noise. Never printed.
+/// The secret that keys all noise. Never printed; its bytes are zeroed when
+/// the last handle drops, and clones share them (no copy per release).
 #[derive(Clone, PartialEq, Eq)]
-pub struct ReleaseKey([u8; 32]);
+pub struct ReleaseKey(Arc<Zeroizing<[u8; 32]>>);
 
 impl fmt::Debug for ReleaseKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -27,41 +30,81 @@ impl fmt::Debug for ReleaseKey {
 pub enum KeyError {
     #[error("release key must be 64 hex digits (32 bytes); got {0} characters")]
     Length(usize),
-    #[error("release key is not hexadecimal")]
+    #[error("release key is not hexadecimal (only 0-9, a-f, A-F)")]
     NotHex,
+    #[error("release key is degenerate ({0}): anyone could guess it and recompute the noise; create one with `fleetdp keygen`")]
+    Weak(&'static str),
 }
 
+/// Keys that look made by hand, refused whatever the checks below say.
+const KNOWN_WEAK: &[&str] = &[
+    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210",
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
+    "deadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeefdeadbeef",
+];
+
 impl ReleaseKey {
+    /// A key from bytes as they are (tests and fixed fixtures; production
+    /// keys go through [`ReleaseKey::from_hex`]).
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
-        Self(bytes)
+        Self(Arc::new(Zeroizing::new(bytes)))
     }
 
-    /// Parse 64 hex digits (surrounding white space ignored).
+    /// Parse exactly 64 hex digits (surrounding white space ignored) and
+    /// refuse degenerate keys: all bytes equal, fewer than 16 distinct
+    /// bytes, a repeated 4-byte word, or a known hand-made pattern. A key
+    /// from `fleetdp keygen` fails these with probability below 2⁻²⁰.
     pub fn from_hex(text: &str) -> Result<Self, KeyError> {
         let t = text.trim();
         if t.len() != 64 {
-            return Err(KeyError::Length(t.len()));
+            return Err(KeyError::Length(t.chars().count()));
         }
-        let mut out = [0u8; 32];
-        for (i, chunk) in t.as_bytes().chunks(2).enumerate() {
-            let s = std::str::from_utf8(chunk).map_err(|_| KeyError::NotHex)?;
-            out[i] = u8::from_str_radix(s, 16).map_err(|_| KeyError::NotHex)?;
+        if !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(KeyError::NotHex);
         }
-        Ok(Self(out))
+        let mut out = Zeroizing::new([0u8; 32]);
+        for (i, pair) in t.as_bytes().chunks(2).enumerate() {
+            let digit = |c: u8| (c as char).to_digit(16).expect("checked") as u8;
+            out[i] = digit(pair[0]) << 4 | digit(pair[1]);
+        }
+        if let Some(why) = weakness(&out, t) {
+            return Err(KeyError::Weak(why));
+        }
+        Ok(Self(Arc::new(out)))
     }
 
-    /// A fresh random key from the operating system (demo mode only).
+    /// A fresh random key from the operating system.
     pub fn ephemeral() -> Self {
         use rand::RngCore;
-        let mut b = [0u8; 32];
-        rand::rngs::OsRng.fill_bytes(&mut b);
-        Self(b)
+        let mut b = Zeroizing::new([0u8; 32]);
+        rand::rngs::OsRng.fill_bytes(b.as_mut());
+        Self(Arc::new(b))
     }
 
     /// Hex form, for writing a newly generated key file.
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
+}
+
+fn weakness(b: &[u8; 32], hex: &str) -> Option<&'static str> {
+    if b.iter().all(|x| *x == b[0]) {
+        return Some("all bytes equal");
+    }
+    let mut seen = [false; 256];
+    b.iter().for_each(|x| seen[*x as usize] = true);
+    if seen.iter().filter(|s| **s).count() < 16 {
+        return Some("fewer than 16 distinct bytes");
+    }
+    let words: Vec<&[u8]> = b.chunks(4).collect();
+    if (0..words.len()).any(|i| words[i + 1..].contains(&words[i])) {
+        return Some("a repeated 4-byte word");
+    }
+    if KNOWN_WEAK.iter().any(|k| k.eq_ignore_ascii_case(hex)) {
+        return Some("a well-known pattern");
+    }
+    None
 }
 
 /// Which window the noise is for.
@@ -168,5 +211,37 @@ mod tests {
             Err(KeyError::NotHex)
         );
         assert!(!format!("{k:?}").contains(&k.to_hex()[..8]));
+    }
+
+    #[test]
+    fn degenerate_and_malformed_keys_are_refused() {
+        let plus = "+f".repeat(32);
+        for (text, want) in [
+            ("0".repeat(64), "all bytes equal"),
+            ("f".repeat(64), "all bytes equal"),
+            ("deadbeef".repeat(8), "a repeated 4-byte word"),
+            ("0123456789abcdef".repeat(4), "fewer than 16 distinct bytes"),
+            ("0011".repeat(16), "all bytes equal"),
+        ] {
+            let got = ReleaseKey::from_hex(&text);
+            assert!(
+                matches!(got, Err(KeyError::Weak(_))),
+                "{text}: {got:?} (expected {want})"
+            );
+        }
+        assert_eq!(ReleaseKey::from_hex(&plus), Err(KeyError::NotHex));
+        assert_eq!(
+            ReleaseKey::from_hex(&format!("{}g", "a".repeat(63))),
+            Err(KeyError::NotHex)
+        );
+        assert!(matches!(
+            ReleaseKey::from_hex(&"a".repeat(65)),
+            Err(KeyError::Length(65))
+        ));
+        // Random keys pass, in either case.
+        for _ in 0..1000 {
+            let k = ReleaseKey::ephemeral();
+            assert_eq!(ReleaseKey::from_hex(&k.to_hex().to_uppercase()).unwrap(), k);
+        }
     }
 }
