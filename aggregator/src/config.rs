@@ -28,7 +28,9 @@ pub struct Config {
     pub streams: Vec<StreamSpec>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `Debug` shows the names of extra client properties, never their values
+/// (SASL passwords and keys live there).
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     pub brokers: String,
@@ -70,6 +72,29 @@ pub struct KafkaConfig {
     /// Extra librdkafka properties for the consumer only.
     #[serde(default)]
     pub consumer_properties: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |m: &BTreeMap<String, String>| -> Vec<String> {
+            m.keys().map(|k| format!("{k}=<redacted>")).collect()
+        };
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("input_topic", &self.input_topic)
+            .field("output_topic", &self.output_topic)
+            .field("dead_letter_topic", &self.dead_letter_topic)
+            .field("state_topic", &self.state_topic)
+            .field("group_id", &self.group_id)
+            .field("input_partitioner", &self.input_partitioner)
+            .field("input_format", &self.input_format)
+            .field("read_content_type", &self.read_content_type)
+            .field("output_format", &self.output_format)
+            .field("dead_letters_in_flight", &self.dead_letters_in_flight)
+            .field("properties", &names(&self.properties))
+            .field("consumer_properties", &names(&self.consumer_properties))
+            .finish()
+    }
 }
 
 impl KafkaConfig {
@@ -227,11 +252,17 @@ pub struct Validated {
     pub max_clock_skew: Duration,
 }
 
+/// Every duration setting lies in [1 ms, 10 years]: shorter ones are below
+/// the service's clock resolution, longer ones overflow millisecond
+/// arithmetic on event times.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
+pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
 fn duration(field: &str, text: &str) -> Result<Duration> {
     let d = humantime::parse_duration(text)
         .map_err(|e| anyhow!("{field}: {text:?} is not a duration ({e}); e.g. \"24h\", \"5m\""))?;
-    if d.is_zero() {
-        bail!("{field}: must be longer than zero");
+    if d < MIN_DURATION || d > MAX_DURATION {
+        bail!("{field}: {text:?} must be between 1ms and 10 years");
     }
     Ok(d)
 }
@@ -541,6 +572,82 @@ quantiles = [0.5, 0.9]
         assert!(
             err.contains("stream 'cabin_temp_c': window_timeout"),
             "{err}"
+        );
+    }
+
+    /// Settings that used to pass validation and then panic, abort on a
+    /// huge allocation, hang, or collide: each refused, naming its field.
+    #[test]
+    fn crashing_settings_are_refused_with_their_field() {
+        let cases = [
+            ("horizon = \"24h\"", "horizon = \"1ns\"", "privacy.horizon"),
+            (
+                "horizon = \"24h\"",
+                "horizon = \"300000000years\"",
+                "privacy.horizon",
+            ),
+            (
+                "[[stream]]",
+                "[limits]\nmax_lateness = \"300000000years\"\n[[stream]]",
+                "limits.max_lateness",
+            ),
+            (
+                "[[stream]]",
+                "[limits]\nmax_clock_skew = \"0s\"\n[[stream]]",
+                "limits.max_clock_skew",
+            ),
+            (
+                "window_size = 1000",
+                "window_size = 1099511627776",
+                "window_size",
+            ),
+            (
+                "window_size = 1000",
+                "window_size = 1000\nwindow_timeout = \"1ns\"",
+                "window_timeout",
+            ),
+            (
+                "max_readings_per_device = 1",
+                "max_readings_per_device = 4000000000",
+                "max_readings_per_device",
+            ),
+            (
+                "max_windows_per_device = 24",
+                "max_windows_per_device = 4000000000",
+                "max_windows_per_device",
+            ),
+            (
+                "epsilon_per_device = 1.0",
+                "epsilon_per_device = 1e-15",
+                "epsilon_per_device",
+            ),
+            ("name = \"cabin_temp_c\"", "name = \"a/0\"", "name"),
+        ];
+        for (from, to, field) in cases {
+            let text = SAMPLE.replace(from, to);
+            assert_ne!(text, SAMPLE, "{to}");
+            let started = std::time::Instant::now();
+            let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+            let msg = format!("{err:#}");
+            assert!(msg.contains(field), "{to}: expected {field:?} in: {msg}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(1),
+                "{to}: slow"
+            );
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_client_property_values() {
+        let text = SAMPLE.replace(
+            "dead_letter_topic = \"readings.dlq\"",
+            "dead_letter_topic = \"readings.dlq\"\n[kafka.properties]\n\"sasl.password\" = \"hunter2\"",
+        );
+        let c = Config::parse(&text).unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            shown.contains("sasl.password") && !shown.contains("hunter2"),
+            "{shown}"
         );
     }
 

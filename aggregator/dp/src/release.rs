@@ -50,6 +50,23 @@ impl StatKind {
     }
 }
 
+/// Most readings a count window holds: an open window keeps 8 bytes per
+/// reading per lane, so 10⁷ is 80 MB per (stream, partition).
+pub const MAX_WINDOW_SIZE: u64 = 10_000_000;
+/// Most readings one device may put in a window (`k`).
+pub const MAX_READINGS_PER_DEVICE: u32 = 10_000;
+/// Most windows one device may touch per horizon (`W`).
+pub const MAX_WINDOWS_PER_DEVICE: u32 = 1_000_000;
+/// Most quantile levels per stream.
+pub const MAX_QUANTILE_LEVELS: usize = 100;
+/// Smallest ε one measurement may be calibrated to under pure DP: below it
+/// the noise is so wide that computing its interval takes seconds, and the
+/// release says nothing anyway.
+pub const MIN_MEASUREMENT_EPSILON: f64 = 1e-11;
+/// Stream names: what they may hold (they are parts of keys such as
+/// `<stream>/<partition>/<seq>`, so no `/`).
+pub const MAX_STREAM_NAME: usize = 128;
+
 /// Largest candidate grid built by default for quantiles.
 pub const MAX_DEFAULT_CANDIDATES: u64 = 100_001;
 
@@ -408,8 +425,18 @@ fn max_window_readings(spec: &StreamSpec) -> u64 {
 pub const MAX_TIME_WINDOW_READINGS: u64 = 1 << 32;
 
 fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, PlanError> {
-    if spec.name.is_empty() {
-        return Err(field_err(spec, "name", "must not be empty"));
+    if spec.name.is_empty()
+        || spec.name.len() > MAX_STREAM_NAME
+        || !spec
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err(field_err(
+            spec,
+            "name",
+            format!("1 to {MAX_STREAM_NAME} characters of A-Z, a-z, 0-9, '_', '.', '-' (it is part of the output and state keys)"),
+        ));
     }
     let u = Universe::new(spec.lower, spec.upper, spec.resolution)
         .map_err(|e| universe_err(spec, e))?;
@@ -448,18 +475,38 @@ fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, Plan
             }
         }
         (Relation::ChangeOne, None) => {
-            if spec.window_size == 0 || spec.window_size > 1 << 40 {
-                return Err(field_err(spec, "window_size", "must be in [1, 2^40]"));
+            if spec.window_size == 0 || spec.window_size > MAX_WINDOW_SIZE {
+                return Err(field_err(
+                    spec,
+                    "window_size",
+                    format!("must be in [1, {MAX_WINDOW_SIZE}] (an open window keeps 8 bytes per reading per partition)"),
+                ));
             }
         }
     }
     let n = max_window_readings(spec);
     let k = spec.max_readings_per_device;
-    if k == 0 || (spec.window.is_none() && k as u64 > n) {
+    let k_max = n.min(MAX_READINGS_PER_DEVICE as u64);
+    if k == 0 || k as u64 > k_max {
         return Err(field_err(
             spec,
             "max_readings_per_device",
-            format!("must be in [1, window_size = {n}], got {k}"),
+            format!("must be in [1, {k_max}] (at most window_size and {MAX_READINGS_PER_DEVICE}), got {k}"),
+        ));
+    }
+    let w = spec.max_windows_per_device;
+    if w == 0 || w > MAX_WINDOWS_PER_DEVICE {
+        return Err(field_err(
+            spec,
+            "max_windows_per_device",
+            format!("must be in [1, {MAX_WINDOWS_PER_DEVICE}], got {w}"),
+        ));
+    }
+    if spec.quantiles.len() > MAX_QUANTILE_LEVELS {
+        return Err(field_err(
+            spec,
+            "quantiles",
+            format!("at most {MAX_QUANTILE_LEVELS} levels"),
         ));
     }
     // Overflow proof for the exact sums: n·(2·max|x|)² < 2^120.
@@ -529,11 +576,23 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
         let mut measurements = Vec::new();
         let mut per_window = BigRational::zero();
+        let budget = alloc
+            .as_ref()
+            .expect("a stream with measurements has a budget");
+        if measure == Measure::Pure && rational::to_f64(budget) < MIN_MEASUREMENT_EPSILON {
+            return Err(field_err(
+                spec,
+                "epsilon_per_device",
+                format!(
+                    "each of this stream's {} measurements would get ε = {:e} per window, below the floor {MIN_MEASUREMENT_EPSILON:e}: \
+                     raise privacy.epsilon_per_device or budget_share, or lower max_windows_per_device",
+                    ms.len(),
+                    rational::to_f64(budget)
+                ),
+            ));
+        }
         for m in ms {
             let sensitivity = sensitivity_of(&m, nb, &u, spec.window_size);
-            let budget = alloc
-                .as_ref()
-                .expect("a stream with measurements has a budget");
             let (mechanism, spent) = match &m {
                 Measurement::Quantile { level, .. } => {
                     // Utilities are in units of 1/den: scale the sensitivity.
