@@ -699,20 +699,28 @@ mod tests {
         5437776271325206279,
     ];
 
+    /// A one-stream windower: horizon 1000 ms, midpoint 50; count windows
+    /// of `n` (`window_ms` None) or time windows.
+    fn rules(
+        n: usize,
+        k: u32,
+        w: u32,
+        timeout: Option<i64>,
+        window_ms: Option<i64>,
+    ) -> Vec<StreamRules> {
+        vec![StreamRules {
+            name: "s".into(),
+            window_size: n,
+            max_readings_per_device: k,
+            max_windows_per_device: w,
+            midpoint: 50,
+            timeout_ms: timeout,
+            window_ms,
+        }]
+    }
+
     fn windower(n: usize, k: u32, w: u32, timeout: Option<i64>) -> Windower {
-        Windower::new(
-            vec![StreamRules {
-                name: "s".into(),
-                window_size: n,
-                max_readings_per_device: k,
-                max_windows_per_device: w,
-                midpoint: 50,
-                timeout_ms: timeout,
-                window_ms: None,
-            }],
-            1000,
-            3000,
-        )
+        Windower::new(rules(n, k, w, timeout, None), 1000, 3000)
     }
 
     #[test]
@@ -942,20 +950,7 @@ mod tests {
     }
 
     fn timed(len: i64, k: u32, w: u32) -> Windower {
-        Windower::new(
-            vec![StreamRules {
-                name: "s".into(),
-                window_size: 0,
-                max_readings_per_device: k,
-                max_windows_per_device: w,
-                midpoint: 50,
-                timeout_ms: None,
-                window_ms: Some(len),
-            }],
-            1000,
-            50,
-        )
-        .with_clock_skew(20)
+        Windower::new(rules(0, k, w, None, Some(len)), 1000, 50).with_clock_skew(20)
     }
 
     #[test]

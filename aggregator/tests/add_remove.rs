@@ -10,35 +10,16 @@
 
 mod harness;
 
-use fleetdp::pipeline::{Counters, Options, Pipeline};
+use fleetdp::pipeline::{Options, Pipeline};
 use harness::*;
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const KEY: [u8; 32] = [9; 32];
 const WAIT: Duration = Duration::from_secs(120);
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
-    Counters::get(c)
-}
-
 fn json_reading(device: &str, value: f64, event_ms: i64) -> Out {
-    Out {
-        partition: Some(0),
-        key: device.to_string(),
-        payload: format!(
-            r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{event_ms}}}"#
-        )
-        .into_bytes(),
-        content_type: Some("application/json".into()),
-    }
+    temp_reading(Some(0), device, value, event_ms)
 }
 
 #[test]
@@ -72,7 +53,7 @@ statistics = ["count", "mean"]
 
         // With no input at all, windows are released (empty) on the clock.
         assert!(
-            wait_until(WAIT, || get(&c.windows_released) >= 2).await,
+            wait_until(WAIT, || count(&c.windows_released) >= 2).await,
             "no empty window released"
         );
         // 30 devices, one reading each, all in the window of `at`.
@@ -83,9 +64,9 @@ statistics = ["count", "mean"]
             .collect();
         produce(&broker, &t.input, &msgs).await;
         assert!(
-            wait_until(WAIT, || get(&c.readings_accepted) >= 30).await,
+            wait_until(WAIT, || count(&c.readings_accepted) >= 30).await,
             "accepted {}",
-            get(&c.readings_accepted)
+            count(&c.readings_accepted)
         );
         // A reading of a window released long ago (dropped and counted),
         // and one from a clock ten minutes fast (dead-lettered `future`).
@@ -99,15 +80,15 @@ statistics = ["count", "mean"]
         )
         .await;
         assert!(
-            wait_until(WAIT, || get(&c.dropped_time_window) >= 1
+            wait_until(WAIT, || count(&c.dropped_time_window) >= 1
                 && c.dead_letters(ingest::Reason::Future) >= 1)
             .await,
             "dropped {}",
-            get(&c.dropped_time_window)
+            count(&c.dropped_time_window)
         );
-        let released_before = get(&c.windows_released);
+        let released_before = count(&c.windows_released);
         assert!(
-            wait_until(WAIT, || get(&c.windows_released) >= released_before + 3).await,
+            wait_until(WAIT, || count(&c.windows_released) >= released_before + 3).await,
             "the clock stopped releasing windows"
         );
         // The page's JSON carries no exact count under add-remove.
@@ -116,8 +97,8 @@ statistics = ["count", "mean"]
         assert!(status["lag"].is_null());
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
-        assert_eq!(get(&c.readings_accepted), 30);
-        assert_eq!(get(&c.dropped_time_window), 1);
+        assert_eq!(count(&c.readings_accepted), 30);
+        assert_eq!(count(&c.dropped_time_window), 1);
         assert_eq!(c.dead_letters(ingest::Reason::Future), 1);
 
         let out = tokio::task::block_in_place(|| read_all(&broker, &t.output));
@@ -221,11 +202,11 @@ statistics = ["sum"]
         ];
         produce(&broker, &t.input, &msgs).await;
         let (stop, c, h) = spawn_pipeline(v, KEY);
-        assert!(wait_until(WAIT, || get(&c.windows_released) >= 2).await);
-        assert!(wait_until(WAIT, || get(&c.messages) >= 6).await);
+        assert!(wait_until(WAIT, || count(&c.windows_released) >= 2).await);
+        assert!(wait_until(WAIT, || count(&c.messages) >= 6).await);
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
-        assert_eq!(get(&c.dropped_horizon_cap), 1, "A 4 must be dropped");
+        assert_eq!(count(&c.dropped_horizon_cap), 1, "A 4 must be dropped");
         let releases = tokio::task::block_in_place(|| releases(&broker, &t.output));
         let sums: Vec<(u64, f64)> = {
             let mut v: Vec<_> = releases
@@ -274,14 +255,14 @@ statistics = ["count"]
             )
         };
         let (stop, c1, h) = spawn_pipeline(v(), KEY);
-        assert!(wait_until(WAIT, || get(&c1.windows_released) >= 1).await);
+        assert!(wait_until(WAIT, || count(&c1.windows_released) >= 1).await);
         let at = now_ms();
         let busy = (at / 2000) as u64;
         let msgs: Vec<Out> = (0..30)
             .map(|i| json_reading(&format!("dev-{i}"), 20.0, at))
             .collect();
         produce(&broker, &t.input, &msgs).await;
-        assert!(wait_until(WAIT, || get(&c1.readings_accepted) >= 30).await);
+        assert!(wait_until(WAIT, || count(&c1.readings_accepted) >= 30).await);
         // The window of `at` is due 3 s after its end: stop before that.
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
@@ -303,7 +284,7 @@ statistics = ["count"]
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
         assert_eq!(
-            get(&c2.readings_accepted),
+            count(&c2.readings_accepted),
             30,
             "the open window's readings are replayed"
         );

@@ -9,28 +9,15 @@
 
 mod harness;
 
-use fleetdp::pipeline::Counters;
 use harness::*;
 use ingest::Reason;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 const KEY: [u8; 32] = [5; 32];
 const WAIT: Duration = Duration::from_secs(120);
 
-fn get(c: &std::sync::atomic::AtomicU64) -> u64 {
-    Counters::get(c)
-}
-
 fn reading(device: &str, event_ms: i64) -> Out {
-    Out {
-        partition: Some(0),
-        key: device.to_string(),
-        payload: format!(
-            r#"{{"device_id":"{device}","stream":"temp","value":21.5,"event_time_ms":{event_ms}}}"#
-        )
-        .into_bytes(),
-        content_type: Some("application/json".into()),
-    }
+    temp_reading(Some(0), device, 21.5, event_ms)
 }
 
 #[test]
@@ -58,10 +45,7 @@ max_windows_per_device = 100
 statistics = ["mean"]
 "#,
         );
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
+        let now = now_ms();
         let base = now - 60_000;
         let mut msgs: Vec<Out> = (0..20)
             .map(|i| reading(&format!("a{i}"), base + i))
@@ -73,16 +57,16 @@ statistics = ["mean"]
         produce(&broker, &t.input, &msgs).await;
         let (stop, c, h) = spawn_pipeline(v, KEY);
         assert!(
-            wait_until(WAIT, || get(&c.windows_released) >= 8).await,
+            wait_until(WAIT, || count(&c.windows_released) >= 8).await,
             "released {} of 8; accepted {}, dead letters {}",
-            get(&c.windows_released),
-            get(&c.readings_accepted),
+            count(&c.windows_released),
+            count(&c.readings_accepted),
             c.dead_letters_total()
         );
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
         assert_eq!(
-            get(&c.readings_accepted),
+            count(&c.readings_accepted),
             40,
             "every reading with a sane clock"
         );

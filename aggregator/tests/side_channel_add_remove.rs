@@ -18,7 +18,7 @@ use harness::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 const KEY_HEX: &str = "7bda32603daf3b6d69a63b2dc566513c71d0d0a9030cf17ee74c2bba3f7d7809";
 
@@ -34,13 +34,6 @@ statistics = ["count", "mean", "histogram", "quantiles"]
 histogram_edges = [-20, 0, 20, 60]
 quantiles = [0.5]
 "#;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 struct Proc {
     child: Child,
@@ -91,15 +84,7 @@ fn released(p: &Proc) -> u64 {
 }
 
 fn json_reading(device: &str, value: f64, event_ms: i64) -> Out {
-    Out {
-        partition: None,
-        key: device.to_string(),
-        payload: format!(
-            r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{event_ms}}}"#
-        )
-        .into_bytes(),
-        content_type: Some("application/json".into()),
-    }
+    temp_reading(None, device, value, event_ms)
 }
 
 /// Metrics lines without released values and times, and the log lines

@@ -160,6 +160,32 @@ pub struct Out {
     pub content_type: Option<String>,
 }
 
+/// One JSON reading of stream `temp` on partition 0 (`None`: by key).
+pub fn temp_reading(partition: Option<i32>, device: &str, value: f64, event_ms: i64) -> Out {
+    Out {
+        partition,
+        key: device.to_string(),
+        payload: format!(
+            r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{event_ms}}}"#
+        )
+        .into_bytes(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+/// The wall clock in ms since the epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A counter's value.
+pub fn count(c: &std::sync::atomic::AtomicU64) -> u64 {
+    c.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The first `count` messages of a simulated fleet, partitioned by key.
 pub fn fleet_messages(spec: fleetdp::sim::FleetSpec, count: usize) -> Vec<Out> {
     let mut fleet = fleetdp::sim::Fleet::new(spec);
