@@ -139,9 +139,13 @@ fn shutdown_on_signals() -> watch::Receiver<bool> {
         {
             use tokio::signal::unix::{signal, SignalKind};
             let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+            // SIGHUP (a closed terminal, or an operator expecting a reload)
+            // stops gracefully too: nothing is reloaded in place.
+            let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
+                _ = hup.recv() => {}
             }
         }
         #[cfg(not(unix))]

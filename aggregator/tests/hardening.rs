@@ -122,3 +122,54 @@ statistics = ["mean"]
         assert!(ready, "not ready on an empty topic: {why:?}");
     });
 }
+
+/// SIGHUP and SIGTERM both stop `fleetdp run` gracefully: exit 0, having
+/// finished, committed and flushed (SIGHUP used to kill it at once).
+#[test]
+fn sighup_and_sigterm_stop_gracefully() {
+    let broker = Broker::start();
+    if !broker.is_external() {
+        // A child process cannot reach the in-process mock cluster.
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        for (signal, name) in [(libc::SIGHUP, "hup"), (libc::SIGTERM, "term")] {
+            let t = Topics::new(&format!("signal-{name}"));
+            broker
+                .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+                .await;
+            let port = free_port();
+            let text = config_text(
+                &broker,
+                &t,
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"\nkey_env = \"FLEETDP_SIGNAL_KEY\"",
+                &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+                "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
+            );
+            let dir = std::env::temp_dir().join(unique("fleetdp-signal"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let cfg = dir.join("fleetdp.toml");
+            std::fs::write(&cfg, text).unwrap();
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+                .args(["run", "--config"])
+                .arg(&cfg)
+                .env("FLEETDP_SIGNAL_KEY", fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let url = format!("http://127.0.0.1:{port}/readyz");
+            let ready = wait_until(Duration::from_secs(60), || {
+                matches!(http_get(&url), Some((200, _)))
+            })
+            .await;
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+            let status = child.wait().unwrap();
+            assert!(ready, "{name}: never ready");
+            assert!(status.success(), "{name}: {status:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+}

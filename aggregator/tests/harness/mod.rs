@@ -47,6 +47,11 @@ impl Broker {
         }
     }
 
+    /// A broker other processes can reach (not the in-process mock).
+    pub fn is_external(&self) -> bool {
+        self.mock.is_none()
+    }
+
     pub fn client(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers);
