@@ -42,7 +42,13 @@ pub fn recorder() -> Result<PrometheusHandle> {
         .context("latency buckets")?
         .install_recorder()
         .context("installing the Prometheus recorder")?;
-    metrics::gauge!("fleetdp_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    metrics::gauge!(
+        "fleetdp_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "commit" => env!("FLEETDP_COMMIT"),
+        "built" => env!("FLEETDP_BUILT")
+    )
+    .set(1.0);
     // Upkeep drains histogram samples even when nobody scrapes.
     let upkeep = h.clone();
     std::thread::Builder::new()

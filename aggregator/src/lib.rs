@@ -7,6 +7,16 @@
 pub use fleetdp_dp as dp;
 
 pub mod config;
+
+/// The build: package version, git commit and build time (UTC).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("FLEETDP_COMMIT"),
+    ", built ",
+    env!("FLEETDP_BUILT"),
+    ")"
+);
 pub mod demo;
 mod devices;
 pub mod faults;

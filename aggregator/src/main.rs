@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 /// FleetDP: differentially private summaries of device telemetry over Kafka.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version = fleetdp::VERSION, about, long_about = None)]
 struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, global = true)]
@@ -208,6 +208,9 @@ fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
     let config = Config::load(&path)?;
     let key = config.release_key()?;
     let v = config.validate()?;
+    // Secrets never appear: the key is not in the configuration, and
+    // client properties show their names only.
+    tracing::info!(version = fleetdp::VERSION, config = ?v.config, "starting");
     runtime()?.block_on(async move {
         if let Some(p) = create_topics {
             if p < 1 {

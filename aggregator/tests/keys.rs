@@ -108,3 +108,15 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// `--version` names the commit and the build time.
+#[test]
+fn version_names_the_commit_and_build_time() {
+    let (ok, out) = fleetdp(&["--version"], &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("(commit ") && out.contains(", built 20"),
+        "{out}"
+    );
+    assert!(fleetdp::VERSION.starts_with(env!("CARGO_PKG_VERSION")));
+}

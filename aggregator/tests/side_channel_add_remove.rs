@@ -38,6 +38,7 @@ quantiles = [0.5]
 struct Proc {
     child: Child,
     base: String,
+    listen: String,
     log: std::path::PathBuf,
 }
 
@@ -66,6 +67,7 @@ fn start(broker: &Broker, t: &Topics, dir: &Path, name: &str) -> Proc {
     Proc {
         child,
         base: format!("http://127.0.0.1:{port}"),
+        listen: format!("127.0.0.1:{port}"),
         log,
     }
 }
@@ -226,6 +228,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             (&ta.dlq, "DLQ"),
             (&ta.state, "STATE"),
             (&ta.group, "GROUP"),
+            (&a.listen, "LISTEN"),
         ];
         let names_b = [
             (&tb.input, "INPUT"),
@@ -233,6 +236,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             (&tb.dlq, "DLQ"),
             (&tb.state, "STATE"),
             (&tb.group, "GROUP"),
+            (&b.listen, "LISTEN"),
         ];
         let (na, la) = normalised(&a, &ma, &names_a);
         let (nb, lb) = normalised(&b, &mb, &names_b);
