@@ -19,7 +19,6 @@ struct StreamMetrics {
     dropped_window_cap: metrics::Counter,
     dropped_horizon_cap: metrics::Counter,
     dropped_late: metrics::Counter,
-    dropped_future: metrics::Counter,
     dropped_out_of_order: metrics::Counter,
     dropped_window_full: metrics::Counter,
     opened: metrics::Counter,
@@ -38,7 +37,6 @@ struct StreamTally {
     dropped_window_cap: u64,
     dropped_horizon_cap: u64,
     dropped_late: u64,
-    dropped_future: u64,
     dropped_out_of_order: u64,
     dropped_window_full: u64,
 }
@@ -131,7 +129,6 @@ impl Processor {
                     dropped_window_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_window_cap"),
                     dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_horizon_cap"),
                     dropped_late: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "late"),
-                    dropped_future: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "future"),
                     dropped_out_of_order: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "out_of_order"),
                     dropped_window_full: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "window_full"),
                     opened: metrics::counter!("fleetdp_windows_opened_total", "stream" => name),
@@ -147,8 +144,7 @@ impl Processor {
                 stream_rules(v),
                 v.horizon.as_millis() as i64,
                 v.max_lateness.as_millis() as i64,
-            )
-            .with_clock_skew(v.max_clock_skew.as_millis() as i64),
+            ),
             names,
             counters,
             metrics,
@@ -320,7 +316,6 @@ impl Processor {
                 Admission::DroppedWindowCap => t.dropped_window_cap += 1,
                 Admission::DroppedHorizonCap => t.dropped_horizon_cap += 1,
                 Admission::DroppedLate => t.dropped_late += 1,
-                Admission::DroppedFuture => t.dropped_future += 1,
                 Admission::DroppedOutOfOrder => t.dropped_out_of_order += 1,
                 Admission::DroppedWindowFull => t.dropped_window_full += 1,
             }
@@ -364,7 +359,6 @@ impl Processor {
             }
             for (n, counter) in [
                 (t.dropped_late, &m.dropped_late),
-                (t.dropped_future, &m.dropped_future),
                 (t.dropped_out_of_order, &m.dropped_out_of_order),
                 (t.dropped_window_full, &m.dropped_window_full),
             ] {

@@ -76,9 +76,6 @@ pub enum Admission {
     /// Time windows: its window was already released, or its message
     /// arrived after the window's end plus the allowed lateness.
     DroppedLate,
-    /// Time windows: its event time is later than its message timestamp
-    /// plus the allowed clock skew.
-    DroppedFuture,
     /// Time windows: its device already has readings in a later window.
     DroppedOutOfOrder,
     /// Time windows: the window holds [`MAX_TIME_WINDOW_READINGS`].
@@ -235,9 +232,6 @@ pub struct Windower {
     rules: Vec<StreamRules>,
     horizon_ms: i64,
     lateness_ms: i64,
-    /// Time windows: how far a reading's event time may be ahead of its
-    /// message timestamp.
-    skew_ms: i64,
     /// The seq of the window the last accepted reading went to.
     last_accepted_seq: u64,
     lanes: FastMap<(usize, i32), Lane>,
@@ -258,18 +252,9 @@ impl Windower {
             rules,
             horizon_ms,
             lateness_ms,
-            skew_ms: DEFAULT_CLOCK_SKEW_MS,
             last_accepted_seq: 0,
             lanes: FastMap::default(),
         }
-    }
-
-    /// Time windows: how far (ms) a reading's event time may be ahead of its
-    /// message timestamp before it is dropped as `future`.
-    pub fn with_clock_skew(mut self, skew_ms: i64) -> Self {
-        assert!(skew_ms >= 0);
-        self.skew_ms = skew_ms;
-        self
     }
 
     /// The seq of the window the last [`Admission::Accepted`] reading joined.
@@ -449,7 +434,7 @@ impl Windower {
                 lane.next_seq
             }
             Some(len) => {
-                // Late, future and out-of-order are decided by this reading
+                // Late and out-of-order are decided by this reading
                 // and this device alone (module doc).
                 if event_ms < 0 {
                     return Admission::DroppedLate;
@@ -469,9 +454,6 @@ impl Windower {
                         return Admission::AlreadyReleased;
                     }
                     return Admission::DroppedLate;
-                }
-                if event_ms > msg_ms.saturating_add(self.skew_ms) {
-                    return Admission::DroppedFuture;
                 }
                 seq
             }
@@ -586,10 +568,6 @@ impl Windower {
             .fold(next_offset, i64::min)
     }
 }
-
-/// Time windows: how far a reading's event time may run ahead of its
-/// message timestamp by default (`limits.max_clock_skew`).
-pub const DEFAULT_CLOCK_SKEW_MS: i64 = 5 * 60 * 1000;
 
 fn window_end(seq: u64, len: i64) -> i64 {
     (seq as i64).saturating_add(1).saturating_mul(len)
@@ -950,7 +928,7 @@ mod tests {
     }
 
     fn timed(len: i64, k: u32, w: u32) -> Windower {
-        Windower::new(rules(0, k, w, None, Some(len)), 1000, 50).with_clock_skew(20)
+        Windower::new(rules(0, k, w, None, Some(len)), 1000, 50)
     }
 
     #[test]
@@ -966,7 +944,6 @@ mod tests {
         assert_eq!(admit(&mut w, 0, "a", 90, 95), Admission::Accepted); // window 0
         assert_eq!(admit(&mut w, 1, "b", 210, 212), Admission::Accepted); // window 2
         assert_eq!(admit(&mut w, 2, "c", 50, 151), Admission::DroppedLate); // arrived after 150
-        assert_eq!(admit(&mut w, 3, "d", 260, 230), Admission::DroppedFuture); // 30 ahead > 20
         assert_eq!(
             admit(&mut w, 4, "b", 110, 215),
             Admission::DroppedOutOfOrder

@@ -3,7 +3,7 @@
 //!
 //! Small streams (three devices, universe {0, 1, 2}, horizons of 4 ms,
 //! event times crossing horizon boundaries, in and out of order, with
-//! late, future and capped readings) run through the real windowing, caps,
+//! late, ahead-of-time, out-of-order and capped readings) run through the real windowing, caps,
 //! padding, published-field rules and exact measurements (noise off). For
 //! every stream and neighbour under the relation — change-one: one device's
 //! values changed; add-remove: one device's readings removed, or a new
@@ -34,7 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const HORIZON: i64 = 4;
 const LATENESS: i64 = 1;
-const SKEW: i64 = 1;
 const END: i64 = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -146,7 +145,7 @@ fn run(setup: Setup, p: &StreamPlan, stream: &[Reading]) -> Run {
         timeout_ms,
         window_ms,
     };
-    let mut win = Windower::new(vec![rules], HORIZON, LATENESS).with_clock_skew(SKEW);
+    let mut win = Windower::new(vec![rules], HORIZON, LATENESS);
     if window_ms.is_some() {
         win.start_time_lanes(0, 0);
     }
