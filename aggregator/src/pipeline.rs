@@ -891,9 +891,7 @@ impl Pipeline {
         let producer = sinks.producer.clone();
         let topic = self.v.config.kafka.output_topic.clone();
         let (partition, first_offset, padded) = (w.partition, holds, w.padded);
-        let stamp = w
-            .published(self.v.max_lateness.as_millis() as i64)
-            .released_at_ms;
+        let timed = w.timed;
         let mut ledger = proto::v1::LedgerEntry {
             stream: stream.spec.name.clone(),
             partition: w.partition,
@@ -963,9 +961,9 @@ impl Pipeline {
                 Some(&payload),
                 Some(out_partition),
                 headers,
-                // Time windows: stamped with their due moment, not the
-                // moment the release happened to be made.
-                stamp,
+                // Time windows: stamped with their due moment (the
+                // published release time), not when it happened to be made.
+                timed.then_some(release.released_at_ms),
             )
             .await?;
             crash_point(CrashPoint::AfterRelease);
