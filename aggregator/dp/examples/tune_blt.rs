@@ -2,7 +2,7 @@
 //! lifetimes 2¹⁰ … 2²⁴ windows and print them with their loss against the
 //! square-root factorization and the binary tree at the same lifetime.
 //!
-//! `cargo run --release -p fleetdp-dp --example tune_blt`
+//! `cargo run --release -p fleetdp-dp --features tuner --example tune_blt`
 
 use fleetdp_dp::continual::{baseline, tune};
 

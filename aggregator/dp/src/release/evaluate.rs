@@ -1,0 +1,528 @@
+//! Evaluation: a window's integer values through the calibrated measurements
+//! (keyed noise), then post-processing into the published statistics.
+//! Everything after the noisy measurements is post-processing: free.
+
+use super::*;
+use crate::continual::RunningState;
+use crate::mechanism::Measure;
+use crate::rational::{self};
+use crate::relation::Relation;
+use crate::rng::{running_rng, window_digest, window_rng, ReleaseKey, WindowId};
+use crate::stats::{self, Sensitivity};
+use crate::universe::TopCoder;
+use num_rational::BigRational;
+use num_traits::Zero;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+/// One released statistic with its metadata (metric units).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleasedStatistic {
+    /// `count`, `sum`, `mean`, `variance`, `std`, `histogram`, `quantile`.
+    pub name: String,
+    /// Quantile level, for quantiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
+    /// One value, or one per histogram bin.
+    pub values: Vec<f64>,
+    /// Mechanism of the measurement behind the value.
+    pub mechanism: String,
+    /// Sensitivity the mechanism is calibrated to (L1 for Laplace and
+    /// selection, L2 for Gaussian), in the statistic's units.
+    pub sensitivity: f64,
+    /// Laplace scale, Gaussian σ or selection 2Δu/ε, in the statistic's units.
+    pub scale: f64,
+    /// ε or ρ spent by the measurements this statistic is computed from
+    /// (statistics sharing a measurement report the same spend once each).
+    pub spent: f64,
+    /// Exact 95% interval half-width, where one exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_width: Option<f64>,
+}
+
+/// A running total after one window (metric units).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningValue {
+    pub name: &'static str,
+    pub windows: u64,
+    pub count: u64,
+    pub values: Vec<f64>,
+    pub std: f64,
+    pub mechanism: &'static str,
+    pub spent: f64,
+}
+
+/// What a measurement produced for one window.
+#[derive(Debug, Clone)]
+pub(super) enum Measured {
+    Scalar(i128),
+    Vector(Vec<i128>),
+    Choice(i64),
+}
+
+/// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.
+pub fn project_to_simplex(v: &[f64], total: f64) -> Vec<f64> {
+    let mut u = v.to_vec();
+    u.sort_by(|a, b| b.total_cmp(a));
+    let (mut cum, mut theta) = (0.0, 0.0);
+    for (j, &x) in u.iter().enumerate() {
+        cum += x;
+        let t = (cum - total) / (j + 1) as f64;
+        if x - t > 0.0 {
+            theta = t;
+        }
+    }
+    v.iter().map(|&x| (x - theta).max(0.0)).collect()
+}
+
+impl StreamPlan {
+    /// The top-coder of this stream.
+    pub fn top_coder(&self) -> TopCoder {
+        TopCoder::new(self.universe)
+    }
+
+    pub(super) fn measure<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        mut rng: Option<&mut R>,
+    ) -> Vec<Measured> {
+        let u = &self.universe;
+        let sorted = self
+            .measurements
+            .iter()
+            .any(|m| matches!(m.measurement, Measurement::Quantile { .. }))
+            .then(|| {
+                let mut s = values.to_vec();
+                s.sort_unstable();
+                s
+            });
+        let mut out = Vec::with_capacity(self.measurements.len());
+        for mp in &self.measurements {
+            let mut noise = |mech: &Mechanism| match (mech, rng.as_deref_mut()) {
+                (Mechanism::Additive(n), Some(r)) => n.sample(r),
+                _ => 0,
+            };
+            let m = match &mp.measurement {
+                Measurement::Count => Measured::Scalar(values.len() as i128 + noise(&mp.mechanism)),
+                Measurement::CentredSum => {
+                    Measured::Scalar(stats::centred_sum(values, u) + noise(&mp.mechanism))
+                }
+                Measurement::CentredSumSq => {
+                    Measured::Scalar(stats::centred_sum_sq(values, u) + noise(&mp.mechanism))
+                }
+                Measurement::Histogram { edges } => Measured::Vector(
+                    stats::histogram(values, edges)
+                        .into_iter()
+                        .map(|c| c as i128 + noise(&mp.mechanism))
+                        .collect(),
+                ),
+                Measurement::Quantile { level, candidates } => {
+                    let util = stats::quantile_utilities(
+                        sorted.as_deref().expect("sorted for quantiles"),
+                        candidates,
+                        *level,
+                    );
+                    let idx = match (&mp.mechanism, rng.as_deref_mut()) {
+                        (Mechanism::Select(sel), Some(r)) => sel.select(r, &util),
+                        _ => util
+                            .iter()
+                            .enumerate()
+                            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
+                            .map(|(i, _)| i)
+                            .expect("candidates"),
+                    };
+                    Measured::Choice(candidates[idx])
+                }
+            };
+            out.push(m);
+        }
+        out
+    }
+
+    fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
+        let total: BigRational = ms.iter().map(|m| m.spent.clone()).sum();
+        rational::to_f64(&total)
+    }
+
+    fn find(&self, pred: impl Fn(&Measurement) -> bool) -> Option<(usize, &MeasurementPlan)> {
+        self.measurements
+            .iter()
+            .enumerate()
+            .find(|(_, m)| pred(&m.measurement))
+    }
+
+    /// Calibrated sensitivity (L1 pure / L2 zCDP) of a measurement, as f64.
+    fn calibrated_sensitivity(&self, m: &MeasurementPlan) -> f64 {
+        match self.measure {
+            Measure::Pure => m.sensitivity.l1_f64(),
+            Measure::Zcdp => m.sensitivity.l2_f64(),
+        }
+    }
+
+    fn evaluate<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: Option<&mut R>,
+    ) -> Vec<ReleasedStatistic> {
+        let noisy = rng.is_some();
+        let measured = self.measure(values, rng);
+        self.post_process(values, &measured, noisy)
+    }
+
+    /// Every statistic from the measurements (noisy or not) and public
+    /// parameters only: the post-processing that costs nothing more.
+    /// `values` is read for its length under change-one (public `n`).
+    pub(super) fn post_process<'a>(
+        &'a self,
+        values: &[i64],
+        measured: &[Measured],
+        noisy: bool,
+    ) -> Vec<ReleasedStatistic> {
+        let u = &self.universe;
+        let res = u.resolution();
+        let (lo, hi) = (u.lower() as f64, u.upper() as f64);
+        let change_one = self.neighbouring.relation == Relation::ChangeOne;
+        let scalar = |i: usize| match measured[i] {
+            Measured::Scalar(v) => v as f64,
+            _ => unreachable!("scalar measurement"),
+        };
+        let hw = |m: &MeasurementPlan, per_unit: f64| {
+            (noisy && matches!(m.mechanism, Mechanism::Additive(_)))
+                .then_some(m.half_width as f64 * per_unit)
+        };
+        let stat =
+            |name: &str, values: Vec<f64>, m: &[&MeasurementPlan], per_unit: f64, half_width| {
+                let primary = m[0];
+                ReleasedStatistic {
+                    name: name.to_string(),
+                    level: None,
+                    values,
+                    mechanism: if noisy {
+                        match &primary.mechanism {
+                            Mechanism::Additive(n) => n.name().to_string(),
+                            Mechanism::Select(s) => s.name().to_string(),
+                        }
+                    } else {
+                        "none".to_string()
+                    },
+                    sensitivity: self.calibrated_sensitivity(primary) * per_unit,
+                    scale: match &primary.mechanism {
+                        Mechanism::Additive(n) => n.scale_f64() * per_unit,
+                        Mechanism::Select(s) => {
+                            2.0 * self.calibrated_sensitivity(primary) / s.epsilon_f64()
+                        }
+                    },
+                    spent: self.spent_f64(m),
+                    half_width,
+                }
+            };
+
+        // Window size: public under change-one, noisy under add-remove.
+        let count = self.find(|m| *m == Measurement::Count);
+        let n_hat = match count {
+            Some((i, _)) => scalar(i).max(1.0),
+            None => values.len() as f64,
+        };
+        let sum = self.find(|m| *m == Measurement::CentredSum).map(|(i, m)| {
+            // Σx = (C1 + n(L+U))/2, clamped to [nL, nU].
+            let s = ((scalar(i) + n_hat * (lo + hi)) / 2.0).clamp(n_hat * lo, n_hat * hi);
+            (s, m)
+        });
+        let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
+        let variance = sum.zip(sum_sq).map(|((s, m1), (j, m2))| {
+            let mean_c = (2.0 * s - n_hat * (lo + hi)) / n_hat; // half units
+            let var_c = scalar(j) / n_hat - mean_c * mean_c; // quarter units²
+            let w = u.width() as f64;
+            ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m2, m1])
+        });
+
+        // Under add-remove these statistics are post-processed with the
+        // noisy count: their stated spend includes its (the first
+        // measurement named stays the primary: mechanism, scale).
+        let count_plan: Option<&MeasurementPlan> = count.map(|(_, m)| m);
+        fn joined<'a>(
+            ms: &[&'a MeasurementPlan],
+            count: Option<&'a MeasurementPlan>,
+        ) -> Vec<&'a MeasurementPlan> {
+            let mut v = ms.to_vec();
+            v.extend(count);
+            v
+        }
+        let with_count = |ms: &[&'a MeasurementPlan]| joined(ms, count_plan);
+        let mut out = Vec::new();
+        for kind in &self.spec.statistics {
+            match kind {
+                StatKind::Count => match count {
+                    Some((i, m)) => out.push(stat(
+                        "count",
+                        vec![scalar(i).max(0.0)],
+                        &[m],
+                        1.0,
+                        hw(m, 1.0),
+                    )),
+                    None => out.push(ReleasedStatistic {
+                        name: "count".into(),
+                        level: None,
+                        values: vec![values.len() as f64],
+                        mechanism: "exact".into(),
+                        sensitivity: 0.0,
+                        scale: 0.0,
+                        spent: 0.0,
+                        half_width: Some(0.0),
+                    }),
+                },
+                StatKind::Sum => {
+                    let (s, m) = sum.expect("planned");
+                    let h = if change_one { hw(m, res / 2.0) } else { None };
+                    out.push(stat("sum", vec![s * res], &with_count(&[m]), res / 2.0, h));
+                }
+                StatKind::Mean => {
+                    let (s, m) = sum.expect("planned");
+                    let per = res / 2.0 / n_hat;
+                    let h = if change_one { hw(m, per) } else { None };
+                    out.push(stat(
+                        "mean",
+                        vec![s / n_hat * res],
+                        &with_count(&[m]),
+                        per,
+                        h,
+                    ));
+                }
+                StatKind::Variance => {
+                    let (v, ms) = variance.expect("planned");
+                    out.push(stat(
+                        "variance",
+                        vec![v * res * res],
+                        &with_count(&ms),
+                        res * res / 4.0 / n_hat,
+                        None,
+                    ));
+                }
+                StatKind::Std => {
+                    let (v, ms) = variance.expect("planned");
+                    out.push(stat(
+                        "std",
+                        vec![v.sqrt() * res],
+                        &with_count(&ms),
+                        res * res / 4.0 / n_hat,
+                        None,
+                    ));
+                }
+                StatKind::Histogram => {
+                    let (i, m) = self
+                        .find(|m| matches!(m, Measurement::Histogram { .. }))
+                        .expect("planned");
+                    let Measured::Vector(raw) = &measured[i] else {
+                        unreachable!("histogram is a vector")
+                    };
+                    let raw: Vec<f64> = raw.iter().map(|&c| c as f64).collect();
+                    let counts = project_to_simplex(&raw, n_hat.round());
+                    out.push(stat(
+                        "histogram",
+                        counts,
+                        &with_count(&[m]),
+                        1.0,
+                        hw(m, 1.0),
+                    ));
+                }
+                StatKind::Quantiles => {
+                    let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
+                        .measurements
+                        .iter()
+                        .zip(measured.iter())
+                        .filter_map(|(m, v)| match (&m.measurement, v) {
+                            (Measurement::Quantile { level, .. }, Measured::Choice(c)) => {
+                                Some((level.as_f64(), *c as f64 * res, m))
+                            }
+                            _ => None,
+                        })
+                        .collect();
+                    // Quantiles are monotone in the level: sorting is free,
+                    // but a sorted value depends on every level's selection
+                    // (the lowest level's is the minimum of all), so each
+                    // states the joint spend of all levels.
+                    let mut vals: Vec<f64> = qs.iter().map(|q| q.1).collect();
+                    vals.sort_by(f64::total_cmp);
+                    qs.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    let all: Vec<&MeasurementPlan> = qs.iter().map(|q| q.2).collect();
+                    for ((level, _, m), v) in qs.iter().zip(vals) {
+                        let mut s = stat("quantile", vec![v], &[m], 1.0, None);
+                        s.spent = self.spent_f64(&all);
+                        s.level = Some(*level);
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Release a window with noise from `rng`.
+    pub fn release_with<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: &mut R,
+    ) -> Vec<ReleasedStatistic> {
+        if self.neighbouring.size_is_public() {
+            assert_eq!(
+                values.len() as u64,
+                self.spec.window_size,
+                "a window holds exactly n values"
+            );
+        }
+        self.evaluate(values, Some(rng))
+    }
+
+    /// Release a window with the keyed noise of docs/DESIGN.md §5: the same key,
+    /// window and values always give the same bits.
+    pub fn release(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+    ) -> Vec<ReleasedStatistic> {
+        let digest = window_digest(values);
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        self.release_with(values, &mut window_rng(key, id, &digest))
+    }
+
+    /// ε or ρ one device can spend per horizon on this stream: `W` windows'
+    /// statistics plus the running totals.
+    pub fn per_horizon(&self) -> BigRational {
+        &self.per_window * BigRational::from_integer(self.spec.max_windows_per_device.into())
+            + self
+                .running
+                .as_ref()
+                .map_or_else(BigRational::zero, |r| r.spent())
+    }
+
+    /// Advance this lane's running totals by window `seq` (noise keyed like
+    /// the window's, in its own domain); `None` without running totals or
+    /// past a pure-DP tree's lifetime.
+    pub fn running_step(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        state: &mut RunningState,
+    ) -> Option<Vec<RunningValue>> {
+        let plan = self.running.as_ref()?;
+        let mut window = vec![vec![stats::sum(values)]];
+        if plan.groups.len() > 1 {
+            let edges = self.histogram_edges_units();
+            window.push(
+                stats::histogram(values, &edges)
+                    .into_iter()
+                    .map(|c| c as i128)
+                    .collect(),
+            );
+        }
+        let digest = window_digest(values);
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
+        let t = state.steps;
+        Some(
+            plan.groups
+                .iter()
+                .zip(noisy)
+                .map(|(g, v)| {
+                    let scale = if g.name == "sum" {
+                        plan.resolution
+                    } else {
+                        1.0
+                    };
+                    RunningValue {
+                        name: g.name,
+                        windows: t,
+                        count: t * self.spec.window_size,
+                        values: v.into_iter().map(|x| x * scale).collect(),
+                        std: g.noise.std_after(t).unwrap_or(f64::NAN) * scale,
+                        mechanism: g.noise.name(),
+                        spent: rational::to_f64(&g.spent),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    fn histogram_edges_units(&self) -> Vec<i64> {
+        self.measurements
+            .iter()
+            .find_map(|m| match &m.measurement {
+                Measurement::Histogram { edges } => Some(edges.clone()),
+                _ => None,
+            })
+            .expect("a running histogram needs the histogram measurement")
+    }
+
+    /// Every statistic's metadata (mechanism, sensitivity, scale, spend,
+    /// half-width) with no values: it depends on public parameters only, so
+    /// it is computed by releasing a window of midpoints with a fixed seed
+    /// and dropping the values.
+    pub fn describe(&self) -> Vec<ReleasedStatistic> {
+        use rand::SeedableRng;
+        let mid = (self.universe.lower() + self.universe.upper()).div_euclid(2);
+        let values = vec![mid; self.spec.window_size.max(1) as usize];
+        let mut out = self.evaluate(
+            &values,
+            Some(&mut rand_chacha::ChaCha20Rng::seed_from_u64(0)),
+        );
+        for s in &mut out {
+            s.values.clear();
+        }
+        out
+    }
+
+    /// Every measurement of a window without noise, as integers (a
+    /// quantile level gives its utility per candidate): what the
+    /// stream-level privacy check compares between neighbouring streams.
+    /// Never publish these.
+    pub fn exact_measurements(&self, values: &[i64]) -> Vec<Vec<i128>> {
+        let mut sorted = values.to_vec();
+        sorted.sort_unstable();
+        self.measurements
+            .iter()
+            .map(|mp| match &mp.measurement {
+                Measurement::Count => vec![values.len() as i128],
+                Measurement::CentredSum => vec![stats::centred_sum(values, &self.universe)],
+                Measurement::CentredSumSq => vec![stats::centred_sum_sq(values, &self.universe)],
+                Measurement::Histogram { edges } => stats::histogram(values, edges)
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+                Measurement::Quantile { level, candidates } => {
+                    stats::quantile_utilities(&sorted, candidates, *level)
+                }
+            })
+            .collect()
+    }
+
+    /// The sensitivity a measurement is calibrated to, in the units of
+    /// [`StreamPlan::exact_measurements`] (quantile utilities are scaled by
+    /// their level's denominator).
+    pub fn calibrated_to(&self, i: usize) -> Sensitivity {
+        let m = &self.measurements[i];
+        match &m.measurement {
+            Measurement::Quantile { level, .. } => Sensitivity::scalar(BigRational::from_integer(
+                (self.spec.max_readings_per_device as u64 * level.den as u64).into(),
+            )),
+            _ => m.sensitivity.clone(),
+        }
+    }
+
+    /// The same statistics without noise (the demo's "true value" and the
+    /// benchmark's baseline). Never publish these.
+    pub fn truth(&self, values: &[i64]) -> Vec<ReleasedStatistic> {
+        self.evaluate::<rand_chacha::ChaCha20Rng>(values, None)
+    }
+}

@@ -1,0 +1,20 @@
+//! Window release: from a stream's declaration, a calibrated [`StreamPlan`];
+//! from a window's integer values, every declared statistic with noise,
+//! post-processing and metadata.
+//!
+//! Privacy argument: each noisy *measurement* (centred sum, centred sum of
+//! squares, histogram, each quantile selection, and the count under
+//! add-remove) is calibrated to its sensitivity from [`super::stats`] and
+//! charged by the [`super::accountant`]; every *statistic* (sum, mean,
+//! variance, std, histogram, quantiles) is a post-processing of those
+//! measurements and public parameters, so it costs nothing more.
+
+mod evaluate;
+mod plan;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use evaluate::*;
+pub use plan::*;
+pub use spec::*;

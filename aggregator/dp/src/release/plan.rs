@@ -1,0 +1,384 @@
+//! Calibration: from validated declarations, the measurements each stream
+//! needs, their sensitivities (from [`crate::stats`]) and mechanisms, and the
+//! budget split checked by the [`crate::accountant`].
+
+use super::*;
+use crate::accountant::{Accountant, BudgetError, StreamClaim, StreamSpend};
+use crate::accuracy;
+use crate::continual::RunningPlan;
+use crate::mechanism::{Measure, Noise, Selection};
+use crate::rational::{self, exact};
+use crate::relation::{Neighbouring, Relation};
+use crate::stats::{QuantileLevel, Sensitivity, Statistic};
+use crate::universe::Universe;
+use num_rational::BigRational;
+use num_traits::Zero;
+
+/// A noisy quantity computed from a window.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Measurement {
+    /// Number of records (noisy only under add-remove).
+    Count,
+    /// `Σ(2x − L − U)`, half units.
+    CentredSum,
+    /// `Σ(2x − L − U)²`, quarter units².
+    CentredSumSq,
+    /// Counts over bins with these edges (units).
+    Histogram { edges: Vec<i64> },
+    /// Selection of a candidate (units) for one level.
+    Quantile {
+        level: QuantileLevel,
+        candidates: Vec<i64>,
+    },
+}
+
+impl Measurement {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Measurement::Count => "count",
+            Measurement::CentredSum => "centred_sum",
+            Measurement::CentredSumSq => "centred_sum_sq",
+            Measurement::Histogram { .. } => "histogram",
+            Measurement::Quantile { .. } => "quantile",
+        }
+    }
+}
+
+/// How a measurement is randomised.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mechanism {
+    Additive(Noise),
+    Select(Selection),
+}
+
+/// One calibrated measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MeasurementPlan {
+    pub measurement: Measurement,
+    pub sensitivity: Sensitivity,
+    pub mechanism: Mechanism,
+    /// ε or ρ spent per window (exact).
+    pub spent: BigRational,
+    /// 95% half-width of the additive noise, in the measurement's units.
+    pub half_width: u128,
+}
+
+/// A calibrated stream: everything needed to release its windows.
+#[derive(Debug, Clone)]
+pub struct StreamPlan {
+    pub spec: StreamSpec,
+    pub universe: Universe,
+    pub neighbouring: Neighbouring,
+    pub measure: Measure,
+    pub measurements: Vec<MeasurementPlan>,
+    /// ε or ρ per window (exact, all measurements).
+    pub per_window: BigRational,
+    /// Running totals, when `running_share > 0`.
+    pub running: Option<RunningPlan>,
+}
+
+/// The whole calibrated configuration.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub privacy: PrivacySpec,
+    pub streams: Vec<StreamPlan>,
+    /// ε or ρ per device per horizon, all streams composed (exact).
+    pub per_horizon: BigRational,
+}
+
+/// Why a declaration cannot be planned; names the field at fault.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("stream '{stream}': {field}: {message}")]
+    Field {
+        stream: String,
+        field: &'static str,
+        message: String,
+    },
+    #[error("privacy: {0}")]
+    Budget(#[from] BudgetError),
+}
+
+/// The measurements a stream needs, validated.
+pub(super) fn measurements_for(
+    spec: &StreamSpec,
+    u: &Universe,
+    relation: Relation,
+) -> Result<Vec<Measurement>, PlanError> {
+    use StatKind::*;
+    let has = |k: StatKind| spec.statistics.contains(&k);
+    if spec.statistics.is_empty() {
+        return Err(field_err(
+            spec,
+            "statistics",
+            "declare at least one statistic",
+        ));
+    }
+    let mut out = Vec::new();
+    if relation == Relation::AddRemove
+        && [Count, Sum, Mean, Variance, Std, Histogram]
+            .iter()
+            .any(|&k| has(k))
+    {
+        out.push(Measurement::Count);
+    }
+    if [Sum, Mean, Variance, Std].iter().any(|&k| has(k)) {
+        out.push(Measurement::CentredSum);
+    }
+    if has(Variance) || has(Std) {
+        out.push(Measurement::CentredSumSq);
+    }
+    if has(Histogram) {
+        if spec.histogram_edges.len() < 2 {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                "need at least two edges",
+            ));
+        }
+        let edges = spec
+            .histogram_edges
+            .iter()
+            .map(|&e| u.grid_units("histogram_edges", e))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| universe_err(spec, e))?;
+        if edges.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                "must be strictly increasing",
+            ));
+        }
+        if edges[0] > u.lower() || *edges.last().expect("≥ 2") < u.upper() {
+            return Err(field_err(
+                spec,
+                "histogram_edges",
+                format!(
+                    "must cover the universe [{}, {}]: first edge ≤ lower, last edge ≥ upper",
+                    spec.lower, spec.upper
+                ),
+            ));
+        }
+        out.push(Measurement::Histogram { edges });
+    } else if !spec.histogram_edges.is_empty() {
+        return Err(field_err(
+            spec,
+            "histogram_edges",
+            "given but \"histogram\" is not among the statistics",
+        ));
+    }
+    if has(Quantiles) {
+        if spec.quantiles.is_empty() {
+            return Err(field_err(
+                spec,
+                "quantiles",
+                "declare at least one level in [0, 1]",
+            ));
+        }
+        let candidates = match &spec.quantile_candidates {
+            Some(c) => {
+                let mut units = c
+                    .iter()
+                    .map(|&v| u.grid_units("quantile_candidates", v))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| universe_err(spec, e))?;
+                units.sort_unstable();
+                units.dedup();
+                if units.is_empty() {
+                    return Err(field_err(spec, "quantile_candidates", "must not be empty"));
+                }
+                units
+            }
+            None => {
+                if u.grid_len() > MAX_DEFAULT_CANDIDATES {
+                    return Err(field_err(
+                        spec,
+                        "quantile_candidates",
+                        format!(
+                            "the universe has {} grid points (more than {MAX_DEFAULT_CANDIDATES}); declare the candidates",
+                            u.grid_len()
+                        ),
+                    ));
+                }
+                (u.lower()..=u.upper()).collect()
+            }
+        };
+        for &q in &spec.quantiles {
+            let level = QuantileLevel::new(q)
+                .ok_or_else(|| field_err(spec, "quantiles", format!("{q} is not in [0, 1]")))?;
+            out.push(Measurement::Quantile {
+                level,
+                candidates: candidates.clone(),
+            });
+        }
+    } else if !spec.quantiles.is_empty() {
+        return Err(field_err(
+            spec,
+            "quantiles",
+            "given but \"quantiles\" is not among the statistics",
+        ));
+    }
+    Ok(out)
+}
+
+pub(super) fn sensitivity_of(
+    m: &Measurement,
+    nb: Neighbouring,
+    u: &Universe,
+    n: u64,
+) -> Sensitivity {
+    let stat = match m {
+        Measurement::Count => Statistic::Count,
+        Measurement::CentredSum => Statistic::CentredSum,
+        Measurement::CentredSumSq => Statistic::CentredSumSq,
+        Measurement::Histogram { .. } => Statistic::Histogram,
+        Measurement::Quantile { .. } => Statistic::QuantileUtility,
+    };
+    stat.sensitivity(nb, u, n)
+}
+
+/// Validate every stream, split the budget, calibrate every measurement and
+/// check the composition.
+pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanError> {
+    let accountant = Accountant::new(privacy.budget.clone())?;
+    let measure = privacy.budget.measure;
+    let mut prepared = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|s| s.name == spec.name) {
+            return Err(field_err(spec, "name", "declared twice"));
+        }
+        let u = validate_spec(spec, privacy.relation)?;
+        let ms = measurements_for(spec, &u, privacy.relation)?;
+        let r = spec.running_share;
+        if !(r.is_finite() && (0.0..1.0).contains(&r)) {
+            return Err(field_err(
+                spec,
+                "running_share",
+                format!("must be in [0, 1), got {r}"),
+            ));
+        }
+        if r > 0.0 && privacy.relation != Relation::ChangeOne {
+            return Err(field_err(
+                spec,
+                "running_share",
+                "running totals need relation = \"change-one\" (the running count must be public)",
+            ));
+        }
+        if !(2..=1u64 << 40).contains(&spec.running_lifetime) {
+            return Err(field_err(
+                spec,
+                "running_lifetime",
+                "must be in [2, 2^40] windows",
+            ));
+        }
+        prepared.push((spec, u, ms));
+    }
+    let claims: Vec<StreamClaim> = prepared
+        .iter()
+        .map(|(s, _, ms)| StreamClaim {
+            name: s.name.clone(),
+            // What running totals take is not split over windows.
+            share: s.budget_share * (1.0 - s.running_share),
+            windows_per_horizon: s.max_windows_per_device,
+            measurements: ms.len(),
+        })
+        .collect();
+    let allocations = accountant.allocate(&claims)?;
+    let mut streams = Vec::new();
+    for ((spec, u, ms), alloc) in prepared.into_iter().zip(allocations) {
+        let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
+        let mut measurements = Vec::new();
+        let mut per_window = BigRational::zero();
+        let budget = alloc
+            .as_ref()
+            .expect("a stream with measurements has a budget");
+        if measure == Measure::Pure && rational::to_f64(budget) < MIN_MEASUREMENT_EPSILON {
+            return Err(field_err(
+                spec,
+                "epsilon_per_device",
+                format!(
+                    "each of this stream's {} measurements would get ε = {:e} per window, below the floor {MIN_MEASUREMENT_EPSILON:e}: \
+                     raise privacy.epsilon_per_device or budget_share, or lower max_windows_per_device",
+                    ms.len(),
+                    rational::to_f64(budget)
+                ),
+            ));
+        }
+        for m in ms {
+            let sensitivity = sensitivity_of(&m, nb, &u, spec.window_size);
+            let (mechanism, spent) = match &m {
+                Measurement::Quantile { level, .. } => {
+                    // Utilities are in units of 1/den: scale the sensitivity.
+                    let du = spec.max_readings_per_device as u64 * level.den as u64;
+                    let (sel, spent) = Selection::calibrate(measure, du, budget);
+                    (Mechanism::Select(sel), spent)
+                }
+                _ => {
+                    let (noise, spent) = Noise::calibrate(measure, &sensitivity, budget);
+                    (Mechanism::Additive(noise), spent)
+                }
+            };
+            let half_width = match &mechanism {
+                Mechanism::Additive(n) => accuracy::half_width(n),
+                Mechanism::Select(_) => 0,
+            };
+            per_window += &spent;
+            measurements.push(MeasurementPlan {
+                measurement: m,
+                sensitivity,
+                mechanism,
+                spent,
+                half_width,
+            });
+        }
+        let running = (spec.running_share > 0.0).then(|| {
+            let k = spec.max_readings_per_device as i64;
+            let mut groups = vec![("sum", 1usize, k * u.width(), (k * u.width()).pow(2))];
+            if let Some(edges) = spec
+                .statistics
+                .contains(&StatKind::Histogram)
+                .then_some(&spec.histogram_edges)
+            {
+                groups.push(("histogram", edges.len() - 1, 2 * k, 2 * k * k));
+            }
+            let budget = exact(privacy.budget.per_horizon)
+                * exact(spec.budget_share)
+                * exact(spec.running_share);
+            RunningPlan::calibrate(
+                measure,
+                &groups,
+                spec.max_windows_per_device,
+                &budget,
+                64 - (spec.running_lifetime - 1).leading_zeros(),
+                u.resolution(),
+            )
+        });
+        streams.push(StreamPlan {
+            spec: spec.clone(),
+            universe: u,
+            neighbouring: nb,
+            measure,
+            measurements,
+            per_window,
+            running,
+        });
+    }
+    let spends: Vec<StreamSpend> = streams
+        .iter()
+        .map(|s| StreamSpend {
+            name: s.spec.name.clone(),
+            windows_per_horizon: s.spec.max_windows_per_device,
+            per_window: s.per_window.clone(),
+            per_horizon: s
+                .running
+                .as_ref()
+                .map_or_else(BigRational::zero, |r| r.spent()),
+        })
+        .collect();
+    let per_horizon = accountant.compose(&spends)?;
+    Ok(Plan {
+        privacy: privacy.clone(),
+        streams,
+        per_horizon,
+    })
+}

@@ -1,0 +1,328 @@
+use super::*;
+use crate::accountant::Budget;
+use crate::mechanism::Measure;
+use crate::rational::{self};
+use crate::relation::Relation;
+use crate::rng::ReleaseKey;
+
+pub(crate) fn spec() -> StreamSpec {
+    StreamSpec {
+        name: "cabin_temp_c".into(),
+        lower: -40.0,
+        upper: 85.0,
+        resolution: 0.1,
+        window_size: 100,
+        max_readings_per_device: 1,
+        max_windows_per_device: 24,
+        budget_share: 1.0,
+        statistics: vec![
+            StatKind::Count,
+            StatKind::Mean,
+            StatKind::Std,
+            StatKind::Histogram,
+            StatKind::Quantiles,
+        ],
+        histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 40.0, 85.0],
+        quantiles: vec![0.5, 0.9],
+        quantile_candidates: None,
+        window_timeout: None,
+        window: None,
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
+    }
+}
+
+/// [`spec`] with the windows its relation needs.
+pub(crate) fn spec_for(relation: Relation) -> StreamSpec {
+    let mut s = spec();
+    if relation == Relation::AddRemove {
+        s.window = Some("5m".into());
+        s.window_size = 0;
+    }
+    s
+}
+
+pub(crate) fn privacy(measure: Measure, relation: Relation) -> PrivacySpec {
+    PrivacySpec {
+        relation,
+        budget: Budget {
+            measure,
+            per_horizon: 1.0,
+            delta: 1e-6,
+        },
+    }
+}
+
+#[test]
+fn projection_onto_simplex() {
+    let p = project_to_simplex(&[5.0, -2.0, 3.0], 6.0);
+    assert!((p.iter().sum::<f64>() - 6.0).abs() < 1e-9);
+    assert_eq!(p[1], 0.0);
+    assert!((p[0] - 4.0).abs() < 1e-9 && (p[2] - 2.0).abs() < 1e-9);
+    assert_eq!(project_to_simplex(&[1.0, 2.0], 3.0), vec![1.0, 2.0]);
+}
+
+#[test]
+fn field_errors_name_the_field() {
+    let p = privacy(Measure::Pure, Relation::ChangeOne);
+    type Mutation = Box<dyn Fn(&mut StreamSpec)>;
+    let cases: Vec<(Mutation, &str)> = vec![
+        (Box::new(|s| s.resolution = 0.0), "resolution"),
+        (Box::new(|s| s.upper = 85.05), "upper"),
+        (Box::new(|s| s.window_size = 0), "window_size"),
+        (
+            Box::new(|s| s.max_readings_per_device = 0),
+            "max_readings_per_device",
+        ),
+        (
+            Box::new(|s| s.histogram_edges = vec![-40.0, 10.0, 0.0, 85.0]),
+            "histogram_edges",
+        ),
+        (
+            Box::new(|s| s.histogram_edges = vec![-30.0, 85.0]),
+            "histogram_edges",
+        ),
+        (Box::new(|s| s.quantiles = vec![1.5]), "quantiles"),
+        (Box::new(|s| s.statistics.clear()), "statistics"),
+        (
+            Box::new(|s| {
+                s.resolution = 1e-9;
+                s.window_size = 1_000_000_000_000_000;
+            }),
+            "window_size",
+        ),
+    ];
+    for (mutate, field) in cases {
+        let mut s = spec();
+        mutate(&mut s);
+        match plan(&p, &[s]) {
+            Err(PlanError::Field {
+                field: f, stream, ..
+            }) => {
+                assert_eq!((f, stream.as_str()), (field, "cabin_temp_c"))
+            }
+            other => panic!("{field}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn plan_spends_within_budget_and_splits_evenly() {
+    for measure in [Measure::Pure, Measure::Zcdp] {
+        for rel in [Relation::ChangeOne, Relation::AddRemove] {
+            let plan = plan(&privacy(measure, rel), &[spec_for(rel)]).unwrap();
+            assert!(plan.per_horizon <= rational::int(1));
+            let s = &plan.streams[0];
+            let m = s.measurements.len();
+            // count (add-remove only), centred sum, sum sq, histogram, 2 quantiles
+            assert_eq!(m, if rel == Relation::AddRemove { 6 } else { 5 });
+            let spent = rational::to_f64(&plan.per_horizon);
+            assert!(spent > 0.999, "{measure:?} {rel:?}: {spent}");
+        }
+    }
+}
+
+#[test]
+fn release_is_consistent_with_truth() {
+    let plan = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[spec()]).unwrap();
+    let s = &plan.streams[0];
+    let values: Vec<i64> = (0..100).map(|i| 150 + (i % 20) * 5).collect();
+    let truth = s.truth(&values);
+    let names: Vec<&str> = truth.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["count", "mean", "std", "histogram", "quantile", "quantile"]
+    );
+    assert_eq!(truth[0].values, vec![100.0]);
+    let mean = values.iter().sum::<i64>() as f64 / 100.0 * 0.1;
+    assert!((truth[1].values[0] - mean).abs() < 1e-9);
+    assert_eq!(truth[3].values.iter().sum::<f64>(), 100.0);
+    let key = ReleaseKey::from_bytes([1; 32]);
+    let r = s.release(&key, 0, 0, &values);
+    assert_eq!(r.len(), truth.len());
+    assert!(r[1].half_width.unwrap() > 0.0);
+    assert!((r[3].values.iter().sum::<f64>() - 100.0).abs() < 1e-6);
+    assert!(r[4].values[0] <= r[5].values[0]);
+}
+
+#[test]
+fn windows_must_fit_the_relation() {
+    let ar = privacy(Measure::Pure, Relation::AddRemove);
+    let co = privacy(Measure::Pure, Relation::ChangeOne);
+    let field = |r: Result<Plan, PlanError>| match r {
+        Err(PlanError::Field { field, message, .. }) => (field, message),
+        other => panic!("{other:?}"),
+    };
+    // Count windows under add-remove: refused, saying why.
+    let (f, msg) = field(plan(&ar, &[spec()]));
+    assert_eq!(f, "window");
+    assert!(msg.contains("presence"), "{msg}");
+    // Time windows under change-one, window_size or a timeout beside them.
+    assert_eq!(
+        field(plan(&co, &[spec_for(Relation::AddRemove)])).0,
+        "window"
+    );
+    let mut s = spec_for(Relation::AddRemove);
+    s.window_size = 10;
+    assert_eq!(field(plan(&ar, &[s])).0, "window_size");
+    let mut s = spec_for(Relation::AddRemove);
+    s.window_timeout = Some("1m".into());
+    assert_eq!(field(plan(&ar, &[s])).0, "window_timeout");
+    // Under add-remove an empty window releases (count 0 plus noise).
+    let p = plan(&ar, &[spec_for(Relation::AddRemove)]).unwrap();
+    let key = ReleaseKey::from_bytes([3; 32]);
+    let r = p.streams[0].release(&key, 0, 7, &[]);
+    assert_eq!(r[0].name, "count");
+    assert!(r[0].half_width.unwrap() > 0.0);
+}
+
+/// A sorted quantile depends on every level's selection: each states
+/// the joint spend, and the window's total is unchanged.
+#[test]
+fn sorted_quantiles_state_the_joint_spend() {
+    let mut sp = spec();
+    sp.statistics = vec![StatKind::Quantiles];
+    sp.histogram_edges.clear();
+    sp.quantiles = vec![0.1, 0.5, 0.9];
+    let plan = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[sp]).unwrap();
+    let s = &plan.streams[0];
+    let per_level: Vec<f64> = s
+        .measurements
+        .iter()
+        .map(|m| rational::to_f64(&m.spent))
+        .collect();
+    let joint: f64 = per_level.iter().sum();
+    let values: Vec<i64> = (0..100).collect();
+    for st in s.release(&ReleaseKey::from_bytes([2; 32]), 0, 0, &values) {
+        assert!((st.spent - joint).abs() < 1e-12, "{} vs {joint}", st.spent);
+    }
+    assert!((joint - rational::to_f64(&s.per_window)).abs() < 1e-12);
+    assert!(per_level[0] < joint);
+}
+
+/// Under add-remove, statistics post-processed with the noisy count
+/// state its spend too.
+#[test]
+fn add_remove_statistics_include_the_counts_spend() {
+    let p = plan(
+        &privacy(Measure::Pure, Relation::AddRemove),
+        &[spec_for(Relation::AddRemove)],
+    )
+    .unwrap();
+    let s = &p.streams[0];
+    let spent = |name: &str| {
+        s.measurements
+            .iter()
+            .filter(|m| m.measurement.name() == name)
+            .map(|m| rational::to_f64(&m.spent))
+            .sum::<f64>()
+    };
+    let key = ReleaseKey::from_bytes([4; 32]);
+    for st in s.release(&key, 0, 0, &[100, 200, 300]) {
+        let want = match st.name.as_str() {
+            "count" => spent("count"),
+            "mean" => spent("centred_sum") + spent("count"),
+            "std" => spent("centred_sum_sq") + spent("centred_sum") + spent("count"),
+            "histogram" => spent("histogram") + spent("count"),
+            _ => continue,
+        };
+        assert!(
+            (st.spent - want).abs() < 1e-12,
+            "{}: {} vs {want}",
+            st.name,
+            st.spent
+        );
+    }
+}
+
+/// Every published `spent` covers the measurements its value depends
+/// on: each measurement is perturbed in turn (both ways, several sizes;
+/// a quantile's choice moved to each end of its candidates) and every
+/// statistic whose value moves must state at least that measurement's
+/// spend — both relations, both measures, every statistic.
+#[test]
+fn every_stated_spend_covers_what_its_value_depends_on() {
+    use rand_chacha::ChaCha20Rng;
+    for rel in [Relation::ChangeOne, Relation::AddRemove] {
+        for measure in [Measure::Pure, Measure::Zcdp] {
+            let mut sp = spec_for(rel);
+            sp.statistics = vec![
+                StatKind::Count,
+                StatKind::Sum,
+                StatKind::Mean,
+                StatKind::Variance,
+                StatKind::Std,
+                StatKind::Histogram,
+                StatKind::Quantiles,
+            ];
+            sp.quantiles = vec![0.1, 0.5, 0.9];
+            let p = plan(&privacy(measure, rel), &[sp]).unwrap();
+            let s = &p.streams[0];
+            let values: Vec<i64> = (0..100).map(|i| -300 + (i * 37) % 900).collect();
+            let base = s.measure::<ChaCha20Rng>(&values, None);
+            let out0 = s.post_process(&values, &base, true);
+            let mut deps: Vec<Vec<usize>> = vec![Vec::new(); out0.len()];
+            for i in 0..base.len() {
+                let variants: Vec<Measured> = match &base[i] {
+                    Measured::Scalar(v) => [1, 7, 50, 400, 5000]
+                        .iter()
+                        .flat_map(|d| [Measured::Scalar(v + d), Measured::Scalar(v - d)])
+                        .collect(),
+                    Measured::Vector(v) => (0..v.len())
+                        .flat_map(|b| {
+                            [3i128, -3, 40, -40].map(|d| {
+                                let mut w = v.clone();
+                                w[b] += d;
+                                Measured::Vector(w)
+                            })
+                        })
+                        .collect(),
+                    Measured::Choice(_) => {
+                        let c = match &s.measurements[i].measurement {
+                            Measurement::Quantile { candidates, .. } => candidates,
+                            _ => unreachable!(),
+                        };
+                        vec![Measured::Choice(c[0]), Measured::Choice(*c.last().unwrap())]
+                    }
+                };
+                for m in variants {
+                    let mut all = base.clone();
+                    all[i] = m;
+                    for (j, (a, b)) in out0
+                        .iter()
+                        .zip(s.post_process(&values, &all, true))
+                        .enumerate()
+                    {
+                        if a.values != b.values && !deps[j].contains(&i) {
+                            deps[j].push(i);
+                        }
+                    }
+                }
+            }
+            // Not vacuous: every measurement moves some statistic.
+            for i in 0..base.len() {
+                assert!(
+                    deps.iter().any(|d| d.contains(&i)),
+                    "{rel:?} {measure:?}: measurement {i} moves nothing"
+                );
+            }
+            for (j, st) in out0.iter().enumerate() {
+                let needed: f64 = deps[j]
+                    .iter()
+                    .map(|&i| rational::to_f64(&s.measurements[i].spent))
+                    .sum();
+                assert!(
+                    st.spent >= needed - 1e-12,
+                    "{rel:?} {measure:?} {}({:?}): states {} but depends on {:?} = {needed}",
+                    st.name,
+                    st.level,
+                    st.spent,
+                    deps[j]
+                        .iter()
+                        .map(|&i| s.measurements[i].measurement.name())
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+}
