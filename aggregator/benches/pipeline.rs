@@ -20,9 +20,10 @@
 
 use fleetdp::config::{Config, Validated};
 use fleetdp::dp::rng::ReleaseKey;
-use fleetdp::pipeline::{Counters, Options, Pipeline};
+use fleetdp::pipeline::{Options, Pipeline};
 use fleetdp::process::Processor;
 use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use fleetdp::telemetry::Counters;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use std::sync::atomic::Ordering;

@@ -3,8 +3,8 @@
 //! page at `/` and the JSON it polls at `/api/status`.
 
 use crate::config::Validated;
-use crate::pipeline::Counters;
 use crate::status::StatusBoard;
+use crate::telemetry::{self, Counters};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -34,21 +34,13 @@ pub fn recorder() -> Result<PrometheusHandle> {
     // Release latency as a Prometheus histogram (buckets from 1 ms to 10 s).
     let h = PrometheusBuilder::new()
         .set_buckets_for_metric(
-            Matcher::Full("fleetdp_release_latency_seconds".into()),
-            &[
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-            ],
+            Matcher::Full(telemetry::name::RELEASE_LATENCY.into()),
+            telemetry::LATENCY_BUCKETS,
         )
         .context("latency buckets")?
         .install_recorder()
         .context("installing the Prometheus recorder")?;
-    metrics::gauge!(
-        "fleetdp_build_info",
-        "version" => env!("CARGO_PKG_VERSION"),
-        "commit" => env!("FLEETDP_COMMIT"),
-        "built" => env!("FLEETDP_BUILT")
-    )
-    .set(1.0);
+    telemetry::build_info();
     // Upkeep drains histogram samples even when nobody scrapes.
     let upkeep = h.clone();
     std::thread::Builder::new()
@@ -152,7 +144,7 @@ fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
             let text = st.metrics.render();
             if st.config.config.http.hide_exact_counts {
-                crate::status::without_exact_counts(&text)
+                crate::telemetry::without_exact_counts(&text)
             } else {
                 text
             }

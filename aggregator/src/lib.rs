@@ -28,4 +28,5 @@ pub mod process;
 pub mod report;
 pub mod sim;
 pub mod status;
+pub mod telemetry;
 pub mod window;

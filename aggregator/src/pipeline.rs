@@ -15,7 +15,8 @@ use crate::dp::rng::ReleaseKey;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{self, CONTENT_TYPE};
 use crate::process::Processor;
-use crate::status::{budget_gauges, StatusBoard};
+use crate::status::StatusBoard;
+use crate::telemetry::{self, budget_gauges, Counters};
 use crate::window::{ClosedWindow, Windower, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Context, Result};
 use ingest::{Reason, Rejection};
@@ -29,57 +30,11 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, watch};
-
-/// Operational counters (public figures only), mirrored to Prometheus.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub messages: AtomicU64,
-    pub bytes: AtomicU64,
-    pub readings_accepted: AtomicU64,
-    pub already_released: AtomicU64,
-    pub dropped_window_cap: AtomicU64,
-    pub dropped_horizon_cap: AtomicU64,
-    /// Time windows: readings dropped as late, future, out of order or
-    /// beyond a window's bound.
-    pub dropped_time_window: AtomicU64,
-    pub windows_released: AtomicU64,
-    dead_letters: [AtomicU64; Reason::ALL.len()],
-}
-
-impl Counters {
-    pub fn dead_letters(&self, reason: Reason) -> u64 {
-        let i = Reason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .expect("known reason");
-        self.dead_letters[i].load(Ordering::Relaxed)
-    }
-
-    pub fn dead_letters_total(&self) -> u64 {
-        self.dead_letters
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    fn add_dead_letter(&self, reason: Reason) {
-        let i = Reason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .expect("known reason");
-        self.dead_letters[i].fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("fleetdp_dead_letters_total", "reason" => reason.as_str()).increment(1);
-    }
-
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Ordering::Relaxed)
-    }
-}
 
 /// A release as it was published, for in-process observers (the demo, tests).
 #[derive(Debug, Clone)]
@@ -729,7 +684,7 @@ impl Pipeline {
                 // Not fatal: a later commit covers it; a restart replays and
                 // the ledger plus keyed noise make the replay harmless.
                 tracing::warn!(error = %e, "offset commit failed");
-                metrics::counter!("fleetdp_commit_errors_total").increment(1);
+                telemetry::commit_failed();
                 committed.clear();
             }
         }
@@ -1009,12 +964,7 @@ impl Pipeline {
         }
         let r = &done.release;
         self.board.record_release(r);
-        self.counters
-            .windows_released
-            .fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("fleetdp_windows_released_total", "stream" => r.stream.clone())
-            .increment(1);
-        metrics::histogram!("fleetdp_release_latency_seconds").record(latency.as_secs_f64());
+        self.counters.window_released(&r.stream, latency);
         tracing::info!(
             stream = %r.stream,
             partition = r.partition,
@@ -1109,8 +1059,7 @@ impl Pipeline {
             match delivery.await {
                 Ok(Ok(_)) => Ok((p, o, reason)),
                 Ok(Err((e, _))) => {
-                    metrics::counter!("fleetdp_produce_errors_total", "topic" => topic.clone())
-                        .increment(1);
+                    telemetry::produce_failed(&topic);
                     Err(anyhow!(
                         "dead-lettering {p}@{o} to {topic} failed: {e}; exiting so an orchestrator can restart"
                     ))
@@ -1125,7 +1074,7 @@ impl Pipeline {
         if let Some(set) = inflight.dead_letter_offsets.get_mut(&p) {
             set.remove(&o);
         }
-        self.counters.add_dead_letter(reason);
+        self.counters.dead_lettered(reason);
     }
 }
 
@@ -1158,8 +1107,7 @@ async fn publish(
         {
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) => {
-                metrics::counter!("fleetdp_produce_errors_total", "topic" => topic.to_string())
-                    .increment(1);
+                telemetry::produce_failed(topic);
                 tracing::warn!(topic, attempt, error = %e, "produce failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));

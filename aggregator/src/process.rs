@@ -5,41 +5,11 @@
 use crate::config::Validated;
 use crate::dp::universe::TopCoder;
 use crate::partitioner::Partitioner;
-use crate::pipeline::Counters;
+use crate::telemetry::{Counters, MessageMetrics, StreamMetrics};
 use crate::window::{device_key, Admission, ClosedWindow, FastMap, StreamRules, Windower};
 use ingest::{Decoder, Limits, Reason, Rejection};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Prometheus handles of one stream, registered once (no per-reading
-/// allocation), and what is still to be added to them.
-struct StreamMetrics {
-    accepted: metrics::Counter,
-    dropped_window_cap: metrics::Counter,
-    dropped_horizon_cap: metrics::Counter,
-    dropped_late: metrics::Counter,
-    dropped_out_of_order: metrics::Counter,
-    dropped_window_full: metrics::Counter,
-    opened: metrics::Counter,
-    /// Windows opened as last reported to `opened`.
-    opened_seen: u64,
-    pending: StreamTally,
-}
-
-/// Counts not yet added to the shared counters: an atomic add per reading
-/// waits for the reading's outstanding cache misses (it is a full fence), so
-/// counts are kept here and added in bulk by [`Processor::flush_counters`].
-#[derive(Default)]
-struct StreamTally {
-    accepted: u64,
-    already_released: u64,
-    dropped_window_cap: u64,
-    dropped_horizon_cap: u64,
-    dropped_late: u64,
-    dropped_out_of_order: u64,
-    dropped_window_full: u64,
-}
 
 /// A prepared reading, waiting for [`Processor::apply`].
 struct Staged {
@@ -92,15 +62,11 @@ pub struct Processor {
     windower: Windower,
     counters: Arc<Counters>,
     metrics: Vec<StreamMetrics>,
-    messages: metrics::Counter,
-    bytes: metrics::Counter,
+    message_metrics: MessageMetrics,
     /// Readings of prepared messages, oldest first, and per message its
     /// (partition, offset, reading count).
     staged: VecDeque<Staged>,
     messages_staged: VecDeque<(i32, i64, usize)>,
-    /// Messages and bytes not yet added to the shared counters.
-    pending_messages: u64,
-    pending_bytes: u64,
     partitioner: Partitioner,
     /// Partition count of the input topic (for the partition check).
     input_partitions: Option<i32>,
@@ -122,20 +88,7 @@ impl Processor {
             .plan
             .streams
             .iter()
-            .map(|s| {
-                let name = s.spec.name.clone();
-                StreamMetrics {
-                    accepted: metrics::counter!("fleetdp_readings_accepted_total", "stream" => name.clone()),
-                    dropped_window_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_window_cap"),
-                    dropped_horizon_cap: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "per_horizon_cap"),
-                    dropped_late: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "late"),
-                    dropped_out_of_order: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "out_of_order"),
-                    dropped_window_full: metrics::counter!("fleetdp_readings_dropped_total", "stream" => name.clone(), "reason" => "window_full"),
-                    opened: metrics::counter!("fleetdp_windows_opened_total", "stream" => name),
-                    opened_seen: 0,
-                    pending: StreamTally::default(),
-                }
-            })
+            .map(|s| StreamMetrics::new(&s.spec.name))
             .collect();
         Self {
             decoder,
@@ -148,12 +101,9 @@ impl Processor {
             names,
             counters,
             metrics,
-            messages: metrics::counter!("fleetdp_messages_total"),
-            bytes: metrics::counter!("fleetdp_bytes_total"),
+            message_metrics: MessageMetrics::new(),
             staged: VecDeque::new(),
             messages_staged: VecDeque::new(),
-            pending_messages: 0,
-            pending_bytes: 0,
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
             skew_ms: v.max_clock_skew.as_millis() as i64,
@@ -215,8 +165,8 @@ impl Processor {
         content_type: Option<&str>,
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
-        self.pending_messages += 1;
-        self.pending_bytes += payload.len() as u64;
+        self.message_metrics.pending_messages += 1;
+        self.message_metrics.pending_bytes += payload.len() as u64;
         let readings = self.decoder.decode(payload, content_type)?;
         let start = self.staged.len();
         if let Err(e) = self.stage(partition, &readings, timestamp_ms) {
@@ -328,50 +278,9 @@ impl Processor {
     /// whenever it is about to wait for input, so what observers read is
     /// at most that far behind and exact whenever the input is idle.
     pub fn flush_counters(&mut self) {
-        let c = &self.counters;
-        if self.pending_messages > 0 {
-            c.messages
-                .fetch_add(self.pending_messages, Ordering::Relaxed);
-            c.bytes.fetch_add(self.pending_bytes, Ordering::Relaxed);
-            self.messages.increment(self.pending_messages);
-            self.bytes.increment(self.pending_bytes);
-            (self.pending_messages, self.pending_bytes) = (0, 0);
-        }
+        self.message_metrics.flush(&self.counters);
         for (s, m) in self.metrics.iter_mut().enumerate() {
-            let t = std::mem::take(&mut m.pending);
-            if t.accepted > 0 {
-                c.readings_accepted.fetch_add(t.accepted, Ordering::Relaxed);
-                m.accepted.increment(t.accepted);
-            }
-            if t.already_released > 0 {
-                c.already_released
-                    .fetch_add(t.already_released, Ordering::Relaxed);
-            }
-            if t.dropped_window_cap > 0 {
-                c.dropped_window_cap
-                    .fetch_add(t.dropped_window_cap, Ordering::Relaxed);
-                m.dropped_window_cap.increment(t.dropped_window_cap);
-            }
-            if t.dropped_horizon_cap > 0 {
-                c.dropped_horizon_cap
-                    .fetch_add(t.dropped_horizon_cap, Ordering::Relaxed);
-                m.dropped_horizon_cap.increment(t.dropped_horizon_cap);
-            }
-            for (n, counter) in [
-                (t.dropped_late, &m.dropped_late),
-                (t.dropped_out_of_order, &m.dropped_out_of_order),
-                (t.dropped_window_full, &m.dropped_window_full),
-            ] {
-                if n > 0 {
-                    c.dropped_time_window.fetch_add(n, Ordering::Relaxed);
-                    counter.increment(n);
-                }
-            }
-            let opened = self.windower.windows_opened(s);
-            if opened != m.opened_seen {
-                m.opened.increment(opened - m.opened_seen);
-                m.opened_seen = opened;
-            }
+            m.flush(&self.counters, self.windower.windows_opened(s));
         }
     }
 }

@@ -8,42 +8,10 @@
 
 use crate::config::Validated;
 use crate::dp::rational;
+use crate::telemetry;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
-
-/// Metric families that count the input exactly (per message, reading,
-/// dead letter or lag): operator-internal under add-remove, where they
-/// reveal presence; left out of `/metrics` with `http.hide_exact_counts`.
-pub const EXACT_COUNT_METRICS: &[&str] = &[
-    "fleetdp_messages_total",
-    "fleetdp_bytes_total",
-    "fleetdp_readings_accepted_total",
-    "fleetdp_readings_dropped_total",
-    "fleetdp_windows_opened_total",
-    "fleetdp_dead_letters_total",
-    "fleetdp_consumer_lag",
-    "fleetdp_release_latency_seconds",
-];
-
-/// A Prometheus text exposition without the [`EXACT_COUNT_METRICS`]
-/// families (their samples, `# HELP` and `# TYPE` lines).
-pub fn without_exact_counts(text: &str) -> String {
-    text.lines()
-        .filter(|line| {
-            let name = line
-                .strip_prefix("# HELP ")
-                .or_else(|| line.strip_prefix("# TYPE "))
-                .unwrap_or(line);
-            let name = name.split(['{', ' ']).next().unwrap_or("");
-            !EXACT_COUNT_METRICS.iter().any(|m| {
-                name.strip_prefix(m)
-                    .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
-            })
-        })
-        .flat_map(|l| [l, "\n"])
-        .collect()
-}
 
 /// Points kept per series for the page.
 const HISTORY: usize = 120;
@@ -112,19 +80,11 @@ impl StatusBoard {
         let mut b = self.lock();
         b.releases += 1;
         let part = r.partition.to_string();
-        metrics::gauge!("fleetdp_release_window_seq", "stream" => r.stream.clone(), "partition" => part.clone())
-            .set(r.window_seq as f64);
-        metrics::gauge!("fleetdp_last_release_timestamp_seconds", "stream" => r.stream.clone())
-            .set(r.released_at_ms as f64 / 1e3);
+        telemetry::release_position(&r.stream, &part, r.window_seq, r.released_at_ms);
         for s in &r.statistics {
             for (i, label) in labels(s).into_iter().enumerate() {
                 let value = s.values[i];
-                metrics::gauge!("fleetdp_release_value", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
-                    .set(value);
-                if let Some(h) = s.half_width {
-                    metrics::gauge!("fleetdp_release_half_width", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
-                        .set(h);
-                }
+                telemetry::release_value(&r.stream, &part, &label, value, s.half_width);
                 let q = b.series.entry((r.stream.clone(), label)).or_default();
                 q.push_back(Point {
                     partition: r.partition,
@@ -145,10 +105,7 @@ impl StatusBoard {
                 } else {
                     format!("running_{}", t.name)
                 };
-                metrics::gauge!("fleetdp_release_value", "stream" => r.stream.clone(), "statistic" => label.clone(), "partition" => part.clone())
-                    .set(*v);
-                metrics::gauge!("fleetdp_release_half_width", "stream" => r.stream.clone(), "statistic" => label, "partition" => part.clone())
-                    .set(1.96 * t.std);
+                telemetry::release_value(&r.stream, &part, &label, *v, Some(1.96 * t.std));
             }
         }
     }
@@ -192,8 +149,7 @@ impl StatusBoard {
             *t = (*t).max(asked_ms);
         }
         drop(b);
-        metrics::gauge!("fleetdp_consumer_lag", "partition" => partition.to_string())
-            .set(lag as f64);
+        telemetry::lag(partition, lag);
     }
 
     /// Every message appended to `partition` before this moment (ms) has
@@ -235,7 +191,7 @@ impl StatusBoard {
     pub fn to_json(
         &self,
         v: &Validated,
-        counters: &crate::pipeline::Counters,
+        counters: &crate::telemetry::Counters,
     ) -> serde_json::Value {
         let b = self.lock();
         let budget = v.plan.privacy.budget.per_horizon;
@@ -288,41 +244,5 @@ impl StatusBoard {
             "ready": self.ready_locked(&b).is_ok(),
             "streams": streams,
         })
-    }
-}
-
-/// Plan-level budget gauges per stream (public: the plan, not the data).
-pub fn budget_gauges(v: &Validated) {
-    let budget = v.plan.privacy.budget.per_horizon;
-    for s in &v.plan.streams {
-        let declared = budget * s.spec.budget_share;
-        let spent = rational::to_f64(&s.per_horizon());
-        metrics::gauge!("fleetdp_budget_per_horizon", "stream" => s.spec.name.clone())
-            .set(declared);
-        metrics::gauge!("fleetdp_window_size", "stream" => s.spec.name.clone())
-            .set(s.spec.window_size as f64);
-        metrics::gauge!("fleetdp_budget_spent_per_horizon", "stream" => s.spec.name.clone())
-            .set(spent);
-        metrics::gauge!("fleetdp_budget_remaining_per_horizon", "stream" => s.spec.name.clone())
-            .set((declared - spent).max(0.0));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exact_counts_are_left_out_whole() {
-        let text = "# HELP fleetdp_messages_total Messages.\n# TYPE fleetdp_messages_total counter\nfleetdp_messages_total 12\n\
-fleetdp_readings_dropped_total{stream=\"a\",reason=\"late\"} 3\n\
-fleetdp_release_latency_seconds_bucket{le=\"0.1\"} 4\nfleetdp_release_latency_seconds_sum 0.2\nfleetdp_release_latency_seconds_count 4\n\
-fleetdp_consumer_lag{partition=\"0\"} 7\n\
-# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\n\
-fleetdp_messages_total_other 1\n";
-        assert_eq!(
-            without_exact_counts(text),
-            "# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
-        );
     }
 }

@@ -165,6 +165,15 @@ running_share = 0.2
     })
 }
 
+/// A sample name's metric family (`x_bucket` of histogram `x` is `x`).
+fn family(name: &str) -> &str {
+    ["_bucket", "_sum", "_count"]
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .filter(|f| fleetdp::telemetry::METRICS.contains(f))
+        .unwrap_or(name)
+}
+
 #[test]
 fn dashboard_and_alert_rules_name_only_exported_metrics() {
     let exported = scrape();
@@ -214,7 +223,19 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
                 exported.contains(&name),
                 "{name} (in {e:?}) is not exported by the service"
             );
+            assert!(
+                fleetdp::telemetry::METRICS.contains(&family(&name)),
+                "{name} (in {e:?}) is not in the service's list of metrics (telemetry::METRICS)"
+            );
         }
+    }
+    // What the service exports is what its one list names.
+    for name in &exported {
+        let family = family(name);
+        assert!(
+            !family.starts_with("fleetdp_") || fleetdp::telemetry::METRICS.contains(&family),
+            "{name} is exported but not in telemetry::METRICS"
+        );
     }
 }
 

@@ -136,4 +136,4 @@ statistics = ["mean", "sum"]
     });
 }
 
-use fleetdp::pipeline::Counters;
+use fleetdp::telemetry::Counters;

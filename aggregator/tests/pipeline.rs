@@ -5,8 +5,8 @@
 mod harness;
 
 use fleetdp::dp::universe::{TopCoder, Universe};
-use fleetdp::pipeline::Counters;
 use fleetdp::sim::{FleetSpec, Signal};
+use fleetdp::telemetry::Counters;
 use harness::*;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};

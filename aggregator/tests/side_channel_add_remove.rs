@@ -218,7 +218,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             assert!(p.child.wait().unwrap().success(), "did not stop cleanly");
         }
         for m in [&ma, &mb] {
-            for fam in fleetdp::status::EXACT_COUNT_METRICS {
+            for fam in fleetdp::telemetry::EXACT_COUNT_METRICS {
                 assert!(!m.contains(fam), "{fam} exposed with hide_exact_counts");
             }
         }

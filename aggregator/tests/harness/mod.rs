@@ -357,7 +357,7 @@ pub fn spawn_pipeline(
     key: [u8; 32],
 ) -> (
     tokio::sync::watch::Sender<bool>,
-    std::sync::Arc<fleetdp::pipeline::Counters>,
+    std::sync::Arc<fleetdp::telemetry::Counters>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
     let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(key));

@@ -1,0 +1,396 @@
+//! Telemetry in one place: every Prometheus metric name, the in-process
+//! counters the status page and tests read, and one small function per
+//! event that updates both. Nothing else in the service names a metric.
+//!
+//! Side channel (docs/DESIGN.md §8): every figure here is a count of
+//! public events (messages, offsets, windows, dead letters), a released
+//! noisy value, or a plan figure. Under add-remove the exact input counts
+//! ([`EXACT_COUNT_METRICS`]) reveal presence and are operator-internal.
+
+use crate::config::Validated;
+use crate::dp::rational;
+use ingest::Reason;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Metric names (the one list; dashboards and alert rules are tested
+/// against [`METRICS`]).
+pub mod name {
+    pub const MESSAGES: &str = "fleetdp_messages_total";
+    pub const BYTES: &str = "fleetdp_bytes_total";
+    pub const READINGS_ACCEPTED: &str = "fleetdp_readings_accepted_total";
+    pub const READINGS_DROPPED: &str = "fleetdp_readings_dropped_total";
+    pub const WINDOWS_OPENED: &str = "fleetdp_windows_opened_total";
+    pub const WINDOWS_RELEASED: &str = "fleetdp_windows_released_total";
+    pub const DEAD_LETTERS: &str = "fleetdp_dead_letters_total";
+    pub const CONSUMER_LAG: &str = "fleetdp_consumer_lag";
+    pub const RELEASE_LATENCY: &str = "fleetdp_release_latency_seconds";
+    pub const RELEASE_WINDOW_SEQ: &str = "fleetdp_release_window_seq";
+    pub const LAST_RELEASE_TIMESTAMP: &str = "fleetdp_last_release_timestamp_seconds";
+    pub const RELEASE_VALUE: &str = "fleetdp_release_value";
+    pub const RELEASE_HALF_WIDTH: &str = "fleetdp_release_half_width";
+    pub const BUDGET_PER_HORIZON: &str = "fleetdp_budget_per_horizon";
+    pub const BUDGET_SPENT: &str = "fleetdp_budget_spent_per_horizon";
+    pub const BUDGET_REMAINING: &str = "fleetdp_budget_remaining_per_horizon";
+    pub const WINDOW_SIZE: &str = "fleetdp_window_size";
+    pub const BUILD_INFO: &str = "fleetdp_build_info";
+    pub const COMMIT_ERRORS: &str = "fleetdp_commit_errors_total";
+    pub const PRODUCE_ERRORS: &str = "fleetdp_produce_errors_total";
+}
+
+/// Every metric the service exports.
+pub const METRICS: &[&str] = &[
+    name::MESSAGES,
+    name::BYTES,
+    name::READINGS_ACCEPTED,
+    name::READINGS_DROPPED,
+    name::WINDOWS_OPENED,
+    name::WINDOWS_RELEASED,
+    name::DEAD_LETTERS,
+    name::CONSUMER_LAG,
+    name::RELEASE_LATENCY,
+    name::RELEASE_WINDOW_SEQ,
+    name::LAST_RELEASE_TIMESTAMP,
+    name::RELEASE_VALUE,
+    name::RELEASE_HALF_WIDTH,
+    name::BUDGET_PER_HORIZON,
+    name::BUDGET_SPENT,
+    name::BUDGET_REMAINING,
+    name::WINDOW_SIZE,
+    name::BUILD_INFO,
+    name::COMMIT_ERRORS,
+    name::PRODUCE_ERRORS,
+];
+
+/// Metric families that count the input exactly (per message, reading,
+/// dead letter or lag): operator-internal under add-remove, where they
+/// reveal presence; left out of `/metrics` with `http.hide_exact_counts`.
+pub const EXACT_COUNT_METRICS: &[&str] = &[
+    name::MESSAGES,
+    name::BYTES,
+    name::READINGS_ACCEPTED,
+    name::READINGS_DROPPED,
+    name::WINDOWS_OPENED,
+    name::DEAD_LETTERS,
+    name::CONSUMER_LAG,
+    name::RELEASE_LATENCY,
+];
+
+/// Release-latency histogram buckets (seconds), 1 ms to 10 s.
+pub(crate) const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A Prometheus text exposition without the [`EXACT_COUNT_METRICS`]
+/// families (their samples, `# HELP` and `# TYPE` lines).
+pub fn without_exact_counts(text: &str) -> String {
+    text.lines()
+        .filter(|line| {
+            let name = line
+                .strip_prefix("# HELP ")
+                .or_else(|| line.strip_prefix("# TYPE "))
+                .unwrap_or(line);
+            let name = name.split(['{', ' ']).next().unwrap_or("");
+            !EXACT_COUNT_METRICS.iter().any(|m| {
+                name.strip_prefix(m)
+                    .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
+            })
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect()
+}
+
+/// Operational counters (public figures only), mirrored to Prometheus.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub messages: AtomicU64,
+    pub bytes: AtomicU64,
+    pub readings_accepted: AtomicU64,
+    pub already_released: AtomicU64,
+    pub dropped_window_cap: AtomicU64,
+    pub dropped_horizon_cap: AtomicU64,
+    /// Time windows: readings dropped as late, out of order or beyond a
+    /// window's bound.
+    pub dropped_time_window: AtomicU64,
+    pub windows_released: AtomicU64,
+    dead_letters: [AtomicU64; Reason::ALL.len()],
+}
+
+fn reason_index(reason: Reason) -> usize {
+    Reason::ALL
+        .iter()
+        .position(|r| *r == reason)
+        .expect("known reason")
+}
+
+impl Counters {
+    pub fn dead_letters(&self, reason: Reason) -> u64 {
+        self.dead_letters[reason_index(reason)].load(Ordering::Relaxed)
+    }
+
+    pub fn dead_letters_total(&self) -> u64 {
+        self.dead_letters
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+
+    /// A dead letter was acknowledged by the broker.
+    pub(crate) fn dead_lettered(&self, reason: Reason) {
+        self.dead_letters[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(name::DEAD_LETTERS, "reason" => reason.as_str()).increment(1);
+    }
+
+    /// A window's release was acknowledged `latency` after it closed.
+    pub(crate) fn window_released(&self, stream: &str, latency: std::time::Duration) {
+        self.windows_released.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(name::WINDOWS_RELEASED, "stream" => stream.to_string()).increment(1);
+        metrics::histogram!(name::RELEASE_LATENCY).record(latency.as_secs_f64());
+    }
+}
+
+/// An offset commit failed (a later one covers it).
+pub(crate) fn commit_failed() {
+    metrics::counter!(name::COMMIT_ERRORS).increment(1);
+}
+
+/// A produce to `topic` failed.
+pub(crate) fn produce_failed(topic: &str) {
+    metrics::counter!(name::PRODUCE_ERRORS, "topic" => topic.to_string()).increment(1);
+}
+
+/// The lag probe measured `partition`.
+pub(crate) fn lag(partition: i32, lag: i64) {
+    metrics::gauge!(name::CONSUMER_LAG, "partition" => partition.to_string()).set(lag as f64);
+}
+
+/// The build, as a constant-1 gauge with labels.
+pub(crate) fn build_info() {
+    metrics::gauge!(
+        name::BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "commit" => env!("FLEETDP_COMMIT"),
+        "built" => env!("FLEETDP_BUILT")
+    )
+    .set(1.0);
+}
+
+/// Gauges of one released statistic component (`label`: `mean`,
+/// `histogram[3]`, `running_sum`…).
+pub(crate) fn release_value(
+    stream: &str,
+    partition: &str,
+    label: &str,
+    value: f64,
+    half_width: Option<f64>,
+) {
+    let labels = |l: &str| {
+        [
+            ("stream", stream.to_string()),
+            ("statistic", l.to_string()),
+            ("partition", partition.to_string()),
+        ]
+    };
+    metrics::gauge!(name::RELEASE_VALUE, &labels(label)).set(value);
+    if let Some(h) = half_width {
+        metrics::gauge!(name::RELEASE_HALF_WIDTH, &labels(label)).set(h);
+    }
+}
+
+/// Gauges of a release's position.
+pub(crate) fn release_position(stream: &str, partition: &str, window_seq: u64, at_ms: i64) {
+    metrics::gauge!(name::RELEASE_WINDOW_SEQ, "stream" => stream.to_string(), "partition" => partition.to_string())
+        .set(window_seq as f64);
+    metrics::gauge!(name::LAST_RELEASE_TIMESTAMP, "stream" => stream.to_string())
+        .set(at_ms as f64 / 1e3);
+}
+
+/// Plan-level budget gauges per stream (public: the plan, not the data).
+pub fn budget_gauges(v: &Validated) {
+    let budget = v.plan.privacy.budget.per_horizon;
+    for s in &v.plan.streams {
+        let declared = budget * s.spec.budget_share;
+        let spent = rational::to_f64(&s.per_horizon());
+        let stream = s.spec.name.clone();
+        metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(declared);
+        metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone())
+            .set(s.spec.window_size as f64);
+        metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(spent);
+        metrics::gauge!(name::BUDGET_REMAINING, "stream" => stream)
+            .set((declared - spent).max(0.0));
+    }
+}
+
+/// Per-stream reading counts of the consuming loop, kept locally and added
+/// in bulk: an atomic add per reading waits for the reading's outstanding
+/// cache misses (it is a full fence).
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub accepted: u64,
+    pub already_released: u64,
+    pub dropped_window_cap: u64,
+    pub dropped_horizon_cap: u64,
+    pub dropped_late: u64,
+    pub dropped_out_of_order: u64,
+    pub dropped_window_full: u64,
+}
+
+/// One stream's Prometheus handles, registered once.
+pub(crate) struct StreamMetrics {
+    accepted: metrics::Counter,
+    dropped_window_cap: metrics::Counter,
+    dropped_horizon_cap: metrics::Counter,
+    dropped_late: metrics::Counter,
+    dropped_out_of_order: metrics::Counter,
+    dropped_window_full: metrics::Counter,
+    opened: metrics::Counter,
+    /// Windows opened as last reported to `opened`.
+    opened_seen: u64,
+    pub pending: Tally,
+}
+
+impl StreamMetrics {
+    pub fn new(stream: &str) -> Self {
+        let dropped = |reason: &'static str| metrics::counter!(name::READINGS_DROPPED, "stream" => stream.to_string(), "reason" => reason);
+        Self {
+            accepted: metrics::counter!(name::READINGS_ACCEPTED, "stream" => stream.to_string()),
+            dropped_window_cap: dropped("per_window_cap"),
+            dropped_horizon_cap: dropped("per_horizon_cap"),
+            dropped_late: dropped("late"),
+            dropped_out_of_order: dropped("out_of_order"),
+            dropped_window_full: dropped("window_full"),
+            opened: metrics::counter!(name::WINDOWS_OPENED, "stream" => stream.to_string()),
+            opened_seen: 0,
+            pending: Tally::default(),
+        }
+    }
+
+    /// Add the pending tally to `c` and Prometheus; `opened` is the
+    /// windower's count of windows opened so far.
+    pub fn flush(&mut self, c: &Counters, opened: u64) {
+        let t = std::mem::take(&mut self.pending);
+        if t.accepted > 0 {
+            c.readings_accepted.fetch_add(t.accepted, Ordering::Relaxed);
+            self.accepted.increment(t.accepted);
+        }
+        if t.already_released > 0 {
+            c.already_released
+                .fetch_add(t.already_released, Ordering::Relaxed);
+        }
+        if t.dropped_window_cap > 0 {
+            c.dropped_window_cap
+                .fetch_add(t.dropped_window_cap, Ordering::Relaxed);
+            self.dropped_window_cap.increment(t.dropped_window_cap);
+        }
+        if t.dropped_horizon_cap > 0 {
+            c.dropped_horizon_cap
+                .fetch_add(t.dropped_horizon_cap, Ordering::Relaxed);
+            self.dropped_horizon_cap.increment(t.dropped_horizon_cap);
+        }
+        for (n, counter) in [
+            (t.dropped_late, &self.dropped_late),
+            (t.dropped_out_of_order, &self.dropped_out_of_order),
+            (t.dropped_window_full, &self.dropped_window_full),
+        ] {
+            if n > 0 {
+                c.dropped_time_window.fetch_add(n, Ordering::Relaxed);
+                counter.increment(n);
+            }
+        }
+        if opened != self.opened_seen {
+            self.opened.increment(opened - self.opened_seen);
+            self.opened_seen = opened;
+        }
+    }
+}
+
+/// Message counts of the consuming loop, kept locally like [`Tally`].
+pub(crate) struct MessageMetrics {
+    messages: metrics::Counter,
+    bytes: metrics::Counter,
+    pub pending_messages: u64,
+    pub pending_bytes: u64,
+}
+
+impl MessageMetrics {
+    pub fn new() -> Self {
+        Self {
+            messages: metrics::counter!(name::MESSAGES),
+            bytes: metrics::counter!(name::BYTES),
+            pending_messages: 0,
+            pending_bytes: 0,
+        }
+    }
+
+    pub fn flush(&mut self, c: &Counters) {
+        if self.pending_messages > 0 {
+            c.messages
+                .fetch_add(self.pending_messages, Ordering::Relaxed);
+            c.bytes.fetch_add(self.pending_bytes, Ordering::Relaxed);
+            self.messages.increment(self.pending_messages);
+            self.bytes.increment(self.pending_bytes);
+            (self.pending_messages, self.pending_bytes) = (0, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_count_families_are_removed_whole() {
+        let text = "# HELP fleetdp_messages_total Messages.\n# TYPE fleetdp_messages_total counter\nfleetdp_messages_total 12\n\
+fleetdp_readings_dropped_total{stream=\"a\",reason=\"late\"} 3\n\
+fleetdp_release_latency_seconds_bucket{le=\"0.1\"} 4\nfleetdp_release_latency_seconds_sum 0.2\nfleetdp_release_latency_seconds_count 4\n\
+fleetdp_consumer_lag{partition=\"0\"} 7\n\
+# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\n\
+fleetdp_messages_total_other 1\n";
+        assert_eq!(
+            without_exact_counts(text),
+            "# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
+        );
+    }
+
+    #[test]
+    fn the_list_is_complete_and_unique() {
+        let mut seen = std::collections::BTreeSet::new();
+        for m in METRICS {
+            assert!(m.starts_with("fleetdp_"), "{m}");
+            assert!(seen.insert(*m), "{m} listed twice");
+        }
+        for m in EXACT_COUNT_METRICS {
+            assert!(METRICS.contains(m), "{m} is not in METRICS");
+        }
+    }
+
+    /// No other source file names a metric: a new metric must come through
+    /// this module (and so into [`METRICS`], which the deploy test checks
+    /// dashboards and alert rules against).
+    #[test]
+    fn no_other_module_names_a_metric() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut offenders = Vec::new();
+        let mut stack = vec![src];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("telemetry.rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    if text.contains("\"fleetdp_") {
+                        offenders.push(p.display().to_string());
+                    }
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "metric names outside telemetry.rs: {offenders:?}"
+        );
+    }
+}
