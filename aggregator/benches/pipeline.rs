@@ -206,7 +206,7 @@ fn end_to_end() {
         });
         let (_tx, rx) = tokio::sync::watch::channel(false);
         let t = Instant::now();
-        fleetdp::kafka::produce_fleet(
+        fleetdp::sim::produce_fleet(
             &base,
             &input,
             &mut fleet,

@@ -141,7 +141,7 @@ fn main() {
         let (_never, rx) = tokio::sync::watch::channel(false);
         // One fleet for both phases: event time keeps moving forward.
         let mut fleet = fleet();
-        fleetdp::kafka::produce_fleet(
+        fleetdp::sim::produce_fleet(
             &base,
             &input,
             &mut fleet,
@@ -174,7 +174,7 @@ fn main() {
             let base = base.clone();
             let input = input.clone();
             tokio::spawn(async move {
-                fleetdp::kafka::produce_fleet(
+                fleetdp::sim::produce_fleet(
                     &base,
                     &input,
                     &mut fleet,

@@ -162,7 +162,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
     let rate = fleet.round_len() as f64 / opts.round_seconds;
     let sim_rx = stop_rx.clone();
     let producer = tokio::spawn(async move {
-        kafka::produce_fleet(&base, &input, &mut fleet, rate, None, None, sim_rx, |_| {}).await
+        crate::sim::produce_fleet(&base, &input, &mut fleet, rate, None, None, sim_rx, |_| {}).await
     });
 
     let started = Instant::now();

@@ -27,6 +27,7 @@ pub mod pipeline;
 pub mod process;
 pub mod report;
 pub mod sim;
+pub mod state;
 pub mod status;
 pub mod telemetry;
 pub mod window;

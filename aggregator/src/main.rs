@@ -302,7 +302,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let shutdown = shutdown_on_signals();
         let started = std::time::Instant::now();
-        let sent = fleetdp::kafka::produce_fleet(
+        let sent = fleetdp::sim::produce_fleet(
             &config,
             &topic,
             &mut fleet,

@@ -2,10 +2,14 @@
 //! malformed messages, deterministic for a seed. Drives the demo, the
 //! `simulate` load generator and the integration tests.
 
+use anyhow::{anyhow, Context as _, Result};
 use ingest::Format;
 use prost::Message as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rdkafka::config::ClientConfig;
+use rdkafka::types::RDKafkaErrorCode;
+use std::time::{Duration, Instant};
 
 /// Signals the fleet knows how to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -256,6 +260,95 @@ impl Fleet {
             bad: None,
         }
     }
+}
+
+/// Produce a simulated fleet's messages to `topic` at `rate` messages per
+/// second (0: as fast as possible) until `limit` messages, `duration` or
+/// shutdown; reports progress through `on_progress(sent)`. Returns how many
+/// were sent (all delivered: the producer is flushed).
+#[allow(clippy::too_many_arguments)] // each knob is a plain CLI option
+pub async fn produce_fleet(
+    config: &ClientConfig,
+    topic: &str,
+    fleet: &mut Fleet,
+    rate: f64,
+    limit: Option<u64>,
+    duration: Option<Duration>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    mut on_progress: impl FnMut(u64),
+) -> Result<u64> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let mut pc = config.clone();
+    // Devices are placed as Kafka's Java clients place them (the service's
+    // default `kafka.input_partitioner = "murmur2"`).
+    pc.set("linger.ms", "5")
+        .set("partitioner", "murmur2_random")
+        .set("queue.buffering.max.messages", "1000000");
+    let producer: ThreadedProducer<DefaultProducerContext> =
+        pc.create().context("creating producer")?;
+    let started = Instant::now();
+    let mut sent = 0u64;
+    let mut last_report = Instant::now();
+    let tick = Duration::from_millis(10);
+    loop {
+        if *shutdown.borrow()
+            || limit.is_some_and(|l| sent >= l)
+            || duration.is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+        // Messages due by now at the requested rate.
+        let due = if rate > 0.0 {
+            ((started.elapsed().as_secs_f64() + tick.as_secs_f64()) * rate) as u64
+        } else {
+            sent + 10_000
+        };
+        let due = limit.map_or(due, |l| due.min(l));
+        while sent < due {
+            let m = fleet.next_message();
+            let headers = OwnedHeaders::new().insert(Header {
+                key: crate::kafka::CONTENT_TYPE,
+                value: Some(m.content_type),
+            });
+            let mut record = BaseRecord::to(topic)
+                .key(&m.key)
+                .payload(&m.payload)
+                .headers(headers);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((
+                        rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                        r,
+                    )) => {
+                        record = r;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    Err((e, _)) => return Err(anyhow!("producing to {topic}: {e}")),
+                }
+            }
+            sent += 1;
+        }
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            on_progress(sent);
+            last_report = Instant::now();
+        }
+        if rate > 0.0 {
+            tokio::select! {
+                _ = tokio::time::sleep(tick) => {}
+                _ = shutdown.changed() => {}
+            }
+        } else {
+            tokio::task::yield_now().await;
+        }
+    }
+    let p = producer;
+    tokio::task::spawn_blocking(move || p.flush(Duration::from_secs(60)))
+        .await?
+        .context("flushing the simulator's producer")?;
+    on_progress(sent);
+    Ok(sent)
 }
 
 #[cfg(test)]

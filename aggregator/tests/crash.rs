@@ -397,10 +397,10 @@ fn killed_instances_release_every_window_exactly_once() {
         for m in tokio::task::block_in_place(|| read_all(&broker, &t.state)) {
             match m
                 .headers
-                .get(fleetdp::kafka::RECORD_KIND)
+                .get(fleetdp::state::RECORD_KIND)
                 .map(String::as_str)
             {
-                Some(fleetdp::kafka::LEDGER) => {
+                Some(fleetdp::state::LEDGER) => {
                     ledger_entries += 1;
                     continue;
                 }

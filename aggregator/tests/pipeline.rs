@@ -635,7 +635,7 @@ fn charges_of_another_device_key_scheme_are_refused_on_restore() {
         let state = tokio::task::block_in_place(|| read_all(&broker, &t.state));
         let written: Vec<_> = state
             .iter()
-            .filter(|m| m.headers.get(fleetdp::kafka::RECORD_KIND).map(String::as_str) == Some(fleetdp::kafka::CHARGES))
+            .filter(|m| m.headers.get(fleetdp::state::RECORD_KIND).map(String::as_str) == Some(fleetdp::state::CHARGES))
             .map(|m| proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap())
             .collect();
         assert_eq!(written.len(), 1);

@@ -1,0 +1,128 @@
+//! Acting on rebalances: revoked partitions forget their open windows (they
+//! rebuild by replay); assigned partitions restore from Kafka
+//! ([`crate::state::restore`]) and resume each (stream, partition) after its
+//! last released window, so an instance taking over never re-numbers or
+//! re-noises a window.
+
+use super::consume::Consuming;
+use super::now_ms;
+use crate::dp::continual::RunningState;
+use crate::faults::{crash_point, CrashPoint};
+use crate::state::{self, Restored};
+use anyhow::{Context as _, Result};
+use std::time::Duration;
+
+impl Consuming<'_> {
+    /// Apply the rebalance events received so far (none: nothing to do).
+    pub(super) async fn apply_rebalance(&mut self) -> Result<()> {
+        let Some(changes) = self.events.take() else {
+            return Ok(());
+        };
+        for &p in &changes.dropped {
+            self.processor.windower_mut().drop_partition(p);
+            self.offsets.forget(p);
+            self.running.retain(|&(_, q), _| q != p);
+            self.appended_until.remove(&p);
+        }
+        self.p.board.rebalanced(&changes.assigned, &changes.revoked);
+        if !changes.revoked.is_empty() {
+            tracing::info!(revoked = ?changes.revoked, "partitions revoked");
+        }
+        let assigned = changes.assigned;
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        let Restored {
+            resume: ledger,
+            charges,
+            running,
+        } = self.read_state(&assigned).await?;
+        crash_point(CrashPoint::DuringRebalance);
+        let mut resumed = 0;
+        for ((stream, partition), r) in &ledger {
+            let (true, Some(i)) = (
+                assigned.contains(partition),
+                self.processor.stream_index(stream),
+            ) else {
+                continue;
+            };
+            self.processor.windower_mut().resume(i, *partition, *r);
+            // Only released windows count; later ones are charged again by replay.
+            let windows: Vec<(u64, Vec<(u64, i64)>)> = charges
+                .get(&(stream.clone(), *partition))
+                .map(|m| {
+                    m.range(..=r.last_seq)
+                        .map(|(s, c)| (*s, c.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            self.processor
+                .windower_mut()
+                .restore_charges(i, *partition, &windows);
+            if self.p.v.plan.streams[i].running.is_some() {
+                let lane = (stream.clone(), *partition, r.last_seq);
+                let state = match running.get(&lane) {
+                    // Running totals start with this window's successor.
+                    Some(b) if b.is_empty() => RunningState::default(),
+                    Some(b) => serde_json::from_slice(b).with_context(|| {
+                        format!(
+                            "running-total state of {stream}/{partition}#{} is not readable",
+                            r.last_seq
+                        )
+                    })?,
+                    None => anyhow::bail!(
+                        "the state topic has no record of {stream}/{partition}#{}: its running totals cannot continue \
+                         without re-noising released steps (see the README's playbook: state topic lost)",
+                        r.last_seq
+                    ),
+                };
+                self.running.insert((i, *partition), state);
+            }
+            resumed += 1;
+        }
+        // Time windows of lanes with no ledger start at a moment no reading
+        // decides: now.
+        let now = now_ms();
+        for &p in &assigned {
+            self.processor.windower_mut().start_time_lanes(p, now);
+        }
+        tracing::info!(
+            ?assigned,
+            resumed,
+            "partitions assigned; resumed from the release ledger"
+        );
+        Ok(())
+    }
+
+    /// The release ledger and the charges of `assigned`, retried with
+    /// backoff while the broker is unreachable (a rebalance can land while
+    /// it flaps); an error after the retries is fatal.
+    async fn read_state(&self, assigned: &[i32]) -> Result<Restored> {
+        let mut backoff = Duration::from_millis(500);
+        let mut attempt = 1;
+        loop {
+            let kc = &self.p.v.config.kafka;
+            let (base, output, state_topic, parts) = (
+                self.p.client_config(),
+                kc.output_topic.clone(),
+                kc.state_topic(),
+                assigned.to_vec(),
+            );
+            let r = tokio::task::spawn_blocking(move || -> Result<_> {
+                state::restore(&base, &output, &state_topic, &parts)
+                    .context("restoring state (kafka.state_topic, kafka.output_topic)")
+            })
+            .await?;
+            match r {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt < 8 => {
+                    tracing::warn!(error = %format!("{e:#}"), attempt, "restoring state failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

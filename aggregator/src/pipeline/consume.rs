@@ -1,0 +1,339 @@
+//! The consuming loop: one message at a time, prepared while the previous
+//! one is applied; windows that close are released in order; offsets are
+//! committed by the rule in [`super::offsets`]; rebalances are acted on
+//! before the next message of a partition is handled.
+
+use super::offsets::Offsets;
+use super::rebalance::{self, Events};
+use super::release::Released;
+use super::{now_ms, Options, Pipeline};
+use crate::dp::continual::RunningState;
+use crate::faults::{crash_point, CrashPoint};
+use crate::kafka::{self, CONTENT_TYPE};
+use crate::process::Processor;
+use crate::telemetry;
+use crate::window::ClosedWindow;
+use anyhow::{Context as _, Result};
+use ingest::Reason;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::FutureProducer;
+use rdkafka::util::Timeout;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// Releases published but not yet acknowledged. One at a time: consuming
+/// overlaps with the publish, and every release is its own produce batch
+/// (tansu 0.6 was seen to keep only part of multi-record release batches in
+/// a partition; one-record batches are stored correctly).
+const MAX_INFLIGHT: usize = 1;
+
+/// Time windows released per lane in one check (a lane resumed long after
+/// its last release catches up over several ticks).
+const MAX_CLOSE_PER_TICK: usize = 1000;
+
+pub(crate) type InputConsumer = StreamConsumer<rebalance::Context>;
+
+/// The loop's state. The consumer is not in it: a message borrowed from
+/// the consumer is held across calls that change this state.
+pub(crate) struct Consuming<'a> {
+    pub(super) p: &'a Pipeline,
+    pub(super) opts: Options,
+    pub(super) producer: FutureProducer,
+    pub(super) output_partitions: i32,
+    pub(super) processor: Processor,
+    pub(super) events: Events,
+    pub(super) offsets: Offsets,
+    /// Per (stream, partition): running-total state after its last closed
+    /// window (restored on assignment, dropped on revoke).
+    pub(super) running: BTreeMap<(usize, i32), RunningState>,
+    /// Time windows: per input partition, the latest broker-assigned
+    /// (LogAppendTime) message timestamp received: every message appended
+    /// before it has been received, as offsets follow append order.
+    pub(super) appended_until: BTreeMap<i32, i64>,
+    pub(super) releases: JoinSet<Result<Released>>,
+    pub(super) dead_letters: JoinSet<Result<(i32, i64, Reason)>>,
+    closed: Vec<ClosedWindow>,
+    last_commit: Instant,
+    /// Whether any stream has time windows (they close on the clock).
+    timed: bool,
+}
+
+impl<'a> Consuming<'a> {
+    pub fn new(
+        p: &'a Pipeline,
+        opts: Options,
+        producer: FutureProducer,
+        output_partitions: i32,
+        processor: Processor,
+        events: Events,
+    ) -> Self {
+        Self {
+            timed: p.v.windows.iter().any(Option::is_some),
+            p,
+            opts,
+            producer,
+            output_partitions,
+            processor,
+            events,
+            offsets: Offsets::default(),
+            running: BTreeMap::new(),
+            appended_until: BTreeMap::new(),
+            releases: JoinSet::new(),
+            dead_letters: JoinSet::new(),
+            closed: Vec::new(),
+            last_commit: Instant::now(),
+        }
+    }
+
+    /// Run until `shutdown` turns true; then finish the message in hand,
+    /// wait for what is in flight, commit and flush.
+    pub async fn run(
+        mut self,
+        consumer: &InputConsumer,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<()> {
+        let read_content_type = self.p.v.config.kafka.read_content_type;
+        let mut handled = 0u64;
+        let mut idle = tokio::time::interval(Duration::from_secs(1));
+        idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // A message prepared (decoded, its devices' slots being fetched) but
+        // not yet applied: it is applied once the next message is prepared,
+        // or as soon as no next message is ready, so it never waits for input.
+        let mut staged: Option<BorrowedMessage<'_>> = None;
+        loop {
+            // While messages keep coming the select! below is skipped: look
+            // at the stop switch and reap finished publishes every 64.
+            if handled.is_multiple_of(64) {
+                self.processor.flush_counters();
+                if *shutdown.borrow() {
+                    break;
+                }
+                self.reap()?;
+            }
+            let msg = if staged.is_some() {
+                match ready_now(consumer) {
+                    Some(m) => m,
+                    None => {
+                        let m = staged.take().expect("staged");
+                        if self.apply_staged(m).await? {
+                            self.commit(consumer, CommitMode::Async);
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                // About to wait for input: counts are exact while idle.
+                self.processor.flush_counters();
+                tokio::select! {
+                    biased;
+                    Some(done) = self.releases.join_next(), if !self.releases.is_empty() => {
+                        self.finish_release(done??);
+                        continue;
+                    }
+                    Some(done) = self.dead_letters.join_next(), if !self.dead_letters.is_empty() => {
+                        self.finish_dead_letter(done??);
+                        continue;
+                    }
+                    m = consumer.recv() => m,
+                    _ = shutdown.changed() => break,
+                    // Idle input: apply a rebalance that came without a
+                    // message, release time windows that are due, commit
+                    // what was acknowledged and report positions.
+                    _ = idle.tick() => {
+                        self.apply_rebalance().await?;
+                        self.close_due().await?;
+                        self.commit(consumer, CommitMode::Async);
+                        continue;
+                    }
+                }
+            };
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer error; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
+            // A rebalance may have just happened inside recv(): act on it
+            // (after the message received before it) before processing a
+            // message of a newly assigned partition.
+            if self.events.pending() {
+                if let Some(m) = staged.take() {
+                    self.apply_staged(m).await?;
+                }
+                self.apply_rebalance().await?;
+            }
+            let prepared = self.processor.prepare(
+                msg.partition(),
+                msg.offset(),
+                msg.payload().unwrap_or(&[]),
+                if read_content_type {
+                    kafka::header(&msg, CONTENT_TYPE)
+                } else {
+                    None
+                },
+                msg.timestamp().to_millis(),
+            );
+            if self.timed {
+                // Only the broker's clock orders timestamps like offsets;
+                // a producer's (CreateTime) may run behind its neighbours'.
+                if let rdkafka::Timestamp::LogAppendTime(t) = msg.timestamp() {
+                    self.appended_until.insert(msg.partition(), t);
+                }
+            }
+            // The previous message is applied while this one's device slots load.
+            let mut released_any = false;
+            if let Some(m) = staged.take() {
+                released_any = self.apply_staged(m).await?;
+            }
+            match prepared {
+                Ok(()) => staged = Some(msg),
+                Err(rejection) => {
+                    self.dead_letter(&msg, &rejection).await?;
+                    self.offsets.handled(msg.partition(), msg.offset());
+                }
+            }
+            handled += 1;
+            // Reading the clock per message is measurable; every 256 is enough.
+            if released_any
+                || (handled.is_multiple_of(256)
+                    && self.last_commit.elapsed() > Duration::from_secs(1))
+            {
+                if self.timed {
+                    // Its readings may belong to a window about to close.
+                    if let Some(m) = staged.take() {
+                        self.apply_staged(m).await?;
+                    }
+                    self.close_due().await?;
+                }
+                self.commit(consumer, CommitMode::Async);
+            }
+        }
+        if let Some(m) = staged.take() {
+            self.apply_staged(m).await?;
+        }
+        self.processor.flush_counters();
+        tracing::info!("shutting down: finishing releases in flight, committing, flushing");
+        while let Some(done) = self.releases.join_next().await {
+            self.finish_release(done??);
+        }
+        while let Some(done) = self.dead_letters.join_next().await {
+            self.finish_dead_letter(done??);
+        }
+        self.commit(consumer, CommitMode::Sync);
+        use rdkafka::producer::Producer;
+        self.producer
+            .flush(Timeout::After(Duration::from_secs(30)))
+            .context("flushing producer")?;
+        Ok(())
+    }
+
+    /// Finish what was acknowledged, without waiting.
+    fn reap(&mut self) -> Result<()> {
+        while let Some(done) = self.releases.try_join_next() {
+            self.finish_release(done??);
+        }
+        while let Some(done) = self.dead_letters.try_join_next() {
+            self.finish_dead_letter(done??);
+        }
+        Ok(())
+    }
+
+    /// Apply a prepared message ([`Processor::apply`]): dead-letter it if
+    /// it is refused now, start the releases of the windows it closed, and
+    /// mark it handled. Returns whether a window was released.
+    async fn apply_staged(&mut self, msg: BorrowedMessage<'_>) -> Result<bool> {
+        if let Err(rejection) = self.processor.apply(&mut self.closed) {
+            self.dead_letter(&msg, &rejection).await?;
+        }
+        let released_any = self.release_closed().await?;
+        self.offsets.handled(msg.partition(), msg.offset());
+        Ok(released_any)
+    }
+
+    /// Time windows close on the clock, not on a reading: release those due.
+    async fn close_due(&mut self) -> Result<()> {
+        if !self.timed {
+            return Ok(());
+        }
+        let (appended, board) = (&self.appended_until, &self.p.board);
+        self.processor.windower_mut().close_due(
+            now_ms(),
+            |p| {
+                let a = appended.get(&p).copied().unwrap_or(i64::MIN);
+                a.max(board.read_until(p))
+            },
+            MAX_CLOSE_PER_TICK,
+            &mut self.closed,
+        );
+        self.release_closed().await?;
+        Ok(())
+    }
+
+    /// Start the releases of closed windows, in order; returns whether
+    /// there were any.
+    async fn release_closed(&mut self) -> Result<bool> {
+        let released_any = !self.closed.is_empty();
+        let closed = std::mem::take(&mut self.closed);
+        for w in closed {
+            // Bounded pipelining: publishes overlap with consuming.
+            while self.releases.len() >= MAX_INFLIGHT {
+                let done = self.releases.join_next().await.expect("non-empty")??;
+                self.finish_release(done);
+            }
+            self.start_release(w);
+            // Let the release task start now: a task spawned from this
+            // busy loop sits in the worker's LIFO slot, which other
+            // workers cannot steal, until the loop yields.
+            tokio::task::yield_now().await;
+        }
+        Ok(released_any)
+    }
+
+    /// Commit what the offset rule allows ([`Offsets::to_commit`]).
+    fn commit(&mut self, consumer: &InputConsumer, mode: CommitMode) {
+        self.last_commit = Instant::now();
+        for (p, next) in self.offsets.positions() {
+            self.p.board.set_position(p, next);
+        }
+        let windower = self.processor.windower();
+        let due = self
+            .offsets
+            .to_commit(|p, next| windower.committable(p, next));
+        if due.is_empty() {
+            return;
+        }
+        let topic = &self.p.v.config.kafka.input_topic;
+        let mut tpl = TopicPartitionList::new();
+        for (p, at) in due {
+            let _ = tpl.add_partition_offset(topic, p, Offset::Offset(at));
+        }
+        let r = consumer.commit(&tpl, mode);
+        crash_point(CrashPoint::AfterCommit);
+        if let Err(e) = r {
+            // Not fatal: a later commit covers it; a restart replays and
+            // the ledger plus keyed noise make the replay harmless.
+            tracing::warn!(error = %e, "offset commit failed");
+            telemetry::commit_failed();
+            self.offsets.commit_failed();
+        }
+    }
+}
+
+/// The consumer's next message if one is ready now (never waits).
+fn ready_now<'c>(
+    consumer: &'c InputConsumer,
+) -> Option<rdkafka::error::KafkaResult<BorrowedMessage<'c>>> {
+    use std::future::Future as _;
+    let mut next = std::pin::pin!(consumer.recv());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match next.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(m) => Some(m),
+        std::task::Poll::Pending => None,
+    }
+}

@@ -1,0 +1,154 @@
+//! The durable protocol: the one owner of what FleetDP keeps in Kafka to
+//! survive restarts and hand partitions over (docs/DESIGN.md §5).
+//!
+//! Records (state topic, compacted; the kind in the [`RECORD_KIND`] header):
+//! - [`CHARGES`], key `stream/partition/seq` (the release key): the devices a
+//!   window charged (keyed device ids and horizons) and the running-total
+//!   state after it; a tombstone (no payload) once no accepted reading can
+//!   be charged against it any more;
+//! - [`LEDGER`], key `stream/partition`: the lane's last released window
+//!   (seq, last input offset, lateness reference, where its release is).
+//!
+//! Write order per window, each step durable before the next (the crash
+//! points of [`crate::faults`] sit between them):
+//! 1. charges (so a release never exists without the caps it used up);
+//! 2. the release on the output topic (bit-identical on a retry: keyed noise);
+//! 3. the ledger entry and tombstones of retired windows (bookkeeping that
+//!    only saves work on restore; not awaited).
+//!
+//! Restore ([`restore`]) reads both topics back: a crash between any two
+//! steps resumes at the last released window and replays the rest.
+
+mod restore;
+
+pub use restore::{restore, Charges, Restored};
+
+use crate::faults::{crash_point, CrashPoint};
+use crate::kafka::{produce_acked, CONTENT_TYPE};
+use crate::window::{ClosedWindow, DEVICE_KEY_SCHEME};
+use anyhow::Result;
+use prost::Message as _;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+/// Header telling the state topic's record kinds apart.
+pub const RECORD_KIND: &str = "fleetdp-record";
+/// [`RECORD_KIND`] of a window's charges (or their tombstone).
+pub const CHARGES: &str = "charges";
+/// [`RECORD_KIND`] of a ledger entry.
+pub const LEDGER: &str = "ledger";
+
+/// The state records of one closed window, ready to write.
+pub(crate) struct WindowRecords {
+    /// The release's key, also its charges record's key.
+    release_key: String,
+    /// The ledger entry's key: `stream/partition`.
+    lane_key: String,
+    charges: Vec<u8>,
+    ledger: proto::v1::LedgerEntry,
+    /// Keys of earlier windows whose charges retire (tombstones).
+    retired: Vec<String>,
+}
+
+impl WindowRecords {
+    /// Records of window `w` of `stream`, with the running-total state
+    /// after it (empty: the stream has none).
+    pub fn new(stream: &str, w: &ClosedWindow, running_state: Vec<u8>) -> Self {
+        let charges = proto::v1::WindowCharges {
+            stream: stream.to_string(),
+            partition: w.partition,
+            window_seq: w.seq,
+            device_keys: w.charges.iter().map(|c| c.0).collect(),
+            horizons: w.charges.iter().map(|c| c.1).collect(),
+            running_state,
+            device_key_scheme: DEVICE_KEY_SCHEME.into(),
+        }
+        .encode_to_vec();
+        Self {
+            release_key: proto::release_key(stream, w.partition, w.seq),
+            lane_key: format!("{stream}/{}", w.partition),
+            charges,
+            ledger: proto::v1::LedgerEntry {
+                stream: stream.to_string(),
+                partition: w.partition,
+                last_seq: w.seq,
+                last_offset: w.last_offset,
+                reference_event_time_ms: w.reference_event_ms,
+                ..Default::default()
+            },
+            retired: w
+                .retired
+                .iter()
+                .map(|&s| proto::release_key(stream, w.partition, s))
+                .collect(),
+        }
+    }
+}
+
+/// Where and how a window's release is published.
+pub(crate) struct ReleaseRecord<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub payload: &'a [u8],
+    pub content_type: &'a str,
+    /// The record's timestamp (`None`: the producer's clock).
+    pub timestamp_ms: Option<i64>,
+}
+
+fn kind(k: &'static str) -> OwnedHeaders {
+    OwnedHeaders::new().insert(Header {
+        key: RECORD_KIND,
+        value: Some(k),
+    })
+}
+
+/// Write a window's records and its release in the protocol's order
+/// (module doc). Returns once the release is acknowledged.
+pub(crate) async fn write_window(
+    producer: &FutureProducer,
+    state_topic: &str,
+    mut rec: WindowRecords,
+    release: ReleaseRecord<'_>,
+) -> Result<()> {
+    let key = rec.release_key.as_bytes();
+    crash_point(CrashPoint::BeforeState);
+    produce_acked(
+        producer,
+        state_topic,
+        key,
+        Some(&rec.charges),
+        None,
+        kind(CHARGES),
+        None,
+    )
+    .await?;
+    crash_point(CrashPoint::BeforeRelease);
+    let headers = OwnedHeaders::new().insert(Header {
+        key: CONTENT_TYPE,
+        value: Some(release.content_type),
+    });
+    (rec.ledger.output_partition, rec.ledger.output_offset) = produce_acked(
+        producer,
+        release.topic,
+        key,
+        Some(release.payload),
+        Some(release.partition),
+        headers,
+        release.timestamp_ms,
+    )
+    .await?;
+    crash_point(CrashPoint::AfterRelease);
+    let entry = rec.ledger.encode_to_vec();
+    let records = std::iter::once((rec.lane_key.as_str(), Some(entry.as_slice()), LEDGER))
+        .chain(rec.retired.iter().map(|k| (k.as_str(), None, CHARGES)));
+    for (k, payload, what) in records {
+        let mut r = FutureRecord::to(state_topic).key(k).headers(kind(what));
+        if let Some(p) = payload {
+            r = r.payload(p);
+        }
+        if let Err((e, _)) = producer.send_result(r) {
+            tracing::warn!(error = %e, "state bookkeeping not sent");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! Restore: what a newly assigned input partition needs from the state
+//! topic (ledger entries, live charges, running-total state) and from the
+//! output topic (releases acknowledged after their ledger entry), read back
+//! in the format [`super`] writes.
+
+use super::{LEDGER, RECORD_KIND};
+use crate::kafka::{decode_release, header, read_topic, CONTENT_TYPE};
+use crate::window::{Resume, DEVICE_KEY_SCHEME};
+use anyhow::{anyhow, Context, Result};
+use prost::Message as _;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::Message;
+use std::collections::{BTreeMap, HashMap};
+
+/// Charges recorded in the state topic for the given input partitions:
+/// per (stream, partition), `(seq, [(device key, horizon)])` by seq.
+pub type Charges = HashMap<(String, i32), BTreeMap<u64, Vec<(u64, i64)>>>;
+
+/// What a newly assigned partition restores.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Per (stream, input partition): where it resumes.
+    pub resume: HashMap<(String, i32), Resume>,
+    /// The live charges of the assigned partitions.
+    pub charges: Charges,
+    /// Running-total state recorded with each live window (empty: none).
+    pub running: HashMap<(String, i32, u64), Vec<u8>>,
+}
+
+/// Restore the state of input `partitions`: the ledger entries and live
+/// window charges from the (compacted) state topic, then the output topic
+/// from the oldest recorded release onwards (all of it for an output
+/// partition with no entry), for releases acknowledged after their entry
+/// was written. Each (stream, partition) resumes after the end of its
+/// contiguous run of released seqs; a gap is re-released from replay and
+/// what follows repeats bit for bit (keyed noise).
+pub fn restore(
+    config: &ClientConfig,
+    output_topic: &str,
+    state_topic: &str,
+    partitions: &[i32],
+) -> Result<Restored> {
+    let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
+    let mut charges: Charges = HashMap::new();
+    let mut running = HashMap::new();
+    read_topic(
+        config,
+        state_topic,
+        |_, low| Some(low),
+        |msg| {
+            let at = || {
+                format!(
+                    "state at {state_topic}/{}@{}",
+                    msg.partition(),
+                    msg.offset()
+                )
+            };
+            if header(msg, RECORD_KIND) == Some(LEDGER) {
+                let Some(payload) = msg.payload() else {
+                    return Ok(());
+                };
+                let e = proto::v1::LedgerEntry::decode(payload)
+                    .with_context(|| format!("{} is not a ledger entry", at()))?;
+                let lane = (e.stream.clone(), e.partition);
+                if entries
+                    .get(&lane)
+                    .is_none_or(|old| old.last_seq <= e.last_seq)
+                {
+                    entries.insert(lane, e);
+                }
+                return Ok(());
+            }
+            let Some(key) = msg.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+                return Ok(());
+            };
+            let Some((stream, partition, seq)) = proto::parse_release_key(key) else {
+                return Err(anyhow!("{}: key {key:?} is not stream/partition/seq", at()));
+            };
+            if !partitions.contains(&partition) {
+                return Ok(());
+            }
+            let lane = charges.entry((stream.clone(), partition)).or_default();
+            match msg.payload() {
+                // A tombstone: the window's charges are retired.
+                None => {
+                    lane.remove(&seq);
+                    running.remove(&(stream, partition, seq));
+                }
+                Some(payload) => {
+                    let c = proto::v1::WindowCharges::decode(payload)
+                        .with_context(|| format!("{} is not decodable", at()))?;
+                    if c.device_key_scheme != DEVICE_KEY_SCHEME {
+                        return Err(anyhow!(
+                            "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
+                             they cannot be matched to devices (see the README's playbook: state topic lost)",
+                            at(),
+                            c.device_key_scheme,
+                            DEVICE_KEY_SCHEME
+                        ));
+                    }
+                    if c.device_keys.len() != c.horizons.len() {
+                        return Err(anyhow!(
+                            "{}: device keys and horizons differ in length",
+                            at()
+                        ));
+                    }
+                    lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
+                    running.insert((stream, partition, seq), c.running_state);
+                }
+            }
+            Ok(())
+        },
+    )?;
+
+    // Releases after the recorded ones.
+    let mut from: HashMap<i32, i64> = HashMap::new();
+    for e in entries.values() {
+        let o = from.entry(e.output_partition).or_insert(i64::MAX);
+        *o = (*o).min(e.output_offset + 1);
+    }
+    let mut seen: HashMap<(String, i32), BTreeMap<u64, (i64, i64)>> = HashMap::new();
+    read_topic(
+        config,
+        output_topic,
+        |p, low| Some(from.get(&p).copied().unwrap_or(low)),
+        |msg| {
+            if let Some(payload) = msg.payload() {
+                let r = decode_release(payload, header(msg, CONTENT_TYPE)).with_context(|| {
+                    format!(
+                        "release at {output_topic}/{}@{} is not decodable",
+                        msg.partition(),
+                        msg.offset()
+                    )
+                })?;
+                seen.entry((r.stream.clone(), r.partition))
+                    .or_default()
+                    .insert(r.window_seq, (r.last_offset, r.last_event_time_ms));
+            }
+            Ok(())
+        },
+    )?;
+
+    let mut resume: HashMap<(String, i32), Resume> = entries
+        .iter()
+        .map(|(lane, e)| {
+            (
+                lane.clone(),
+                Resume {
+                    last_seq: e.last_seq,
+                    last_offset: e.last_offset,
+                    reference_event_ms: e.reference_event_time_ms,
+                },
+            )
+        })
+        .collect();
+    for (lane, seqs) in seen {
+        let mut cur = resume.get(&lane).copied();
+        for (seq, (last_offset, last_event)) in seqs {
+            cur = match cur {
+                // Already covered by the ledger entry.
+                Some(c) if seq <= c.last_seq => Some(c),
+                Some(c) if seq == c.last_seq + 1 => Some(Resume {
+                    last_seq: seq,
+                    last_offset,
+                    reference_event_ms: c.reference_event_ms.max(last_event),
+                }),
+                // A gap: resume before it.
+                Some(_) => break,
+                None => Some(Resume {
+                    last_seq: seq,
+                    last_offset,
+                    reference_event_ms: last_event,
+                }),
+            };
+        }
+        if let Some(c) = cur {
+            resume.insert(lane, c);
+        }
+    }
+    resume.retain(|(_, p), _| partitions.contains(p));
+    Ok(Restored {
+        resume,
+        charges,
+        running,
+    })
+}

@@ -1,0 +1,513 @@
+//! Windowing and contribution bounding per (stream, input partition), and
+//! how far the input may be committed. Two kinds of window:
+//!
+//! - **count windows** (change-one): blocks of exactly `n` accepted readings
+//!   cut at deterministic offsets; `n` and every position are public;
+//! - **time windows** (add-remove): a reading's window is `⌊event time /
+//!   length⌋`, a function of that reading alone; a window closes at a moment
+//!   no reading decides ([`Windower::close_due`]) and is released even when
+//!   empty, with no padding. See docs/DESIGN.md §3.
+//!
+//! Privacy argument: after bounding, one device is at most `k` records of any
+//! window, and for every horizon `h` at most `W` windows hold its readings
+//! of `h`: a window is charged to *every* horizon whose readings of the
+//! device it holds (a window straddling a horizon boundary counts against
+//! both), which is what the sensitivities and the accountant assume. Every
+//! decision uses arrival order, offsets, device ids and event times, never
+//! values (change-one: those are public). Under add-remove with time
+//! windows, whether a reading is kept depends only on its own event time,
+//! its own message timestamp, its own device's earlier readings and on which
+//! windows were already released, never on another device's presence; so
+//! adding or removing one device changes only windows that hold its
+//! readings. Replaying the same input rebuilds the same windows and the
+//! keyed noise repeats.
+
+#[cfg(test)]
+mod tests;
+mod types;
+
+pub use types::*;
+
+use crate::devices::DeviceTable;
+
+#[derive(Debug, Default)]
+struct Open {
+    values: Vec<i64>,
+    first_offset: i64,
+    last_offset: i64,
+    /// Event time of the first reading to arrive (timeouts count from it).
+    first_event_ms: i64,
+    /// Earliest and latest event time among the readings.
+    min_event_ms: i64,
+    max_event_ms: i64,
+    charges: Vec<(u64, i64)>,
+}
+
+#[derive(Debug, Default)]
+struct Lane {
+    next_seq: u64,
+    resume_after_offset: Option<i64>,
+    reference_event_ms: Option<i64>,
+    open: Open,
+    /// Each device's windows in its current horizon. Kept per lane: a
+    /// device stays on one partition (checked upstream), so a lane's counts
+    /// are complete, and dropping a revoked partition drops exactly them.
+    devices: DeviceTable<DeviceHorizon>,
+    /// Windows whose charges are still needed: (seq, latest horizon charged).
+    live: Vec<(u64, i64)>,
+    /// Time windows: the open windows by seq (= window index), the first
+    /// seq not yet released is `next_seq`; set once the lane has started.
+    timed: std::collections::BTreeMap<u64, Open>,
+    started: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct DeviceHorizon {
+    horizon: i64,
+    windows: u32,
+    /// Readings in window `last_seq` (the window charged last); a device
+    /// has readings in the open window exactly when it was charged in it.
+    in_window: u32,
+    last_seq: u64,
+}
+
+impl DeviceHorizon {
+    /// No window charged yet in `horizon`.
+    fn fresh(horizon: i64) -> Self {
+        Self {
+            horizon,
+            windows: 0,
+            in_window: 0,
+            last_seq: u64::MAX,
+        }
+    }
+}
+
+/// All windows of one process.
+#[derive(Debug)]
+pub struct Windower {
+    rules: Vec<StreamRules>,
+    horizon_ms: i64,
+    lateness_ms: i64,
+    /// The seq of the window the last accepted reading went to.
+    last_accepted_seq: u64,
+    lanes: FastMap<(usize, i32), Lane>,
+    /// Per stream: windows opened so far (a public count).
+    opened: Vec<u64>,
+}
+
+impl Windower {
+    /// Readings more than `lateness_ms` older than a lane's reference are
+    /// refused ([`Windower::is_too_old`]).
+    pub fn new(rules: Vec<StreamRules>, horizon_ms: i64, lateness_ms: i64) -> Self {
+        assert!(horizon_ms > 0 && lateness_ms >= 0);
+        assert!(rules
+            .iter()
+            .all(|r| r.window_ms.is_none_or(|l| l > 0 && horizon_ms % l == 0)));
+        Self {
+            opened: vec![0; rules.len()],
+            rules,
+            horizon_ms,
+            lateness_ms,
+            last_accepted_seq: 0,
+            lanes: FastMap::default(),
+        }
+    }
+
+    /// The seq of the window the last [`Admission::Accepted`] reading joined.
+    pub fn last_accepted_seq(&self) -> u64 {
+        self.last_accepted_seq
+    }
+
+    /// Start the time-window lanes of `partition` that have not started
+    /// (no release ledger): the first window is the oldest one still open
+    /// at `now_ms`, a moment no reading decides. A lane resumed from the
+    /// ledger continues after its last released window instead.
+    pub fn start_time_lanes(&mut self, partition: i32, now_ms: i64) {
+        for (s, r) in self.rules.iter().enumerate() {
+            let Some(len) = r.window_ms else { continue };
+            let lane = self.lanes.entry((s, partition)).or_default();
+            if !lane.started {
+                lane.started = true;
+                lane.next_seq = first_open_window(now_ms, len, self.lateness_ms);
+            }
+        }
+    }
+
+    /// Close every time window that is due at `now_ms` (wall clock): its
+    /// end plus the allowed lateness has passed, and every message appended
+    /// before that moment has been handled (`read_until(partition)`, the
+    /// moment up to which the caller knows that, is past it). Then every
+    /// reading whose message timestamp is before the due moment was offered
+    /// first, and whether a reading is in its window depends on that reading
+    /// alone. Empty windows are released too. At most `limit` windows per
+    /// lane and call, oldest first.
+    pub fn close_due(
+        &mut self,
+        now_ms: i64,
+        read_until: impl Fn(i32) -> i64,
+        limit: usize,
+        closed: &mut Vec<ClosedWindow>,
+    ) {
+        let mut keys: Vec<(usize, i32)> = self
+            .lanes
+            .iter()
+            .filter(|((s, _), l)| l.started && self.rules[*s].window_ms.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        keys.sort_unstable();
+        for (s, p) in keys {
+            let rules = &self.rules[s];
+            let len = rules.window_ms.expect("time lanes");
+            let lane = self.lanes.get_mut(&(s, p)).expect("listed");
+            let read = read_until(p);
+            let lane_before = closed.len();
+            while closed.len() - lane_before < limit {
+                let due = window_end(lane.next_seq, len).saturating_add(self.lateness_ms);
+                if now_ms < due || read < due {
+                    break;
+                }
+                let seq = lane.next_seq;
+                let open = lane.timed.remove(&seq).unwrap_or_default();
+                let oldest_accepted = window_end(seq, len);
+                closed.push(close(
+                    lane,
+                    open,
+                    (s, p),
+                    rules,
+                    self.horizon_ms,
+                    oldest_accepted,
+                    window_end(seq, len),
+                ));
+            }
+        }
+    }
+
+    /// Continue a (stream, partition) after its last released window.
+    pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        lane.next_seq = r.last_seq + 1;
+        lane.resume_after_offset = Some(r.last_offset);
+        lane.reference_event_ms = Some(r.reference_event_ms);
+        lane.open = Open::default();
+        lane.timed.clear();
+        lane.started = true;
+    }
+
+    /// Restore the per-device window counts of a (stream, partition) from
+    /// the charges of its released windows (`seq ≤ last released`), in seq
+    /// order. The lane's counts are replaced, so a restore after a hand-over
+    /// never counts a window twice; windows after the last release are
+    /// charged again when the input is replayed.
+    pub fn restore_charges(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        windows: &[(u64, Vec<(u64, i64)>)],
+    ) {
+        let mut restored: DeviceTable<DeviceHorizon> = DeviceTable::default();
+        for (seq, charges) in windows {
+            for &(dk, h) in charges {
+                let e = restored.get_or_insert(dk, DeviceHorizon::fresh(h));
+                if h > e.horizon {
+                    *e = DeviceHorizon::fresh(h);
+                }
+                if h == e.horizon && e.last_seq != *seq {
+                    e.windows += 1;
+                    e.last_seq = *seq;
+                }
+            }
+        }
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        lane.devices = restored;
+        lane.live = windows
+            .iter()
+            .map(|(seq, c)| (*seq, c.iter().map(|x| x.1).max().unwrap_or(i64::MIN)))
+            .collect();
+    }
+
+    /// Forget a partition's open windows (revoked; they rebuild by replay).
+    pub fn drop_partition(&mut self, partition: i32) {
+        self.lanes.retain(|&(_, p), _| p != partition);
+    }
+
+    /// Whether a reading is older than the lane's reference (the latest
+    /// event time of its closed windows, a deterministic figure) by more
+    /// than the allowed lateness. A replayed reading inside a window released
+    /// before a restart is never too old: the windower skips it, and judging
+    /// it against the newer reference would dead-letter a released reading.
+    /// Time windows judge lateness per reading in [`Windower::admit`] instead.
+    pub fn is_too_old(&self, stream: usize, partition: i32, offset: i64, event_ms: i64) -> bool {
+        if self.rules[stream].window_ms.is_some() {
+            return false;
+        }
+        self.lanes.get(&(stream, partition)).is_some_and(|l| {
+            l.resume_after_offset.is_none_or(|o| offset > o)
+                && l.reference_event_ms
+                    .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
+        })
+    }
+
+    /// Offer one top-coded reading from a message stamped `msg_ms`; returns
+    /// what happened and any windows that closed (count windows: a timed-out
+    /// one before it, a full one with it; time windows close in
+    /// [`Windower::close_due`]).
+    #[allow(clippy::too_many_arguments)] // the hot path: plain values, no struct to build per reading
+    pub fn admit(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        offset: i64,
+        dk: u64,
+        units: i64,
+        event_ms: i64,
+        msg_ms: i64,
+        closed: &mut Vec<ClosedWindow>,
+    ) -> Admission {
+        let rules = &self.rules[stream];
+        let lane = self.lanes.entry((stream, partition)).or_default();
+        let seq = match rules.window_ms {
+            None => {
+                if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                    return Admission::AlreadyReleased;
+                }
+                if let Some(t) = rules.timeout_ms {
+                    if !lane.open.values.is_empty()
+                        && event_ms.saturating_sub(lane.open.first_event_ms) >= t
+                    {
+                        let open = take_open(lane, rules);
+                        let oldest = oldest_count(lane, &open, self.lateness_ms);
+                        closed.push(close(
+                            lane,
+                            open,
+                            (stream, partition),
+                            rules,
+                            self.horizon_ms,
+                            oldest.0,
+                            oldest.1,
+                        ));
+                    }
+                }
+                lane.next_seq
+            }
+            Some(len) => {
+                // Late and out-of-order are decided by this reading
+                // and this device alone (module doc).
+                if event_ms < 0 {
+                    return Admission::DroppedLate;
+                }
+                let seq = (event_ms / len) as u64;
+                if !lane.started {
+                    // Only callers that never start lanes (unit tests, benches).
+                    lane.started = true;
+                    lane.next_seq = seq;
+                }
+                if seq < lane.next_seq
+                    || msg_ms >= window_end(seq, len).saturating_add(self.lateness_ms)
+                {
+                    // Replayed input up to the last released window's last
+                    // reading is counted apart from late readings.
+                    if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                        return Admission::AlreadyReleased;
+                    }
+                    return Admission::DroppedLate;
+                }
+                seq
+            }
+        };
+        // One probe per reading: the device's horizon count and its count
+        // in its latest window live in one entry.
+        let horizon = event_ms.div_euclid(self.horizon_ms);
+        let entry = lane
+            .devices
+            .get_or_insert(dk, DeviceHorizon::fresh(horizon));
+        if entry.last_seq != u64::MAX && seq < entry.last_seq {
+            // Time windows only (count seqs never go back): a device's
+            // window counts are kept for its latest window.
+            return Admission::DroppedOutOfOrder;
+        }
+        let in_window = if entry.last_seq == seq {
+            entry.in_window
+        } else {
+            0
+        };
+        if in_window >= rules.max_readings_per_device {
+            return Admission::DroppedWindowCap;
+        }
+        if horizon < entry.horizon {
+            // An older horizon whose count is no longer kept: dropping is
+            // the only choice that cannot exceed W (alternating event
+            // times must not reset the count).
+            return Admission::DroppedHorizonCap;
+        }
+        let open = match rules.window_ms {
+            None => &mut lane.open,
+            Some(_) => {
+                let o = lane.timed.entry(seq).or_default();
+                if o.values.len() >= MAX_TIME_WINDOW_READINGS {
+                    return Admission::DroppedWindowFull;
+                }
+                o
+            }
+        };
+        if horizon > entry.horizon {
+            // A newer horizon: its count starts with this window, which is
+            // charged to it — also when the device already holds readings
+            // of an older horizon here (that one stays charged too).
+            *entry = DeviceHorizon {
+                horizon,
+                windows: 1,
+                in_window,
+                last_seq: seq,
+            };
+            open.charges.push((dk, horizon));
+        } else if in_window == 0 {
+            // First reading of this device in this window: charge a window.
+            if entry.windows >= rules.max_windows_per_device {
+                return Admission::DroppedHorizonCap;
+            }
+            entry.windows += 1;
+            entry.last_seq = seq;
+            open.charges.push((dk, horizon));
+        }
+        entry.in_window = in_window + 1;
+        if open.values.is_empty() {
+            self.opened[stream] += 1;
+            open.first_offset = offset;
+            open.first_event_ms = event_ms;
+            (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
+        }
+        open.last_offset = offset;
+        open.min_event_ms = open.min_event_ms.min(event_ms);
+        open.max_event_ms = open.max_event_ms.max(event_ms);
+        open.values.push(units);
+        self.last_accepted_seq = seq;
+        if rules.window_ms.is_none() && open.values.len() >= rules.window_size {
+            let open = take_open(lane, rules);
+            let oldest = oldest_count(lane, &open, self.lateness_ms);
+            closed.push(close(
+                lane,
+                open,
+                (stream, partition),
+                rules,
+                self.horizon_ms,
+                oldest.0,
+                oldest.1,
+            ));
+        }
+        Admission::Accepted
+    }
+
+    /// Start fetching the table slot of `device` in its lane (a hint for a
+    /// coming [`Windower::admit`]).
+    #[inline]
+    pub fn prefetch(&self, stream: usize, partition: i32, device: u64) {
+        if let Some(lane) = self.lanes.get(&(stream, partition)) {
+            lane.devices.prefetch(device);
+        }
+    }
+
+    /// Windows of `stream` opened so far.
+    pub fn windows_opened(&self, stream: usize) -> u64 {
+        self.opened[stream]
+    }
+
+    /// The offset up to which `partition` may be committed, given that every
+    /// message before `next_offset` has been handled: no further than the
+    /// first reading of any open window on it.
+    pub fn committable(&self, partition: i32, next_offset: i64) -> i64 {
+        self.lanes
+            .iter()
+            .filter(|((_, p), _)| *p == partition)
+            .flat_map(|(_, l)| std::iter::once(&l.open).chain(l.timed.values()))
+            .filter(|o| !o.values.is_empty())
+            .map(|o| o.first_offset)
+            .fold(next_offset, i64::min)
+    }
+}
+
+fn window_end(seq: u64, len: i64) -> i64 {
+    (seq as i64).saturating_add(1).saturating_mul(len)
+}
+
+/// The first time window not yet due at `now_ms`.
+fn first_open_window(now_ms: i64, len: i64, lateness_ms: i64) -> u64 {
+    now_ms.saturating_sub(lateness_ms).max(0).div_euclid(len) as u64
+}
+
+/// Take a count window's open block out of its lane.
+fn take_open(lane: &mut Lane, rules: &StreamRules) -> Open {
+    std::mem::replace(
+        &mut lane.open,
+        Open {
+            values: Vec::with_capacity(rules.window_size),
+            ..Open::default()
+        },
+    )
+}
+
+/// Count windows: (oldest event time still accepted, new lateness
+/// reference) after closing `open`: the reference is the latest event time
+/// of any window so far (monotone).
+fn oldest_count(lane: &Lane, open: &Open, lateness_ms: i64) -> (i64, i64) {
+    let reference = lane
+        .reference_event_ms
+        .map_or(open.max_event_ms, |r| r.max(open.max_event_ms));
+    (reference.saturating_sub(lateness_ms), reference)
+}
+
+/// Close the lane's window `lane.next_seq` holding `open`.
+fn close(
+    lane: &mut Lane,
+    open: Open,
+    (stream, partition): (usize, i32),
+    rules: &StreamRules,
+    horizon_ms: i64,
+    oldest_accepted: i64,
+    reference: i64,
+) -> ClosedWindow {
+    lane.reference_event_ms = Some(reference);
+    let seq = lane.next_seq;
+    // Horizons ending at or before the oldest event time still accepted can
+    // never be charged again: windows that charged only those are retired.
+    lane.live.push((
+        seq,
+        open.charges.iter().map(|c| c.1).max().unwrap_or(i64::MIN),
+    ));
+    let mut retired = Vec::new();
+    lane.live.retain(|&(s, h)| {
+        // The newest window stays: a restart restores from its record.
+        let dead =
+            s != seq && (h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted);
+        if dead {
+            retired.push(s);
+        }
+        !dead
+    });
+    let mut values = open.values;
+    let (padded, first_event_ms, last_event_ms) = match rules.window_ms {
+        None => {
+            let padded = rules.window_size.saturating_sub(values.len()) as u64;
+            values.resize(rules.window_size, rules.midpoint);
+            (padded, open.min_event_ms, open.max_event_ms)
+        }
+        Some(len) => (0, (seq as i64).saturating_mul(len), window_end(seq, len)),
+    };
+    let w = ClosedWindow {
+        stream,
+        partition,
+        seq,
+        values,
+        first_offset: open.first_offset,
+        last_offset: open.last_offset,
+        first_event_ms,
+        last_event_ms,
+        padded,
+        timed: rules.window_ms.is_some(),
+        charges: open.charges,
+        reference_event_ms: reference,
+        retired,
+    };
+    lane.next_seq += 1;
+    w
+}

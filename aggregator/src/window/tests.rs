@@ -1,0 +1,379 @@
+use super::*;
+
+/// Keys are stored in the state topic: the function must never change
+/// under a dependency update (pinned values; a change needs a new
+/// [`DEVICE_KEY_SCHEME`]).
+#[test]
+fn device_keys_are_stable() {
+    let got: Vec<u64> = ["", "a", "device-000042", &"x".repeat(300)]
+        .iter()
+        .map(|d| device_key(d))
+        .collect();
+    assert_eq!(got, PINNED);
+}
+const PINNED: [u64; 4] = [
+    232177599295442350,
+    6457959414642172395,
+    5447221867655961863,
+    5437776271325206279,
+];
+
+/// A one-stream windower: horizon 1000 ms, midpoint 50; count windows
+/// of `n` (`window_ms` None) or time windows.
+fn rules(
+    n: usize,
+    k: u32,
+    w: u32,
+    timeout: Option<i64>,
+    window_ms: Option<i64>,
+) -> Vec<StreamRules> {
+    vec![StreamRules {
+        name: "s".into(),
+        window_size: n,
+        max_readings_per_device: k,
+        max_windows_per_device: w,
+        midpoint: 50,
+        timeout_ms: timeout,
+        window_ms,
+    }]
+}
+
+fn windower(n: usize, k: u32, w: u32, timeout: Option<i64>) -> Windower {
+    Windower::new(rules(n, k, w, timeout, None), 1000, 3000)
+}
+
+#[test]
+fn windows_of_n_with_contiguous_seqs_and_tiling_offsets() {
+    let mut w = windower(3, 1, 100, None);
+    let mut closed = Vec::new();
+    for off in 0..9 {
+        assert_eq!(
+            w.admit(
+                0,
+                0,
+                off,
+                device_key(&format!("d{off}")),
+                off,
+                10,
+                10,
+                &mut closed
+            ),
+            Admission::Accepted
+        );
+    }
+    assert_eq!(closed.len(), 3);
+    for (i, c) in closed.iter().enumerate() {
+        assert_eq!(c.seq, i as u64);
+        assert_eq!(
+            (c.first_offset, c.last_offset),
+            (3 * i as i64, 3 * i as i64 + 2)
+        );
+        assert_eq!(c.values.len(), 3);
+    }
+    assert_eq!(w.committable(0, 9), 9);
+    w.admit(0, 0, 9, device_key("x"), 1, 10, 0, &mut closed);
+    assert_eq!(w.committable(0, 10), 9);
+}
+
+#[test]
+fn per_window_and_per_horizon_caps() {
+    let mut w = windower(2, 1, 2, None);
+    let mut closed = Vec::new();
+    assert_eq!(
+        w.admit(0, 0, 0, device_key("a"), 1, 0, 0, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(
+        w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed),
+        Admission::DroppedWindowCap
+    );
+    assert_eq!(
+        w.admit(0, 0, 2, device_key("b"), 1, 0, 0, &mut closed),
+        Admission::Accepted
+    ); // window 0 closes
+    assert_eq!(
+        w.admit(0, 0, 3, device_key("a"), 1, 0, 0, &mut closed),
+        Admission::Accepted
+    ); // a: 2nd window
+    assert_eq!(
+        w.admit(0, 0, 4, device_key("c"), 1, 0, 0, &mut closed),
+        Admission::Accepted
+    ); // window 1 closes
+    assert_eq!(
+        w.admit(0, 0, 5, device_key("a"), 1, 0, 0, &mut closed),
+        Admission::DroppedHorizonCap
+    );
+    // Next horizon (event time ≥ 1000): a may contribute again.
+    assert_eq!(
+        w.admit(0, 0, 6, device_key("a"), 1, 1000, 0, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(closed.len(), 2);
+}
+
+#[test]
+fn alternating_horizons_cannot_reset_the_cap() {
+    let mut w = windower(1, 1, 1, None);
+    let mut closed = Vec::new();
+    assert_eq!(
+        w.admit(0, 0, 0, device_key("a"), 1, 1000, 0, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(
+        w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed),
+        Admission::DroppedHorizonCap
+    );
+    assert_eq!(
+        w.admit(0, 0, 2, device_key("a"), 1, 1500, 0, &mut closed),
+        Admission::DroppedHorizonCap
+    );
+    assert_eq!(closed[0].charges, vec![(device_key("a"), 1)]);
+}
+
+#[test]
+fn restored_charges_keep_the_cap_across_a_restart() {
+    let mut w = windower(1, 1, 2, None);
+    let mut closed = Vec::new();
+    w.admit(0, 0, 0, device_key("a"), 1, 0, 0, &mut closed);
+    w.admit(0, 0, 1, device_key("a"), 1, 0, 0, &mut closed);
+    let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
+    // A new process: resume after window 1 and restore its charges.
+    let mut w2 = windower(1, 1, 2, None);
+    w2.resume(
+        0,
+        0,
+        Resume {
+            last_seq: 1,
+            last_offset: 1,
+            reference_event_ms: 0,
+        },
+    );
+    w2.restore_charges(0, 0, &charges);
+    w2.restore_charges(0, 0, &charges); // idempotent
+    let mut closed2 = Vec::new();
+    assert_eq!(
+        w2.admit(0, 0, 2, device_key("a"), 1, 0, 0, &mut closed2),
+        Admission::DroppedHorizonCap
+    );
+    assert_eq!(
+        w2.admit(0, 0, 3, device_key("b"), 1, 0, 0, &mut closed2),
+        Admission::Accepted
+    );
+}
+
+#[test]
+fn timeout_pads_with_the_midpoint() {
+    let mut w = windower(4, 1, 100, Some(500));
+    let mut closed = Vec::new();
+    w.admit(0, 0, 0, device_key("a"), 7, 0, 0, &mut closed);
+    w.admit(0, 0, 1, device_key("b"), 8, 100, 0, &mut closed);
+    w.admit(0, 0, 2, device_key("c"), 9, 600, 0, &mut closed);
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].values, vec![7, 8, 50, 50]);
+    assert_eq!(closed[0].padded, 2);
+    assert_eq!(w.committable(0, 3), 2);
+}
+
+#[test]
+fn resume_skips_released_offsets_and_continues_seq() {
+    let mut w = windower(2, 1, 100, None);
+    w.resume(
+        0,
+        0,
+        Resume {
+            last_seq: 4,
+            last_offset: 9,
+            reference_event_ms: 5000,
+        },
+    );
+    let mut closed = Vec::new();
+    assert_eq!(
+        w.admit(0, 0, 9, device_key("a"), 1, 5000, 0, &mut closed),
+        Admission::AlreadyReleased
+    );
+    assert!(w.is_too_old(0, 0, 20, 1000));
+    assert!(!w.is_too_old(0, 0, 20, 2000));
+    assert!(
+        !w.is_too_old(0, 0, 9, 1000),
+        "a released offset is skipped, not too old"
+    );
+    w.admit(0, 0, 10, device_key("a"), 1, 5000, 0, &mut closed);
+    w.admit(0, 0, 11, device_key("b"), 1, 5000, 0, &mut closed);
+    assert_eq!(closed[0].seq, 5);
+}
+
+#[test]
+fn windows_retire_once_their_horizons_are_beyond_lateness() {
+    // horizon 1000 ms, lateness 3000 ms, n = 1.
+    let mut w = windower(1, 1, 100, None);
+    let mut closed = Vec::new();
+    w.admit(0, 0, 0, device_key("a"), 1, 500, 0, &mut closed); // horizon 0
+    w.admit(0, 0, 1, device_key("a"), 1, 1500, 0, &mut closed); // horizon 1
+    w.admit(0, 0, 2, device_key("a"), 1, 3999, 0, &mut closed); // oldest accepted 999: nothing retires
+    assert!(closed.iter().all(|c| c.retired.is_empty()));
+    w.admit(0, 0, 3, device_key("a"), 1, 4000, 0, &mut closed); // oldest accepted 1000: horizon 0 retires
+    assert_eq!(closed[3].retired, vec![0]);
+    assert_eq!(closed[3].reference_event_ms, 4000);
+    // An older event time does not move the reference back.
+    w.admit(0, 0, 4, device_key("b"), 1, 3500, 0, &mut closed);
+    assert_eq!(closed[4].reference_event_ms, 4000);
+    w.admit(0, 0, 5, device_key("a"), 1, 5000, 0, &mut closed); // oldest accepted 2000: horizon 1 retires
+    assert_eq!(closed[5].retired, vec![1]);
+    assert!(w.is_too_old(0, 0, 6, 1999));
+    assert!(!w.is_too_old(0, 0, 6, 2000));
+}
+
+/// The repro: n = 2, k = 2, W = 1, horizon 1000 ms. A at 999
+/// and 1001 share window 0 with A at 1002 going to window 1: before the
+/// fix window 0 was charged to horizon 0 only, so A's readings of
+/// horizon 1 sat in two windows.
+#[test]
+fn a_window_straddling_a_horizon_is_charged_to_both() {
+    let mut w = windower(2, 2, 1, None);
+    let mut closed = Vec::new();
+    let a = device_key("a");
+    let mut admit = |w: &mut Windower, off, dk, ev| w.admit(0, 0, off, dk, 1, ev, ev, &mut closed);
+    assert_eq!(admit(&mut w, 0, a, 999), Admission::Accepted);
+    assert_eq!(admit(&mut w, 1, a, 1001), Admission::Accepted); // window 0 closes
+    assert_eq!(admit(&mut w, 2, a, 1002), Admission::DroppedHorizonCap);
+    assert_eq!(admit(&mut w, 3, device_key("b"), 1003), Admission::Accepted);
+    assert_eq!(closed[0].charges, vec![(a, 0), (a, 1)]);
+    // Restored from those charges, horizon 1 is used up too.
+    let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
+    let mut w2 = windower(2, 2, 1, None);
+    w2.restore_charges(0, 0, &charges);
+    let mut c2 = Vec::new();
+    assert_eq!(
+        w2.admit(0, 0, 9, a, 1, 1500, 1500, &mut c2),
+        Admission::DroppedHorizonCap
+    );
+}
+
+/// Out of order inside one window: a device's first reading there is of
+/// the newer horizon; a later one of the older horizon is dropped (its
+/// count is no longer kept), never admitted uncharged.
+#[test]
+fn an_older_horizon_inside_a_window_charged_newer_is_dropped() {
+    let mut w = windower(3, 2, 1, None);
+    let mut closed = Vec::new();
+    let a = device_key("a");
+    assert_eq!(
+        w.admit(0, 0, 0, a, 1, 1001, 0, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(
+        w.admit(0, 0, 1, a, 1, 999, 0, &mut closed),
+        Admission::DroppedHorizonCap
+    );
+}
+
+fn timed(len: i64, k: u32, w: u32) -> Windower {
+    Windower::new(rules(0, k, w, None, Some(len)), 1000, 50)
+}
+
+#[test]
+fn time_windows_follow_event_time_and_close_on_the_clock() {
+    // Windows of 100 ms, lateness 50 ms, started at t = 120: window 0
+    // (end 100 + 50 = 150 > 120) is the first still open.
+    let mut w = timed(100, 1, 100);
+    w.start_time_lanes(0, 120);
+    let mut closed = Vec::new();
+    let mut admit = |w: &mut Windower, off, d: &str, ev, msg| {
+        w.admit(0, 0, off, device_key(d), 7, ev, msg, &mut closed)
+    };
+    assert_eq!(admit(&mut w, 0, "a", 90, 95), Admission::Accepted); // window 0
+    assert_eq!(admit(&mut w, 1, "b", 210, 212), Admission::Accepted); // window 2
+    assert_eq!(admit(&mut w, 2, "c", 50, 151), Admission::DroppedLate); // arrived after 150
+    assert_eq!(
+        admit(&mut w, 4, "b", 110, 215),
+        Admission::DroppedOutOfOrder
+    );
+    assert_eq!(admit(&mut w, 5, "e", 150, 149), Admission::Accepted); // window 1
+    assert!(closed.is_empty(), "time windows never close on a reading");
+    assert_eq!(w.committable(0, 6), 0);
+    // Due at 150 (window 0), 250 (window 1), 350 (window 2).
+    w.close_due(149, |_| i64::MAX, 100, &mut closed);
+    assert!(closed.is_empty());
+    w.close_due(260, |_| 240, 100, &mut closed); // read until 240 < 250: window 1 waits
+    assert_eq!(closed.len(), 1);
+    w.close_due(260, |_| 255, 100, &mut closed);
+    w.close_due(1000, |_| 1000, 100, &mut closed);
+    let got: Vec<_> = closed
+        .iter()
+        .map(|c| {
+            (
+                c.seq,
+                c.values.clone(),
+                c.first_event_ms,
+                c.last_event_ms,
+                c.padded,
+                c.timed,
+            )
+        })
+        .collect();
+    let mut want = vec![
+        (0, vec![7], 0, 100, 0, true),
+        (1, vec![7], 100, 200, 0, true),
+        (2, vec![7], 200, 300, 0, true),
+    ];
+    // Windows 3..=8 are due by 1000 and released empty.
+    want.extend((3..9).map(|s| (s, vec![], s as i64 * 100, s as i64 * 100 + 100, 0, true)));
+    assert_eq!(got, want);
+    // A released window accepts nothing more.
+    assert_eq!(
+        w.admit(0, 0, 9, device_key("z"), 1, 850, 860, &mut closed),
+        Admission::DroppedLate
+    );
+    assert_eq!(w.committable(0, 10), 10);
+}
+
+#[test]
+fn time_windows_resume_after_the_ledger_and_bound_each_call() {
+    let mut w = timed(100, 1, 100);
+    w.resume(
+        0,
+        0,
+        Resume {
+            last_seq: 4,
+            last_offset: 3,
+            reference_event_ms: 500,
+        },
+    );
+    let mut closed = Vec::new();
+    // Replayed input up to the last release's last offset, then a
+    // reading of a released window arriving later.
+    assert_eq!(
+        w.admit(0, 0, 0, device_key("a"), 1, 450, 460, &mut closed),
+        Admission::AlreadyReleased
+    );
+    assert_eq!(
+        w.admit(0, 0, 4, device_key("b"), 1, 450, 460, &mut closed),
+        Admission::DroppedLate
+    );
+    assert_eq!(
+        w.admit(0, 0, 5, device_key("a"), 1, 520, 530, &mut closed),
+        Admission::Accepted
+    );
+    w.close_due(10_000, |_| 10_000, 3, &mut closed);
+    assert_eq!(
+        closed.iter().map(|c| c.seq).collect::<Vec<_>>(),
+        vec![5, 6, 7]
+    );
+    assert_eq!(closed[0].values, vec![1]);
+}
+
+/// A count window's published event-time span is the earliest and
+/// latest event time it holds, whatever the arrival order.
+#[test]
+fn the_event_time_span_is_min_and_max_of_the_readings() {
+    let mut w = windower(3, 1, 100, None);
+    let mut closed = Vec::new();
+    for (off, (d, t)) in [("a", 50), ("b", 10), ("c", 30)].into_iter().enumerate() {
+        w.admit(0, 0, off as i64, device_key(d), 1, t, t, &mut closed);
+    }
+    assert_eq!(
+        (closed[0].first_event_ms, closed[0].last_event_ms),
+        (10, 50)
+    );
+    assert_eq!(closed[0].reference_event_ms, 50);
+}

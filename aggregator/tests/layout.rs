@@ -1,0 +1,193 @@
+//! The codebase keeps the shape docs/DESIGN.md §9 and the crate's Layout
+//! section describe: small single-purpose files, and service modules whose
+//! dependencies form no cycle (so each can be read, tested and replaced on
+//! its own). The privacy core's own boundary is `aggregator/dp/tests/boundary.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Most lines of code per source file (tests not counted).
+const MAX_LINES: usize = 600;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Lines before the first top-level `#[cfg(test)]` that is followed by a
+/// test module (a `#[cfg(test)] mod tests;` declaration is code).
+fn code_lines(p: &Path) -> usize {
+    if p.file_name().is_some_and(|n| n == "tests.rs") {
+        return 0;
+    }
+    let text = std::fs::read_to_string(p).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .find(|(i, l)| **l == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|n| n.ends_with('{')))
+        .map_or(lines.len(), |(i, _)| i)
+}
+
+/// A file's code without its unit tests (its first [`code_lines`] lines)
+/// and without comments (doc links are not dependencies).
+fn code(p: &Path) -> String {
+    let text = std::fs::read_to_string(p).unwrap();
+    text.lines()
+        .take(code_lines(p))
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn no_source_file_is_over_the_limit() {
+    let mut files = Vec::new();
+    for dir in [
+        "aggregator/src",
+        "aggregator/dp/src",
+        "ingest/src",
+        "proto/src",
+    ] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    assert!(files.len() > 20, "found the sources: {files:?}");
+    let over: Vec<String> = files
+        .iter()
+        .map(|p| (p, code_lines(p)))
+        .filter(|(_, n)| *n > MAX_LINES)
+        .map(|(p, n)| format!("{} ({n} lines)", p.display()))
+        .collect();
+    assert!(over.is_empty(), "over {MAX_LINES} lines of code: {over:?}");
+}
+
+/// The service module a source file belongs to (`pipeline/consume.rs` →
+/// `pipeline`); `None` for the crate roots.
+fn module_of(src: &Path, p: &Path) -> Option<String> {
+    let rel = p.strip_prefix(src).unwrap();
+    let first = rel.components().next()?.as_os_str().to_str()?.to_string();
+    let m = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (!["lib", "main", "build"].contains(&m.as_str())).then_some(m)
+}
+
+/// `crate::x` references in code, as module names.
+fn uses(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in code.match_indices("crate::") {
+        // Not `fleetdp_crate::` or the like.
+        if code[..i]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let rest = &code[i + "crate::".len()..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
+            .collect();
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    // `use crate::{a, b::c}` groups.
+    for (i, _) in code.match_indices("crate::{") {
+        let rest = &code[i + "crate::{".len()..];
+        let group = &rest[..rest.find('}').unwrap_or(rest.len())];
+        for item in group.split(',') {
+            let name = item.trim().split("::").next().unwrap_or("").trim();
+            if !name.is_empty() {
+                out.insert(name.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            let mut c = path[i..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn service_modules_form_no_import_cycle() {
+    let src = root().join("aggregator/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in &files {
+        let Some(m) = module_of(&src, p) else {
+            continue;
+        };
+        let deps = graph.entry(m.clone()).or_default();
+        for u in uses(&code(p)) {
+            // The privacy core is another crate; a module's own files are one.
+            if u != "dp" && u != m {
+                deps.insert(u);
+            }
+        }
+    }
+    assert!(graph.len() >= 10, "found the modules: {graph:?}");
+    assert_eq!(cycle(&graph), None, "an import cycle: {graph:#?}");
+}
+
+#[test]
+fn the_cycle_check_can_fail() {
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_string(), ["b".to_string()].into()),
+        ("b".to_string(), ["c".to_string()].into()),
+        ("c".to_string(), ["a".to_string()].into()),
+    ]
+    .into();
+    assert_eq!(
+        cycle(&g),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    assert_eq!(
+        uses("use crate::{config::Validated, telemetry};\nlet x = crate::state::restore;"),
+        ["config", "state", "telemetry"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+}
