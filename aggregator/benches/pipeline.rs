@@ -21,9 +21,9 @@
 use fleetdp::config::{Config, Validated};
 use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::pipeline::{Options, Pipeline};
-use fleetdp::process::Processor;
 use fleetdp::sim::{Fleet, FleetSpec, Signal};
 use fleetdp::telemetry::Counters;
+use fleetdp::Processor;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use std::sync::atomic::Ordering;
@@ -331,7 +331,7 @@ async fn null_consumer(
         .set("fetch.queue.backoff.ms", "20");
     let consumer: StreamConsumer = cc.create().unwrap();
     consumer.subscribe(&[&v.config.kafka.input_topic]).unwrap();
-    let decoder = fleetdp::process::decoder(v);
+    let decoder = fleetdp::decoder(v);
     let read_content_type = v.config.kafka.read_content_type;
     let mut seen = 0usize;
     let mut first: Option<(Instant, f64)> = None;

@@ -1,12 +1,46 @@
 //! FleetDP: differentially private summaries of device telemetry.
 //!
-//! The crate is split into a pure privacy core ([`dp`]) that knows nothing of
-//! Kafka, tokio or I/O, and the service around it.
+//! The crate is split into a pure privacy core ([`dp`], its own crate
+//! `aggregator/dp`, no Kafka, tokio or I/O) and the service around it.
+//!
+//! # Layout
+//!
+//! The path of a reading, file by file (docs/DESIGN.md §2 and §9):
+//!
+//! 1. `pipeline/consume.rs` receives a Kafka message; `process.rs`
+//!    ([`Processor`]) decodes it (`ingest`), validates it, top-codes each
+//!    reading to its stream's universe ([`dp::universe`]) and checks the
+//!    device's partition ([`Partitioner`]);
+//! 2. `window/` ([`Windower`]) checks lateness and the per-device caps
+//!    (`devices.rs` holds the counts) and puts the reading in its lane's
+//!    window;
+//! 3. a closed window ([`ClosedWindow`]) is released by `pipeline/release.rs`:
+//!    noise and statistics from [`dp::release`], the published form from
+//!    [`pipeline::build_release`], and the writes in the order [`state`]
+//!    owns (charges, release, ledger);
+//! 4. `pipeline/offsets.rs` commits the input offset once everything before
+//!    it is acknowledged; rejected messages go through
+//!    `pipeline/dead_letter.rs` first;
+//! 5. [`telemetry`] counts it all, [`http`] serves `/metrics`, the probes
+//!    and the status page from `status.rs`.
+//!
+//! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
+//! topics), [`report`] (`fleetdp plan`), [`sim`] and [`demo`], [`faults`]
+//! (crash points for the crash test).
+//!
+//! # Glossary
+//!
+//! - **lane**: one (stream, input partition); windows, caps and seqs are per lane.
+//! - **window seq**: a window's number in its lane (count windows: 0, 1, 2…;
+//!   time windows: `⌊event time / length⌋`).
+//! - **charge**: "device `d` holds readings of horizon `h` in window `s`"; at
+//!   most `W` per device and horizon.
+//! - **ledger entry**: per lane, the last released window (state topic).
+//! - **horizon**: the accounting period; a device's loss is bounded per horizon.
+//! - **release key**: the secret that keys all noise (a replay repeats it).
 
 /// The privacy core, its own crate (`aggregator/dp`, no Kafka, tokio or I/O).
 pub use fleetdp_dp as dp;
-
-pub mod config;
 
 /// The build: package version, git commit and build time (UTC).
 pub const VERSION: &str = concat!(
@@ -17,17 +51,29 @@ pub const VERSION: &str = concat!(
     env!("FLEETDP_BUILT"),
     ")"
 );
+
+pub mod config;
 pub mod demo;
-mod devices;
 pub mod faults;
 pub mod http;
 pub mod kafka;
-pub mod partitioner;
 pub mod pipeline;
-pub mod process;
 pub mod report;
 pub mod sim;
 pub mod state;
-pub mod status;
 pub mod telemetry;
-pub mod window;
+
+mod devices;
+mod partitioner;
+mod process;
+mod status;
+mod window;
+
+// What the benchmarks and tests drive below the pipeline.
+pub use partitioner::Partitioner;
+pub use process::{decoder, Processor};
+pub use status::StatusBoard;
+pub use window::{
+    device_key, Admission, ClosedWindow, PublishedWindow, Resume, StreamRules, Windower,
+    DEVICE_KEY_SCHEME,
+};

@@ -21,7 +21,7 @@ use fleetdp::dp::mechanism::Measure;
 use fleetdp::dp::relation::Relation;
 use fleetdp::dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
 use fleetdp::dp::rng::ReleaseKey;
-use fleetdp::window::{device_key, PublishedWindow, StreamRules, Windower};
+use fleetdp::{device_key, PublishedWindow, StreamRules, Windower};
 
 const RUNS: u64 = 200_000;
 const ALPHA: f64 = 0.05;

@@ -17,9 +17,9 @@ mod harness;
 use fleetdp::config::Config;
 use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::faults::CrashPoint;
-use fleetdp::process::Processor;
 use fleetdp::sim::{FleetSpec, Signal};
 use fleetdp::telemetry::Counters;
+use fleetdp::Processor;
 use harness::*;
 use prost::Message as _;
 use rand::{Rng, SeedableRng};
@@ -411,7 +411,7 @@ fn killed_instances_release_every_window_exactly_once() {
                 _ => {}
             }
             let c = proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap();
-            assert_eq!(c.device_key_scheme, fleetdp::window::DEVICE_KEY_SCHEME);
+            assert_eq!(c.device_key_scheme, fleetdp::DEVICE_KEY_SCHEME);
             let k = (c.stream.clone(), c.partition, c.window_seq);
             let charges: Vec<(u64, i64)> = c
                 .device_keys

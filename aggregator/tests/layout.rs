@@ -191,3 +191,42 @@ fn the_cycle_check_can_fail() {
             .collect()
     );
 }
+
+/// Every `docs/DESIGN.md §N` a source file cites is a section of the page.
+#[test]
+fn design_citations_point_at_existing_sections() {
+    let design = std::fs::read_to_string(root().join("docs/DESIGN.md")).unwrap();
+    let sections: BTreeSet<String> = design
+        .lines()
+        .filter_map(|l| l.strip_prefix("## "))
+        .filter_map(|l| l.split('.').next())
+        .map(str::to_string)
+        .collect();
+    assert!(sections.len() >= 9, "sections: {sections:?}");
+    let mut files = Vec::new();
+    for dir in [
+        "aggregator/src",
+        "aggregator/dp/src",
+        "aggregator/tests",
+        "ingest/src",
+    ] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let mut cited = 0;
+    for p in &files {
+        let text = std::fs::read_to_string(p).unwrap();
+        for (i, _) in text.match_indices("DESIGN.md §") {
+            let n: String = text[i + "DESIGN.md §".len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            cited += 1;
+            assert!(
+                sections.contains(&n),
+                "{} cites DESIGN.md §{n}, which does not exist",
+                p.display()
+            );
+        }
+    }
+    assert!(cited >= 5, "the sources cite the design ({cited})");
+}

@@ -639,8 +639,8 @@ fn charges_of_another_device_key_scheme_are_refused_on_restore() {
             .map(|m| proto::v1::WindowCharges::decode(m.payload.as_slice()).unwrap())
             .collect();
         assert_eq!(written.len(), 1);
-        assert_eq!(written[0].device_key_scheme, fleetdp::window::DEVICE_KEY_SCHEME);
-        assert_eq!(written[0].device_keys, [fleetdp::window::device_key("a"), fleetdp::window::device_key("b")]);
+        assert_eq!(written[0].device_key_scheme, fleetdp::DEVICE_KEY_SCHEME);
+        assert_eq!(written[0].device_keys, [fleetdp::device_key("a"), fleetdp::device_key("b")]);
         // The same window's charges as an older build would have keyed them.
         let foreign = proto::v1::WindowCharges { device_key_scheme: String::new(), ..written[0].clone() };
         produce(&broker, &t.state, &[Out {
@@ -660,7 +660,7 @@ fn charges_of_another_device_key_scheme_are_refused_on_restore() {
 
 #[test]
 fn our_partitioners_place_keys_as_librdkafka_does() {
-    use fleetdp::partitioner::Partitioner;
+    use fleetdp::Partitioner;
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
@@ -700,7 +700,7 @@ fn our_partitioners_place_keys_as_librdkafka_does() {
 
 #[test]
 fn readings_on_the_wrong_partition_are_dead_lettered() {
-    use fleetdp::partitioner::Partitioner;
+    use fleetdp::Partitioner;
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {

@@ -26,7 +26,7 @@ use fleetdp::dp::accountant::Budget;
 use fleetdp::dp::mechanism::Measure;
 use fleetdp::dp::relation::Relation;
 use fleetdp::dp::release::{plan, Measurement, PrivacySpec, StatKind, StreamPlan, StreamSpec};
-use fleetdp::window::{device_key, Admission, PublishedWindow, StreamRules, Windower};
+use fleetdp::{device_key, Admission, PublishedWindow, StreamRules, Windower};
 use num_traits::ToPrimitive;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -2,7 +2,7 @@
 //! what is in flight (releases and dead letters not yet acknowledged) and
 //! what was last committed, and the rule for what may be committed.
 //!
-//! The rule (docs/DESIGN.md §5): an input offset is committed only when
+//! The rule (docs/DESIGN.md §6): an input offset is committed only when
 //! everything before it is safely handled: no open window holds a reading
 //! from before it (the windower's [`crate::window::Windower::committable`]),
 //! no release holding such a reading is unacknowledged, and no dead letter

@@ -1,5 +1,5 @@
 //! The durable protocol: the one owner of what FleetDP keeps in Kafka to
-//! survive restarts and hand partitions over (docs/DESIGN.md §5).
+//! survive restarts and hand partitions over (docs/DESIGN.md §6).
 //!
 //! Records (state topic, compacted; the kind in the [`RECORD_KIND`] header):
 //! - [`CHARGES`], key `stream/partition/seq` (the release key): the devices a
