@@ -26,15 +26,14 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
     v.plan
         .streams
         .iter()
-        .zip(v.window_timeouts.iter().zip(&v.windows))
-        .map(|(s, (t, w))| StreamRules {
+        .map(|s| StreamRules {
             name: s.spec.name.clone(),
             window_size: s.spec.window_size as usize,
             max_readings_per_device: s.spec.max_readings_per_device,
             max_windows_per_device: s.spec.max_windows_per_device,
             midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
-            timeout_ms: t.map(|d| d.as_millis() as i64),
-            window_ms: w.map(|d| d.as_millis() as i64),
+            timeout_ms: s.spec.window_timeout_ms.map(|t| t as i64),
+            window_ms: s.spec.window_ms.map(|w| w as i64),
         })
         .collect()
 }

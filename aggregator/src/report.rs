@@ -143,7 +143,7 @@ impl PlanReport {
                 StreamReport {
                     name: s.spec.name.clone(),
                     window_size: s.spec.window_size,
-                    window_seconds: v.windows[i].map(|d| d.as_secs_f64()),
+                    window_seconds: v.plan.streams[i].spec.window_ms.map(|ms| ms as f64 / 1e3),
                     max_readings_per_device: s.spec.max_readings_per_device,
                     max_windows_per_device: s.spec.max_windows_per_device,
                     spent_per_window: rational::to_f64(&s.per_window),

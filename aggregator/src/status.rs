@@ -26,6 +26,36 @@ pub struct Point {
     pub half_width: Option<f64>,
 }
 
+/// The `/api/status` document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub relation: String,
+    pub budget_per_horizon: f64,
+    pub spent_per_horizon: f64,
+    pub measure: String,
+    pub horizon_seconds: u64,
+    pub windows_released: u64,
+    /// Exact input counts: `null` under add-remove or `hide_exact_counts`.
+    pub messages: Option<u64>,
+    pub dead_letters: Option<BTreeMap<&'static str, u64>>,
+    pub assigned: Vec<i32>,
+    pub lag: Option<BTreeMap<i32, i64>>,
+    pub ready: bool,
+    pub streams: Vec<StreamStatus>,
+}
+
+/// One stream in [`Status`].
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamStatus {
+    pub name: String,
+    pub window_size: u64,
+    pub window_seconds: Option<f64>,
+    pub budget_share: f64,
+    pub spent_per_horizon: f64,
+    /// Statistic label → recent released points.
+    pub series: BTreeMap<String, Vec<Point>>,
+}
+
 #[derive(Debug, Default)]
 struct Board {
     /// (stream, statistic label) → recent points.
@@ -187,62 +217,60 @@ impl StatusBoard {
         Ok(())
     }
 
-    /// The JSON document behind the status page.
+    /// The document behind the status page (`/api/status`).
     pub fn to_json(
         &self,
         v: &Validated,
         counters: &crate::telemetry::Counters,
     ) -> serde_json::Value {
+        serde_json::to_value(self.status(v, counters)).expect("the status serialises")
+    }
+
+    /// What `/api/status` shows: released (noisy) values, plan figures and,
+    /// under change-one, operational counts (docs/DESIGN.md §8).
+    pub fn status(&self, v: &Validated, counters: &crate::telemetry::Counters) -> Status {
         let b = self.lock();
         let budget = v.plan.privacy.budget.per_horizon;
-        let streams: Vec<serde_json::Value> = v
+        let streams = v
             .plan
             .streams
             .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let spent = rational::to_f64(&s.per_horizon());
-                let series: BTreeMap<&str, &VecDeque<Point>> = b
+            .map(|s| StreamStatus {
+                name: s.spec.name.clone(),
+                window_size: s.spec.window_size,
+                window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
+                budget_share: s.spec.budget_share * budget,
+                spent_per_horizon: rational::to_f64(&s.per_horizon()),
+                series: b
                     .series
                     .iter()
                     .filter(|((name, _), _)| *name == s.spec.name)
-                    .map(|((_, label), q)| (label.as_str(), q))
-                    .collect();
-                serde_json::json!({
-                    "name": s.spec.name,
-                    "window_size": s.spec.window_size,
-                    "window_seconds": v.windows.get(i).copied().flatten().map(|d| d.as_secs_f64()),
-                    "budget_share": s.spec.budget_share * budget,
-                    "spent_per_horizon": spent,
-                    "series": series,
-                })
+                    .map(|((_, label), q)| (label.clone(), q.iter().cloned().collect()))
+                    .collect(),
             })
             .collect();
         // Under add-remove exact counts of the input reveal presence: the
         // page and its JSON never carry them (null).
         let exact = v.plan.privacy.relation == crate::dp::relation::Relation::ChangeOne
             && !v.config.http.hide_exact_counts;
-        let messages = exact.then(|| counters.messages.load(std::sync::atomic::Ordering::Relaxed));
-        let dead_letters = exact.then(|| {
-            ingest::Reason::ALL
-                .iter()
-                .map(|r| (r.as_str(), counters.dead_letters(*r)))
-                .collect::<BTreeMap<_, _>>()
-        });
-        let lag = exact.then_some(&b.lag);
-        serde_json::json!({
-            "relation": v.plan.privacy.relation.to_string(),
-            "budget_per_horizon": budget,
-            "spent_per_horizon": rational::to_f64(&v.plan.per_horizon),
-            "measure": format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
-            "horizon_seconds": v.horizon.as_secs(),
-            "windows_released": counters.windows_released.load(std::sync::atomic::Ordering::Relaxed),
-            "messages": messages,
-            "dead_letters": dead_letters,
-            "assigned": b.assigned,
-            "lag": lag,
-            "ready": self.ready_locked(&b).is_ok(),
-            "streams": streams,
-        })
+        Status {
+            relation: v.plan.privacy.relation.to_string(),
+            budget_per_horizon: budget,
+            spent_per_horizon: rational::to_f64(&v.plan.per_horizon),
+            measure: format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
+            horizon_seconds: v.horizon.as_secs(),
+            windows_released: crate::telemetry::Counters::get(&counters.windows_released),
+            messages: exact.then(|| crate::telemetry::Counters::get(&counters.messages)),
+            dead_letters: exact.then(|| {
+                ingest::Reason::ALL
+                    .iter()
+                    .map(|r| (r.as_str(), counters.dead_letters(*r)))
+                    .collect()
+            }),
+            assigned: b.assigned.clone(),
+            lag: exact.then(|| b.lag.clone()),
+            ready: self.ready_locked(&b).is_ok(),
+            streams,
+        }
     }
 }

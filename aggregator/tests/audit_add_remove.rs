@@ -36,7 +36,7 @@ fn stream() -> StreamPlan {
         upper: 10.0,
         resolution: 1.0,
         window_size: 0,
-        window: Some("10ms".into()),
+        window_ms: Some(10),
         max_readings_per_device: 1,
         max_windows_per_device: 1,
         budget_share: 1.0,
@@ -44,7 +44,7 @@ fn stream() -> StreamPlan {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
-        window_timeout: None,
+        window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -86,7 +86,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         } else {
             0
         },
-        window: (relation == Relation::AddRemove).then(|| "1ms".into()),
+        window_ms: (relation == Relation::AddRemove).then_some(1),
         max_readings_per_device: 2,
         max_windows_per_device: 2,
         budget_share: 1.0,
@@ -101,7 +101,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         histogram_edges: vec![0.0, 1.0, 2.0],
         quantiles: vec![0.5],
         quantile_candidates: None,
-        window_timeout: None,
+        window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -69,8 +69,8 @@ fn window_release(c: &mut Criterion) {
         ],
         quantiles: vec![0.1, 0.5, 0.9, 0.99],
         quantile_candidates: None,
-        window_timeout: None,
-        window: None,
+        window_timeout_ms: None,
+        window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -33,8 +33,8 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
-        window_timeout: None,
-        window: None,
+        window_timeout_ms: None,
+        window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

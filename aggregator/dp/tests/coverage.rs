@@ -27,8 +27,8 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
-        window_timeout: None,
-        window: None,
+        window_timeout_ms: None,
+        window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     };

@@ -27,8 +27,8 @@ fn stream() -> StreamSpec {
         histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
-        window_timeout: None,
-        window: None,
+        window_timeout_ms: None,
+        window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     }

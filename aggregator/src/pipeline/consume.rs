@@ -72,7 +72,7 @@ impl<'a> Consuming<'a> {
         events: Events,
     ) -> Self {
         Self {
-            timed: p.v.windows.iter().any(Option::is_some),
+            timed: p.v.plan.streams.iter().any(|s| s.spec.window_ms.is_some()),
             p,
             opts,
             producer,

@@ -56,63 +56,38 @@ pub const MAX_STREAM_NAME: usize = 128;
 pub const MAX_DEFAULT_CANDIDATES: u64 = 100_001;
 
 /// A stream as declared (the `[[stream]]` table of the config).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StreamSpec {
     pub name: String,
     pub lower: f64,
     pub upper: f64,
     pub resolution: f64,
-    /// Count windows (change-one): `n`, public. Unset (0) with time windows.
-    #[serde(default)]
+    /// Count windows (change-one): `n`, public. 0 with time windows.
     pub window_size: u64,
-    /// Time windows (add-remove): their length (a duration such as "5m",
-    /// parsed by the service's configuration),
-    /// aligned to the epoch; the horizon must be a whole number of them.
-    #[serde(default)]
-    pub window: Option<String>,
+    /// Time windows (add-remove): their length in milliseconds, aligned to
+    /// the epoch (the service checks that it divides the horizon).
+    pub window_ms: Option<u64>,
     /// `k`.
-    #[serde(default = "one")]
     pub max_readings_per_device: u32,
     /// `W` per horizon.
-    #[serde(default = "one")]
     pub max_windows_per_device: u32,
-    #[serde(default = "full_share")]
     pub budget_share: f64,
     pub statistics: Vec<StatKind>,
-    #[serde(default)]
     pub histogram_edges: Vec<f64>,
-    #[serde(default)]
     pub quantiles: Vec<f64>,
     /// Candidate values for quantiles; default: every grid point (at most
     /// [`MAX_DEFAULT_CANDIDATES`]).
-    #[serde(default)]
     pub quantile_candidates: Option<Vec<f64>>,
-    /// Close a window that has waited this long by padding it to `n` with the
-    /// midpoint (a duration such as "5m", parsed by the service's
-    /// configuration); unset: wait for `n` readings.
-    #[serde(default)]
-    pub window_timeout: Option<String>,
+    /// Count windows: close a window that has waited this long (ms of event
+    /// time) by padding it to `n` with the midpoint; `None`: wait for `n`.
+    pub window_timeout_ms: Option<u64>,
     /// Share of this stream's budget spent on running totals (sum, and the
     /// histogram's bins if declared) released with every window; 0: none.
-    #[serde(default)]
     pub running_share: f64,
     /// Lifetime (windows per partition) the running totals are tuned for: the
     /// BLT stays private beyond it (error then grows faster); the pure-DP
     /// tree stops there. Rounded up to a power of two.
-    #[serde(default = "default_running_lifetime")]
     pub running_lifetime: u64,
-}
-
-pub(super) fn default_running_lifetime() -> u64 {
-    1 << 24
-}
-
-pub(super) fn one() -> u32 {
-    1
-}
-pub(super) fn full_share() -> f64 {
-    1.0
 }
 
 /// Privacy settings shared by all streams.
@@ -148,7 +123,7 @@ pub(super) fn universe_err(spec: &StreamSpec, e: UniverseError) -> PlanError {
 /// Readings a window may hold, for the overflow proof: `n` for count
 /// windows, the windower's bound for time windows.
 pub(super) fn max_window_readings(spec: &StreamSpec) -> u64 {
-    if spec.window.is_some() {
+    if spec.window_ms.is_some() {
         MAX_TIME_WINDOW_READINGS
     } else {
         spec.window_size
@@ -174,7 +149,7 @@ pub(super) fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Uni
     }
     let u = Universe::new(spec.lower, spec.upper, spec.resolution)
         .map_err(|e| universe_err(spec, e))?;
-    match (relation, &spec.window) {
+    match (relation, &spec.window_ms) {
         (Relation::AddRemove, None) => {
             return Err(field_err(
                 spec,
@@ -200,7 +175,7 @@ pub(super) fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Uni
                     "not used with time windows (their size is private and measured with noise); remove it",
                 ));
             }
-            if spec.window_timeout.is_some() {
+            if spec.window_timeout_ms.is_some() {
                 return Err(field_err(
                     spec,
                     "window_timeout",

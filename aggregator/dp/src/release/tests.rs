@@ -25,8 +25,8 @@ pub(crate) fn spec() -> StreamSpec {
         histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 40.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
-        window_timeout: None,
-        window: None,
+        window_timeout_ms: None,
+        window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
     }
@@ -36,7 +36,7 @@ pub(crate) fn spec() -> StreamSpec {
 pub(crate) fn spec_for(relation: Relation) -> StreamSpec {
     let mut s = spec();
     if relation == Relation::AddRemove {
-        s.window = Some("5m".into());
+        s.window_ms = Some(300_000);
         s.window_size = 0;
     }
     s
@@ -166,7 +166,7 @@ fn windows_must_fit_the_relation() {
     s.window_size = 10;
     assert_eq!(field(plan(&ar, &[s])).0, "window_size");
     let mut s = spec_for(Relation::AddRemove);
-    s.window_timeout = Some("1m".into());
+    s.window_timeout_ms = Some(60_000);
     assert_eq!(field(plan(&ar, &[s])).0, "window_timeout");
     // Under add-remove an empty window releases (count 0 plus noise).
     let p = plan(&ar, &[spec_for(Relation::AddRemove)]).unwrap();

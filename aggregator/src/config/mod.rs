@@ -5,7 +5,7 @@
 use crate::dp::accountant::Budget;
 use crate::dp::mechanism::Measure;
 use crate::dp::relation::Relation;
-use crate::dp::release::{plan, Plan, PrivacySpec, StreamSpec};
+use crate::dp::release::{plan, Plan, PrivacySpec};
 use crate::dp::rng::ReleaseKey;
 use anyhow::{anyhow, bail, Context, Result};
 use ingest::Format;
@@ -13,6 +13,12 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub use stream::StreamConfig;
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -25,7 +31,7 @@ pub struct Config {
     #[serde(default)]
     pub limits: LimitsConfig,
     #[serde(rename = "stream")]
-    pub streams: Vec<StreamSpec>,
+    pub streams: Vec<StreamConfig>,
 }
 
 /// `Debug` shows the names of extra client properties, never their values
@@ -245,10 +251,6 @@ pub struct Validated {
     pub plan: Plan,
     pub horizon: Duration,
     pub max_lateness: Duration,
-    /// Per stream (same order as `plan.streams`): window timeout, if any.
-    pub window_timeouts: Vec<Option<Duration>>,
-    /// Per stream: the time windows' length (add-remove), if any.
-    pub windows: Vec<Option<Duration>>,
     pub max_clock_skew: Duration,
 }
 
@@ -258,7 +260,7 @@ pub struct Validated {
 pub const MIN_DURATION: Duration = Duration::from_millis(1);
 pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
-fn duration(field: &str, text: &str) -> Result<Duration> {
+pub(crate) fn duration(field: &str, text: &str) -> Result<Duration> {
     let d = humantime::parse_duration(text)
         .map_err(|e| anyhow!("{field}: {text:?} is not a duration ({e}); e.g. \"24h\", \"5m\""))?;
     if d < MIN_DURATION || d > MAX_DURATION {
@@ -362,43 +364,17 @@ impl Config {
             relation: self.privacy.relation,
             budget: self.budget()?,
         };
-        let plan = plan(&privacy, &self.streams).map_err(|e| anyhow!("{e}"))?;
-        let window_timeouts = self
+        let specs = self
             .streams
             .iter()
-            .map(|s| {
-                s.window_timeout
-                    .as_deref()
-                    .map(|t| duration(&format!("stream '{}': window_timeout", s.name), t))
-                    .transpose()
-            })
-            .collect::<Result<_>>()?;
-        let windows = self
-            .streams
-            .iter()
-            .map(|s| {
-                let Some(t) = s.window.as_deref() else {
-                    return Ok(None);
-                };
-                let field = format!("stream '{}': window", s.name);
-                let d = duration(&field, t)?;
-                if d.as_millis() == 0 || horizon.as_millis() % d.as_millis() != 0 {
-                    bail!(
-                        "{field}: {t:?} must be a whole number of milliseconds that divides privacy.horizon \
-                         ({:?}), so that no window straddles a horizon boundary",
-                        self.privacy.horizon
-                    );
-                }
-                Ok(Some(d))
-            })
-            .collect::<Result<_>>()?;
+            .map(|s| s.to_spec(horizon))
+            .collect::<Result<Vec<_>>>()?;
+        let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
         Ok(Validated {
             config: self,
             plan,
             horizon,
             max_lateness,
-            window_timeouts,
-            windows,
             max_clock_skew,
         })
     }
@@ -445,218 +421,5 @@ impl Config {
                 .map_err(|e| anyhow!("privacy.key_file {}: {e}", path.display()));
         }
         bail!("privacy: no release key; set key_file or key_env (FleetDP refuses to release without a secret key)")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    pub const SAMPLE: &str = r#"
-[kafka]
-brokers = "127.0.0.1:9092"
-input_topic = "readings"
-output_topic = "releases"
-dead_letter_topic = "readings.dlq"
-
-[privacy]
-epsilon_per_device = 1.0
-horizon = "24h"
-key_env = "FLEETDP_TEST_KEY"
-
-[[stream]]
-name = "cabin_temp_c"
-lower = -40.0
-upper = 85.0
-resolution = 0.1
-window_size = 1000
-max_readings_per_device = 1
-max_windows_per_device = 24
-statistics = ["mean", "std", "histogram", "quantiles"]
-histogram_edges = [-40, 0, 10, 20, 30, 40, 85]
-quantiles = [0.5, 0.9]
-"#;
-
-    #[test]
-    fn sample_validates() {
-        let v = Config::parse(SAMPLE).unwrap().validate().unwrap();
-        assert_eq!(v.horizon, Duration::from_secs(86_400));
-        assert_eq!(v.plan.streams.len(), 1);
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        let cases = [
-            (
-                SAMPLE.replace("horizon = \"24h\"", "horizon = \"often\""),
-                "privacy.horizon",
-            ),
-            (
-                SAMPLE.replace("epsilon_per_device = 1.0", ""),
-                "privacy.epsilon_per_device",
-            ),
-            (
-                SAMPLE.replace(
-                    "epsilon_per_device = 1.0",
-                    "epsilon_per_device = 1.0\nmeasure = \"zcdp\"",
-                ),
-                "privacy.epsilon_per_device",
-            ),
-            (
-                SAMPLE.replace("output_topic = \"releases\"", "output_topic = \"readings\""),
-                "kafka",
-            ),
-            (
-                SAMPLE.replace("resolution = 0.1", "resolution = 0.3"),
-                "lower",
-            ),
-            (
-                SAMPLE.replace("window_size = 1000", "window_size = 1000\nwindow_sise = 3"),
-                "window_sise",
-            ),
-            (
-                SAMPLE.replace(
-                    "max_windows_per_device = 24",
-                    "max_windows_per_device = 24\nbudget_share = 1.5",
-                ),
-                "budget_share",
-            ),
-        ];
-        for (text, field) in cases {
-            let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
-            let msg = format!("{err:#}");
-            assert!(msg.contains(field), "expected {field:?} in: {msg}");
-        }
-    }
-
-    #[test]
-    fn add_remove_needs_time_windows_that_divide_the_horizon() {
-        let ar = SAMPLE.replace(
-            "horizon = \"24h\"",
-            "horizon = \"24h\"\nrelation = \"add-remove\"",
-        );
-        let err = format!("{:#}", Config::parse(&ar).unwrap().validate().unwrap_err());
-        assert!(err.contains("window") && err.contains("presence"), "{err}");
-        let timed = ar.replace("window_size = 1000", "window = \"5m\"");
-        let v = Config::parse(&timed).unwrap().validate().unwrap();
-        assert_eq!(v.windows, vec![Some(Duration::from_secs(300))]);
-        let err = format!(
-            "{:#}",
-            Config::parse(&timed.replace("\"5m\"", "\"7m\""))
-                .unwrap()
-                .validate()
-                .unwrap_err()
-        );
-        assert!(err.contains("divides privacy.horizon"), "{err}");
-        for (from, to, field) in [
-            ("\"5m\"", "\"often\"", "stream 'cabin_temp_c': window"),
-            ("\"5m\"", "\"0s\"", "stream 'cabin_temp_c': window"),
-        ] {
-            let err = format!(
-                "{:#}",
-                Config::parse(&timed.replace(from, to))
-                    .unwrap()
-                    .validate()
-                    .unwrap_err()
-            );
-            assert!(err.contains(field), "{err}");
-        }
-        let soon = SAMPLE.replace(
-            "window_size = 1000",
-            "window_size = 1000\nwindow_timeout = \"soon\"",
-        );
-        let err = format!(
-            "{:#}",
-            Config::parse(&soon).unwrap().validate().unwrap_err()
-        );
-        assert!(
-            err.contains("stream 'cabin_temp_c': window_timeout"),
-            "{err}"
-        );
-    }
-
-    /// Settings that used to pass validation and then panic, abort on a
-    /// huge allocation, hang, or collide: each refused, naming its field.
-    #[test]
-    fn crashing_settings_are_refused_with_their_field() {
-        let cases = [
-            ("horizon = \"24h\"", "horizon = \"1ns\"", "privacy.horizon"),
-            (
-                "horizon = \"24h\"",
-                "horizon = \"300000000years\"",
-                "privacy.horizon",
-            ),
-            (
-                "[[stream]]",
-                "[limits]\nmax_lateness = \"300000000years\"\n[[stream]]",
-                "limits.max_lateness",
-            ),
-            (
-                "[[stream]]",
-                "[limits]\nmax_clock_skew = \"0s\"\n[[stream]]",
-                "limits.max_clock_skew",
-            ),
-            (
-                "window_size = 1000",
-                "window_size = 1099511627776",
-                "window_size",
-            ),
-            (
-                "window_size = 1000",
-                "window_size = 1000\nwindow_timeout = \"1ns\"",
-                "window_timeout",
-            ),
-            (
-                "max_readings_per_device = 1",
-                "max_readings_per_device = 4000000000",
-                "max_readings_per_device",
-            ),
-            (
-                "max_windows_per_device = 24",
-                "max_windows_per_device = 4000000000",
-                "max_windows_per_device",
-            ),
-            (
-                "epsilon_per_device = 1.0",
-                "epsilon_per_device = 1e-15",
-                "epsilon_per_device",
-            ),
-            ("name = \"cabin_temp_c\"", "name = \"a/0\"", "name"),
-        ];
-        for (from, to, field) in cases {
-            let text = SAMPLE.replace(from, to);
-            assert_ne!(text, SAMPLE, "{to}");
-            let started = std::time::Instant::now();
-            let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
-            let msg = format!("{err:#}");
-            assert!(msg.contains(field), "{to}: expected {field:?} in: {msg}");
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(1),
-                "{to}: slow"
-            );
-        }
-    }
-
-    #[test]
-    fn debug_never_shows_client_property_values() {
-        let text = SAMPLE.replace(
-            "dead_letter_topic = \"readings.dlq\"",
-            "dead_letter_topic = \"readings.dlq\"\n[kafka.properties]\n\"sasl.password\" = \"hunter2\"",
-        );
-        let c = Config::parse(&text).unwrap();
-        let shown = format!("{c:?}");
-        assert!(
-            shown.contains("sasl.password") && !shown.contains("hunter2"),
-            "{shown}"
-        );
-    }
-
-    #[test]
-    fn key_is_required() {
-        let mut c = Config::parse(SAMPLE).unwrap();
-        c.privacy.key_env = None;
-        assert!(format!("{:#}", c.release_key().unwrap_err()).contains("no release key"));
-        c.privacy.key_env = Some("FLEETDP_SURELY_UNSET_VAR".into());
-        assert!(format!("{:#}", c.release_key().unwrap_err()).contains("FLEETDP_SURELY_UNSET_VAR"));
     }
 }

@@ -1,0 +1,104 @@
+//! A `[[stream]]` block as the operator writes it, and its translation into
+//! the privacy core's [`StreamSpec`] (durations parsed and bounded here, so
+//! the core sees only numbers).
+
+use super::duration;
+use crate::dp::release::{StatKind, StreamSpec};
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use std::time::Duration;
+
+/// One `[[stream]]` (see the README's configuration reference).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamConfig {
+    pub name: String,
+    pub lower: f64,
+    pub upper: f64,
+    pub resolution: f64,
+    /// Count windows (change-one): `n`, public.
+    #[serde(default)]
+    pub window_size: u64,
+    /// Time windows (add-remove): their length, e.g. "5m"; must divide the horizon.
+    #[serde(default)]
+    pub window: Option<String>,
+    /// `k`.
+    #[serde(default = "one")]
+    pub max_readings_per_device: u32,
+    /// `W` per horizon.
+    #[serde(default = "one")]
+    pub max_windows_per_device: u32,
+    #[serde(default = "full_share")]
+    pub budget_share: f64,
+    pub statistics: Vec<StatKind>,
+    #[serde(default)]
+    pub histogram_edges: Vec<f64>,
+    #[serde(default)]
+    pub quantiles: Vec<f64>,
+    #[serde(default)]
+    pub quantile_candidates: Option<Vec<f64>>,
+    /// Count windows: pad and close a window after this much event time.
+    #[serde(default)]
+    pub window_timeout: Option<String>,
+    #[serde(default)]
+    pub running_share: f64,
+    #[serde(default = "default_running_lifetime")]
+    pub running_lifetime: u64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn full_share() -> f64 {
+    1.0
+}
+
+fn default_running_lifetime() -> u64 {
+    1 << 24
+}
+
+impl StreamConfig {
+    /// The core's spec: durations parsed (errors name the stream and the
+    /// field), time windows checked to divide `horizon`.
+    pub fn to_spec(&self, horizon: Duration) -> Result<StreamSpec> {
+        let field = |f: &str| format!("stream '{}': {f}", self.name);
+        let window_timeout_ms = self
+            .window_timeout
+            .as_deref()
+            .map(|t| duration(&field("window_timeout"), t).map(|d| d.as_millis() as u64))
+            .transpose()?;
+        let window_ms = match self.window.as_deref() {
+            None => None,
+            Some(t) => {
+                let d = duration(&field("window"), t)?;
+                if horizon.as_millis() % d.as_millis() != 0 {
+                    bail!(
+                        "{}: {t:?} must be a whole number of milliseconds that divides privacy.horizon \
+                         ({horizon:?}), so that no window straddles a horizon boundary",
+                        field("window")
+                    );
+                }
+                Some(d.as_millis() as u64)
+            }
+        };
+        Ok(StreamSpec {
+            name: self.name.clone(),
+            lower: self.lower,
+            upper: self.upper,
+            resolution: self.resolution,
+            window_size: self.window_size,
+            window_ms,
+            max_readings_per_device: self.max_readings_per_device,
+            max_windows_per_device: self.max_windows_per_device,
+            budget_share: self.budget_share,
+            statistics: self.statistics.clone(),
+            histogram_edges: self.histogram_edges.clone(),
+            quantiles: self.quantiles.clone(),
+            quantile_candidates: self.quantile_candidates.clone(),
+            window_timeout_ms,
+            running_share: self.running_share,
+            running_lifetime: self.running_lifetime,
+        })
+    }
+}

@@ -1,0 +1,271 @@
+use super::*;
+
+pub const SAMPLE: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+input_topic = "readings"
+output_topic = "releases"
+dead_letter_topic = "readings.dlq"
+
+[privacy]
+epsilon_per_device = 1.0
+horizon = "24h"
+key_env = "FLEETDP_TEST_KEY"
+
+[[stream]]
+name = "cabin_temp_c"
+lower = -40.0
+upper = 85.0
+resolution = 0.1
+window_size = 1000
+max_readings_per_device = 1
+max_windows_per_device = 24
+statistics = ["mean", "std", "histogram", "quantiles"]
+histogram_edges = [-40, 0, 10, 20, 30, 40, 85]
+quantiles = [0.5, 0.9]
+"#;
+
+#[test]
+fn sample_validates() {
+    let v = Config::parse(SAMPLE).unwrap().validate().unwrap();
+    assert_eq!(v.horizon, Duration::from_secs(86_400));
+    assert_eq!(v.plan.streams.len(), 1);
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases = [
+        (
+            SAMPLE.replace("horizon = \"24h\"", "horizon = \"often\""),
+            "privacy.horizon",
+        ),
+        (
+            SAMPLE.replace("epsilon_per_device = 1.0", ""),
+            "privacy.epsilon_per_device",
+        ),
+        (
+            SAMPLE.replace(
+                "epsilon_per_device = 1.0",
+                "epsilon_per_device = 1.0\nmeasure = \"zcdp\"",
+            ),
+            "privacy.epsilon_per_device",
+        ),
+        (
+            SAMPLE.replace("output_topic = \"releases\"", "output_topic = \"readings\""),
+            "kafka",
+        ),
+        (
+            SAMPLE.replace("resolution = 0.1", "resolution = 0.3"),
+            "lower",
+        ),
+        (
+            SAMPLE.replace("window_size = 1000", "window_size = 1000\nwindow_sise = 3"),
+            "window_sise",
+        ),
+        (
+            SAMPLE.replace(
+                "max_windows_per_device = 24",
+                "max_windows_per_device = 24\nbudget_share = 1.5",
+            ),
+            "budget_share",
+        ),
+    ];
+    for (text, field) in cases {
+        let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(field), "expected {field:?} in: {msg}");
+    }
+}
+
+#[test]
+fn add_remove_needs_time_windows_that_divide_the_horizon() {
+    let ar = SAMPLE.replace(
+        "horizon = \"24h\"",
+        "horizon = \"24h\"\nrelation = \"add-remove\"",
+    );
+    let err = format!("{:#}", Config::parse(&ar).unwrap().validate().unwrap_err());
+    assert!(err.contains("window") && err.contains("presence"), "{err}");
+    let timed = ar.replace("window_size = 1000", "window = \"5m\"");
+    let v = Config::parse(&timed).unwrap().validate().unwrap();
+    assert_eq!(v.plan.streams[0].spec.window_ms, Some(300_000));
+    let err = format!(
+        "{:#}",
+        Config::parse(&timed.replace("\"5m\"", "\"7m\""))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+    );
+    assert!(err.contains("divides privacy.horizon"), "{err}");
+    for (from, to, field) in [
+        ("\"5m\"", "\"often\"", "stream 'cabin_temp_c': window"),
+        ("\"5m\"", "\"0s\"", "stream 'cabin_temp_c': window"),
+    ] {
+        let err = format!(
+            "{:#}",
+            Config::parse(&timed.replace(from, to))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        );
+        assert!(err.contains(field), "{err}");
+    }
+    let soon = SAMPLE.replace(
+        "window_size = 1000",
+        "window_size = 1000\nwindow_timeout = \"soon\"",
+    );
+    let err = format!(
+        "{:#}",
+        Config::parse(&soon).unwrap().validate().unwrap_err()
+    );
+    assert!(
+        err.contains("stream 'cabin_temp_c': window_timeout"),
+        "{err}"
+    );
+}
+
+/// Settings that used to pass validation and then panic, abort on a
+/// huge allocation, hang, or collide: each refused, naming its field.
+#[test]
+fn crashing_settings_are_refused_with_their_field() {
+    let cases = [
+        ("horizon = \"24h\"", "horizon = \"1ns\"", "privacy.horizon"),
+        (
+            "horizon = \"24h\"",
+            "horizon = \"300000000years\"",
+            "privacy.horizon",
+        ),
+        (
+            "[[stream]]",
+            "[limits]\nmax_lateness = \"300000000years\"\n[[stream]]",
+            "limits.max_lateness",
+        ),
+        (
+            "[[stream]]",
+            "[limits]\nmax_clock_skew = \"0s\"\n[[stream]]",
+            "limits.max_clock_skew",
+        ),
+        (
+            "window_size = 1000",
+            "window_size = 1099511627776",
+            "window_size",
+        ),
+        (
+            "window_size = 1000",
+            "window_size = 1000\nwindow_timeout = \"1ns\"",
+            "window_timeout",
+        ),
+        (
+            "max_readings_per_device = 1",
+            "max_readings_per_device = 4000000000",
+            "max_readings_per_device",
+        ),
+        (
+            "max_windows_per_device = 24",
+            "max_windows_per_device = 4000000000",
+            "max_windows_per_device",
+        ),
+        (
+            "epsilon_per_device = 1.0",
+            "epsilon_per_device = 1e-15",
+            "epsilon_per_device",
+        ),
+        ("name = \"cabin_temp_c\"", "name = \"a/0\"", "name"),
+    ];
+    for (from, to, field) in cases {
+        let text = SAMPLE.replace(from, to);
+        assert_ne!(text, SAMPLE, "{to}");
+        let started = std::time::Instant::now();
+        let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(field), "{to}: expected {field:?} in: {msg}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{to}: slow"
+        );
+    }
+}
+
+#[test]
+fn debug_never_shows_client_property_values() {
+    let text = SAMPLE.replace(
+        "dead_letter_topic = \"readings.dlq\"",
+        "dead_letter_topic = \"readings.dlq\"\n[kafka.properties]\n\"sasl.password\" = \"hunter2\"",
+    );
+    let c = Config::parse(&text).unwrap();
+    let shown = format!("{c:?}");
+    assert!(
+        shown.contains("sasl.password") && !shown.contains("hunter2"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn key_is_required() {
+    let mut c = Config::parse(SAMPLE).unwrap();
+    c.privacy.key_env = None;
+    assert!(format!("{:#}", c.release_key().unwrap_err()).contains("no release key"));
+    c.privacy.key_env = Some("FLEETDP_SURELY_UNSET_VAR".into());
+    assert!(format!("{:#}", c.release_key().unwrap_err()).contains("FLEETDP_SURELY_UNSET_VAR"));
+}
+
+/// The keys a section accepts, as serde lists them when it meets an
+/// unknown one (so the list cannot drift from the structs).
+fn keys_of(section: &str) -> Vec<String> {
+    let header = if section == "stream" {
+        "[[stream]]\n".to_string()
+    } else {
+        format!("[{section}]\n")
+    };
+    let text = if SAMPLE.contains(&header) {
+        SAMPLE.replacen(&header, &format!("{header}zz_not_a_key = 1\n"), 1)
+    } else {
+        // A section the sample leaves to its defaults.
+        SAMPLE.replacen(
+            "[[stream]]\n",
+            &format!("{header}zz_not_a_key = 1\n\n[[stream]]\n"),
+            1,
+        )
+    };
+    let err = Config::parse(&text).unwrap_err().to_string();
+    let list = err
+        .split("expected one of ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no key list for [{section}]: {err}"));
+    let list = list.lines().next().unwrap();
+    list.split(',')
+        .map(|k| k.trim().trim_matches('`').to_string())
+        .filter(|k| !k.is_empty())
+        .collect()
+}
+
+/// Every key the configuration accepts is in the README's configuration
+/// reference (a new setting without documentation fails here).
+#[test]
+fn every_configuration_key_is_in_the_readme() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let start = readme
+        .find("## Configuration reference")
+        .expect("README has a configuration reference");
+    let end = readme[start + 3..]
+        .find("\n## ")
+        .map_or(readme.len(), |e| start + 3 + e);
+    let reference = &readme[start..end];
+    let mut missing = Vec::new();
+    let mut total = 0;
+    for section in ["kafka", "privacy", "http", "limits", "stream"] {
+        let keys = keys_of(section);
+        assert!(keys.len() >= 3, "[{section}] keys: {keys:?}");
+        for k in keys {
+            total += 1;
+            if !reference.contains(&format!("`{k}`")) {
+                missing.push(format!("{section}.{k}"));
+            }
+        }
+    }
+    assert!(total >= 40, "found {total} keys");
+    assert!(
+        missing.is_empty(),
+        "keys missing from the README's configuration reference: {missing:?}"
+    );
+}
