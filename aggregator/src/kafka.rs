@@ -159,32 +159,48 @@ pub fn read_topic(
     Ok(())
 }
 
-/// Produce one record and wait for the broker's ack, retrying with backoff;
-/// an error after the retries is fatal (nothing was committed past it).
+/// A record for [`produce_acked`].
+pub(crate) struct Record<'a> {
+    pub topic: &'a str,
+    pub key: &'a [u8],
+    /// `None`: a tombstone.
+    pub payload: Option<&'a [u8]>,
+    pub partition: Option<i32>,
+    pub headers: rdkafka::message::OwnedHeaders,
+    pub timestamp_ms: Option<i64>,
+}
+
+/// [`produce_acked`] gave up because the service is stopping: nothing is
+/// lost (what was not acknowledged is replayed on restart).
+#[derive(Debug, thiserror::Error)]
+#[error("stopped while retrying a produce to {0}")]
+pub(crate) struct Stopped(pub String);
+
+/// Produce one record and wait for the broker's ack, retrying transient
+/// errors with backoff until `stop` turns true; a record too large for the
+/// producer or the broker is not retried. An error is fatal to the caller
+/// (nothing was committed past it).
 pub(crate) async fn produce_acked(
     producer: &rdkafka::producer::FutureProducer,
-    topic: &str,
-    key: &[u8],
-    payload: Option<&[u8]>,
-    partition: Option<i32>,
-    headers: rdkafka::message::OwnedHeaders,
-    timestamp_ms: Option<i64>,
+    r: Record<'_>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(i32, i64)> {
+    let topic = r.topic;
     let mut backoff = Duration::from_millis(100);
     for attempt in 1..=8 {
         let mut record = rdkafka::producer::FutureRecord::to(topic)
-            .key(key)
-            .headers(headers.clone());
-        if let Some(t) = timestamp_ms {
+            .key(r.key)
+            .headers(r.headers.clone());
+        if let Some(t) = r.timestamp_ms {
             record = record.timestamp(t);
         }
-        if let Some(p) = payload {
+        if let Some(p) = r.payload {
             record = record.payload(p);
         }
-        if let Some(p) = partition {
+        if let Some(p) = r.partition {
             record = record.partition(p);
         }
-        match producer
+        let e = match producer
             .send(
                 record,
                 rdkafka::util::Timeout::After(Duration::from_secs(30)),
@@ -192,13 +208,32 @@ pub(crate) async fn produce_acked(
             .await
         {
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
-            Err((e, _)) => {
-                crate::telemetry::produce_failed(topic);
-                tracing::warn!(topic, attempt, error = %e, "produce failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
+            Err((e, _)) => e,
+        };
+        crate::telemetry::produce_failed(topic);
+        if matches!(
+            e.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::MessageSizeTooLarge
+                    | RDKafkaErrorCode::InvalidMessageSize
+                    | RDKafkaErrorCode::MessageBatchTooLarge
+            )
+        ) {
+            return Err(anyhow!(
+                "producing a record of {} bytes to {topic}: {e}; it is larger than the producer's \
+                 message.max.bytes or the topic's max.message.bytes allows (raise them, see the README's limits)",
+                r.payload.map_or(0, <[u8]>::len)
+            ));
         }
+        tracing::warn!(topic, attempt, error = %e, "produce failed; retrying");
+        if *stop.borrow() {
+            return Err(Stopped(topic.to_string()).into());
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return Err(Stopped(topic.to_string()).into()),
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
     Err(anyhow!(
         "producing to {topic} failed after retries; exiting so an orchestrator can restart"

@@ -5,7 +5,10 @@
 //!   as too old): a reading dated before 1970 or more than `max_clock_skew`
 //!   ahead of its message's timestamp is dead-lettered `future` before it
 //!   touches any lane; the readings around it are accepted;
-//! - an idle instance applies its assignment without a message arriving.
+//! - an idle instance applies its assignment without a message arriving;
+//! - a dead letter too large for the producer is sent truncated (it used to
+//!   be retried forever, and nothing behind it was processed);
+//! - a missing dead-letter or state topic is an error at start.
 
 mod harness;
 
@@ -170,6 +173,126 @@ fn sighup_and_sigterm_stop_gracefully() {
             assert!(ready, "{name}: never ready");
             assert!(status.success(), "{name}: {status:?}");
             let _ = std::fs::remove_dir_all(&dir);
+        }
+    });
+}
+
+/// An undecodable message of ≈ 1,000,500 bytes (under the input limit, over
+/// the producer's default `message.max.bytes`) and a valid 1.1 MB reading
+/// (over `max_message_bytes`) are both dead-lettered, truncated with their
+/// original size, and every reading after them is processed.
+#[test]
+fn oversized_dead_letters_are_truncated_and_the_stream_goes_on() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("oversize");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window_size = 5
+max_windows_per_device = 100
+statistics = ["mean"]
+"#,
+        );
+        let base = now_ms() - 60_000;
+        let mut msgs: Vec<Out> = (0..10)
+            .map(|i| reading(&format!("a{i}"), base + i))
+            .collect();
+        let garbage = Out {
+            partition: Some(0),
+            key: "garbage".into(),
+            payload: vec![0xff; 1_000_500],
+            content_type: Some("application/json".into()),
+        };
+        let mut big = reading("big", base + 50);
+        let pad = " ".repeat(1_100_000);
+        big.payload = format!(
+            r#"{{"device_id":"big","stream":"temp","value":21.5,"event_time_ms":{}{pad}}}"#,
+            base + 50
+        )
+        .into_bytes();
+        msgs.push(garbage);
+        msgs.push(big);
+        msgs.extend((0..10).map(|i| reading(&format!("b{i}"), base + 100 + i)));
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        let done = wait_until(WAIT, || {
+            count(&c.windows_released) >= 4 && c.dead_letters_total() >= 2
+        })
+        .await;
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(
+            done,
+            "released {} of 4, dead letters {}: an oversized dead letter wedged the stream",
+            count(&c.windows_released),
+            c.dead_letters_total()
+        );
+        assert_eq!(count(&c.readings_accepted), 20);
+        assert_eq!(c.dead_letters(Reason::Undecodable), 1);
+        assert_eq!(c.dead_letters(Reason::Oversize), 1);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        assert_eq!(dlq.len(), 2);
+        for (m, size) in dlq.iter().zip([1_000_500usize, msgs[11].payload.len()]) {
+            assert_eq!(m.headers["fleetdp-truncated"], "payload");
+            assert_eq!(m.headers["fleetdp-original-size"], size.to_string());
+            assert_eq!(
+                m.payload.len(),
+                fleetdp::pipeline::TRUNCATED_DEAD_LETTER_BYTES,
+                "the first bytes are kept"
+            );
+        }
+    });
+}
+
+/// A missing dead-letter or state topic stops the service at start with an
+/// error naming the setting (it used to surface only when first used).
+#[test]
+fn a_missing_dead_letter_or_state_topic_is_an_error_at_start() {
+    let broker = Broker::start();
+    if !broker.is_external() {
+        // The mock cluster creates topics on first use.
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        for (missing, field) in [("dlq", "kafka.dead_letter_topic"), ("state", "kafka.state_topic")] {
+            let t = Topics::new(&format!("missing-{missing}"));
+            let mut topics = vec![(t.input.as_str(), 1), (t.output.as_str(), 1)];
+            if missing != "dlq" {
+                topics.push((t.dlq.as_str(), 1));
+            }
+            if missing != "state" {
+                topics.push((t.state.as_str(), 1));
+            }
+            broker.create_topics(&topics).await;
+            let v = config(
+                &broker,
+                &t,
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+                "",
+                "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
+            );
+            let (_stop, _c, h) = spawn_pipeline(v, KEY);
+            let err = tokio::time::timeout(Duration::from_secs(60), h)
+                .await
+                .expect("the service stopped at start")
+                .unwrap()
+                .expect_err("a missing topic is an error");
+            let msg = format!("{err:#}");
+            assert!(msg.contains(field), "{missing}: {msg}");
         }
     });
 }

@@ -220,6 +220,10 @@ fn design_citations_point_at_existing_sections() {
                 .chars()
                 .take_while(char::is_ascii_digit)
                 .collect();
+            if n.is_empty() {
+                // This test's own search string.
+                continue;
+            }
             cited += 1;
             assert!(
                 sections.contains(&n),

@@ -8,6 +8,7 @@ use super::consume::Consuming;
 use super::now_ms;
 use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
+use crate::kafka::Stopped;
 use crate::state::{self, Restored};
 use anyhow::{Context as _, Result};
 use std::time::Duration;
@@ -117,7 +118,14 @@ impl Consuming<'_> {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < 8 => {
                     tracing::warn!(error = %format!("{e:#}"), attempt, "restoring state failed; retrying");
-                    tokio::time::sleep(backoff).await;
+                    let mut stop = self.stop.clone();
+                    if *stop.borrow() {
+                        return Err(Stopped("the state topic".into()).into());
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.changed() => return Err(Stopped("the state topic".into()).into()),
+                    }
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                     attempt += 1;
                 }

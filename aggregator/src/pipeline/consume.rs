@@ -9,7 +9,7 @@ use super::release::Released;
 use super::{now_ms, Options, Pipeline};
 use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
-use crate::kafka::{self, CONTENT_TYPE};
+use crate::kafka::{self, Stopped, CONTENT_TYPE};
 use crate::process::Processor;
 use crate::telemetry;
 use crate::window::ClosedWindow;
@@ -57,6 +57,8 @@ pub(crate) struct Consuming<'a> {
     pub(super) releases: JoinSet<Result<Released>>,
     pub(super) dead_letters: JoinSet<Result<(i32, i64, Reason)>>,
     closed: Vec<ClosedWindow>,
+    /// Turns true when the service is asked to stop (retries end).
+    pub(super) stop: watch::Receiver<bool>,
     last_commit: Instant,
     /// Whether any stream has time windows (they close on the clock).
     timed: bool,
@@ -70,6 +72,7 @@ impl<'a> Consuming<'a> {
         output_partitions: i32,
         processor: Processor,
         events: Events,
+        stop: watch::Receiver<bool>,
     ) -> Self {
         Self {
             timed: p.v.plan.streams.iter().any(|s| s.spec.window_ms.is_some()),
@@ -85,6 +88,7 @@ impl<'a> Consuming<'a> {
             releases: JoinSet::new(),
             dead_letters: JoinSet::new(),
             closed: Vec::new(),
+            stop,
             last_commit: Instant::now(),
         }
     }
@@ -131,7 +135,7 @@ impl<'a> Consuming<'a> {
                 tokio::select! {
                     biased;
                     Some(done) = self.releases.join_next(), if !self.releases.is_empty() => {
-                        self.finish_release(done??);
+                        self.release_done(done)?;
                         continue;
                     }
                     Some(done) = self.dead_letters.join_next(), if !self.dead_letters.is_empty() => {
@@ -144,7 +148,9 @@ impl<'a> Consuming<'a> {
                     // message, release time windows that are due, commit
                     // what was acknowledged and report positions.
                     _ = idle.tick() => {
-                        self.apply_rebalance().await?;
+                        if stopped(self.apply_rebalance().await)? {
+                            break;
+                        }
                         self.close_due().await?;
                         self.commit(consumer, CommitMode::Async);
                         continue;
@@ -166,7 +172,9 @@ impl<'a> Consuming<'a> {
                 if let Some(m) = staged.take() {
                     self.apply_staged(m).await?;
                 }
-                self.apply_rebalance().await?;
+                if stopped(self.apply_rebalance().await)? {
+                    break;
+                }
             }
             let prepared = self.processor.prepare(
                 msg.partition(),
@@ -220,7 +228,7 @@ impl<'a> Consuming<'a> {
         self.processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
         while let Some(done) = self.releases.join_next().await {
-            self.finish_release(done??);
+            self.release_done(done)?;
         }
         while let Some(done) = self.dead_letters.join_next().await {
             self.finish_dead_letter(done??);
@@ -236,7 +244,7 @@ impl<'a> Consuming<'a> {
     /// Finish what was acknowledged, without waiting.
     fn reap(&mut self) -> Result<()> {
         while let Some(done) = self.releases.try_join_next() {
-            self.finish_release(done??);
+            self.release_done(done)?;
         }
         while let Some(done) = self.dead_letters.try_join_next() {
             self.finish_dead_letter(done??);
@@ -283,8 +291,8 @@ impl<'a> Consuming<'a> {
         for w in closed {
             // Bounded pipelining: publishes overlap with consuming.
             while self.releases.len() >= MAX_INFLIGHT {
-                let done = self.releases.join_next().await.expect("non-empty")??;
-                self.finish_release(done);
+                let done = self.releases.join_next().await.expect("non-empty");
+                self.release_done(done)?;
             }
             self.start_release(w);
             // Let the release task start now: a task spawned from this
@@ -322,6 +330,20 @@ impl<'a> Consuming<'a> {
             telemetry::commit_failed();
             self.offsets.commit_failed();
         }
+    }
+}
+
+/// Whether a step gave up because the service is stopping (an error otherwise).
+fn stopped(r: Result<()>) -> Result<bool> {
+    match r {
+        Ok(()) => Ok(false),
+        Err(e) if e.downcast_ref::<Stopped>().is_some() => {
+            tracing::warn!(
+                "stopping while restoring partitions; they are restored by whoever gets them"
+            );
+            Ok(true)
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -2,14 +2,127 @@
 //! key, bytes and headers plus headers naming the reason, the detail and
 //! where it came from; its input offset is not committed before the
 //! broker acknowledges it.
+//!
+//! A dead letter the producer or the broker refuses as too large is sent
+//! again smaller, never retried as it is (that used to wedge the service):
+//! first without the original headers and with only the first
+//! [`TRUNCATED_PAYLOAD`] bytes, then with no payload at all; both carry
+//! `fleetdp-truncated` and `fleetdp-original-size`. Only a full local queue
+//! is waited out; any other produce error stops the service with the topic
+//! and the error named (nothing is committed past the message).
 
 use super::consume::Consuming;
 use crate::telemetry;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use ingest::{Reason, Rejection};
-use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
-use rdkafka::producer::FutureRecord;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
+
+/// Payload bytes a truncated dead letter keeps.
+pub const TRUNCATED_PAYLOAD: usize = 64 * 1024;
+
+/// Key bytes a dead letter keeps (a key is normally a device id).
+const MAX_KEY: usize = 1024;
+
+/// Detail bytes a dead letter's `fleetdp-detail` header keeps.
+const MAX_DETAIL: usize = 1024;
+
+/// How much of the rejected message a dead letter carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Its headers, key and payload as they were.
+    Whole,
+    /// Its key and the first [`TRUNCATED_PAYLOAD`] bytes.
+    Truncated,
+    /// Its key only (the payload was too large even truncated).
+    HeadersOnly,
+}
+
+/// Whether a produce error means "this record is too large".
+fn too_large(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::MessageBatchTooLarge
+        )
+    )
+}
+
+fn queue_full(e: &KafkaError) -> bool {
+    matches!(
+        e,
+        KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+    )
+}
+
+/// The end of `s` at most `max` bytes in, on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The headers FleetDP adds (owned: a headers-only resend happens in the
+/// delivery task).
+fn fleetdp_headers(
+    base: OwnedHeaders,
+    rejection: &Rejection,
+    source: (&str, i32, i64),
+    form: Form,
+    original_size: usize,
+) -> OwnedHeaders {
+    let (partition, offset, size) = (
+        source.1.to_string(),
+        source.2.to_string(),
+        original_size.to_string(),
+    );
+    let mut h = base
+        .insert(Header {
+            key: "fleetdp-reason",
+            value: Some(rejection.reason.as_str()),
+        })
+        .insert(Header {
+            key: "fleetdp-detail",
+            value: Some(clip(&rejection.detail, MAX_DETAIL)),
+        })
+        .insert(Header {
+            key: "fleetdp-source-topic",
+            value: Some(source.0),
+        })
+        .insert(Header {
+            key: "fleetdp-source-partition",
+            value: Some(partition.as_str()),
+        })
+        .insert(Header {
+            key: "fleetdp-source-offset",
+            value: Some(offset.as_str()),
+        });
+    if form != Form::Whole {
+        h = h
+            .insert(Header {
+                key: "fleetdp-truncated",
+                value: Some(match form {
+                    Form::Truncated => "payload",
+                    _ => "all",
+                }),
+            })
+            .insert(Header {
+                key: "fleetdp-original-size",
+                value: Some(size.as_str()),
+            });
+    }
+    h
+}
 
 impl Consuming<'_> {
     /// Send a message to the dead-letter topic without waiting for the ack;
@@ -21,75 +134,116 @@ impl Consuming<'_> {
     ) -> Result<()> {
         let v = self.p.v.clone();
         let kc = &v.config.kafka;
-        let (partition, offset) = (msg.partition().to_string(), msg.offset().to_string());
-        let mut headers = OwnedHeaders::new();
-        if let Some(h) = msg.headers() {
-            use rdkafka::message::Headers;
-            for i in 0..h.count() {
-                if let Some(hd) = h.try_get(i) {
-                    headers = headers.insert(Header {
-                        key: hd.key,
-                        value: hd.value,
-                    });
-                }
-            }
-        }
-        let headers = headers
-            .insert(Header {
-                key: "fleetdp-reason",
-                value: Some(rejection.reason.as_str()),
-            })
-            .insert(Header {
-                key: "fleetdp-detail",
-                value: Some(rejection.detail.as_str()),
-            })
-            .insert(Header {
-                key: "fleetdp-source-topic",
-                value: Some(kc.input_topic.as_str()),
-            })
-            .insert(Header {
-                key: "fleetdp-source-partition",
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: "fleetdp-source-offset",
-                value: Some(offset.as_str()),
-            });
         while self.dead_letters.len() >= kc.dead_letters_in_flight.max(1) {
             let done = self.dead_letters.join_next().await.expect("non-empty")??;
             self.finish_dead_letter(done);
         }
-        let mut record = FutureRecord::to(&kc.dead_letter_topic)
-            .key(msg.key().unwrap_or(&[]))
-            .payload(msg.payload().unwrap_or(&[]))
-            .headers(headers);
+        let source = (kc.input_topic.as_str(), msg.partition(), msg.offset());
+        let payload = msg.payload().unwrap_or(&[]);
+        let key = msg.key().unwrap_or(&[]);
+        let key = &key[..key.len().min(MAX_KEY)];
+        let original = |form: Form| -> OwnedHeaders {
+            let mut headers = OwnedHeaders::new();
+            if form == Form::Whole {
+                if let Some(h) = msg.headers() {
+                    for i in 0..h.count() {
+                        if let Some(hd) = h.try_get(i) {
+                            headers = headers.insert(Header {
+                                key: hd.key,
+                                value: hd.value,
+                            });
+                        }
+                    }
+                }
+            }
+            fleetdp_headers(headers, rejection, source, form, payload.len())
+        };
+        let mut form = Form::Whole;
         let delivery = loop {
+            let body = match form {
+                Form::Whole => payload,
+                Form::Truncated => &payload[..payload.len().min(TRUNCATED_PAYLOAD)],
+                Form::HeadersOnly => &[],
+            };
+            let record = FutureRecord::to(&kc.dead_letter_topic)
+                .key(if form == Form::Whole {
+                    msg.key().unwrap_or(&[])
+                } else {
+                    key
+                })
+                .payload(body)
+                .headers(original(form));
             match self.producer.send_result(record) {
                 Ok(d) => break d,
-                Err((e, r)) => {
-                    // A full queue drains as acks arrive.
-                    tracing::debug!(error = %e, "dead-letter queue full; waiting");
-                    record = r;
+                // A full queue drains as acks arrive.
+                Err((e, _)) if queue_full(&e) => {
+                    tracing::debug!("dead-letter queue full; waiting");
                     match self.dead_letters.join_next().await {
                         Some(done) => self.finish_dead_letter(done??),
                         None => tokio::time::sleep(Duration::from_millis(10)).await,
                     }
                 }
+                Err((e, _)) if too_large(&e) && form != Form::HeadersOnly => {
+                    tracing::warn!(
+                        partition = source.1,
+                        offset = source.2,
+                        size = payload.len(),
+                        "dead letter too large for the producer; sending it truncated"
+                    );
+                    form = match form {
+                        Form::Whole => Form::Truncated,
+                        _ => Form::HeadersOnly,
+                    };
+                }
+                Err((e, _)) => {
+                    telemetry::produce_failed(&kc.dead_letter_topic);
+                    bail!(
+                        "dead-lettering {}@{} to kafka.dead_letter_topic {}: {e}; exiting (nothing was committed past it)",
+                        source.1,
+                        source.2,
+                        kc.dead_letter_topic
+                    );
+                }
             }
         };
         let (p, o, reason) = (msg.partition(), msg.offset(), rejection.reason);
         self.offsets.dead_letter_sent(p, o);
-        let topic = kc.dead_letter_topic.clone();
+        // Sent again with headers only if the broker refuses it as too large.
+        let fallback = (form != Form::HeadersOnly).then(|| {
+            (
+                key.to_vec(),
+                fleetdp_headers(
+                    OwnedHeaders::new(),
+                    rejection,
+                    source,
+                    Form::HeadersOnly,
+                    payload.len(),
+                ),
+            )
+        });
+        let (producer, topic) = (self.producer.clone(), kc.dead_letter_topic.clone());
         self.dead_letters.spawn(async move {
-            match delivery.await {
-                Ok(Ok(_)) => Ok((p, o, reason)),
-                Ok(Err((e, _))) => {
+            let e = match delivery.await {
+                Ok(Ok(_)) => return Ok((p, o, reason)),
+                Ok(Err((e, _))) => e,
+                Err(_) => bail!("dead-lettering {p}@{o}: the producer went away"),
+            };
+            match fallback {
+                Some((key, headers)) if too_large(&e) => {
+                    tracing::warn!(
+                        partition = p,
+                        offset = o,
+                        "the broker refused a dead letter as too large; sending its headers only"
+                    );
+                    resend(&producer, &topic, &key, headers, (p, o)).await?;
+                    Ok((p, o, reason))
+                }
+                _ => {
                     telemetry::produce_failed(&topic);
                     Err(anyhow!(
                         "dead-lettering {p}@{o} to {topic} failed: {e}; exiting so an orchestrator can restart"
                     ))
                 }
-                Err(_) => Err(anyhow!("dead-lettering {p}@{o}: the producer went away")),
             }
         });
         Ok(())
@@ -99,4 +253,28 @@ impl Consuming<'_> {
         self.offsets.dead_letter_acked(p, o);
         self.p.counters.dead_lettered(reason);
     }
+}
+
+/// Send a headers-only dead letter and wait for its ack.
+async fn resend(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &[u8],
+    headers: OwnedHeaders,
+    (p, o): (i32, i64),
+) -> Result<()> {
+    let record = FutureRecord::to(topic)
+        .key(key)
+        .payload(&[] as &[u8])
+        .headers(headers);
+    producer
+        .send(record, rdkafka::util::Timeout::Never)
+        .await
+        .map(|_| ())
+        .map_err(|(e, _)| {
+            telemetry::produce_failed(topic);
+            anyhow!(
+                "dead-lettering {p}@{o} to {topic} failed even without its payload: {e}; exiting"
+            )
+        })
 }

@@ -19,6 +19,7 @@ mod offsets;
 mod rebalance;
 mod release;
 
+pub use dead_letter::TRUNCATED_PAYLOAD as TRUNCATED_DEAD_LETTER_BYTES;
 pub use release::{build_release, encode_release};
 
 use crate::config::Validated;
@@ -59,6 +60,9 @@ pub struct Pipeline {
     /// Latest releases, lag and readiness, for the HTTP listener.
     pub board: Arc<StatusBoard>,
 }
+
+/// Default `message.timeout.ms` of the service's producer.
+pub const MESSAGE_TIMEOUT_MS: &str = "30000";
 
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
@@ -132,17 +136,29 @@ impl Pipeline {
         budget_gauges(v);
         self.spawn_lag_probe(shutdown.clone())?;
 
+        // Every topic is checked now, not when first used: a missing
+        // dead-letter or state topic would otherwise surface mid-stream.
         let (input_partitions, output_partitions) = {
             let mut c = base.clone();
             c.set("group.id", "fleetdp-metadata");
             let md: BaseConsumer = c.create()?;
-            let (input, output) = (kc.input_topic.clone(), kc.output_topic.clone());
+            let topics = [
+                ("kafka.input_topic", kc.input_topic.clone()),
+                ("kafka.output_topic", kc.output_topic.clone()),
+                ("kafka.dead_letter_topic", kc.dead_letter_topic.clone()),
+                ("kafka.state_topic", kc.state_topic()),
+            ];
             tokio::task::spawn_blocking(move || -> Result<(i32, i32)> {
                 let t = Duration::from_secs(10);
-                Ok((
-                    kafka::partition_count(&md, &input, t)? as i32,
-                    kafka::partition_count(&md, &output, t)? as i32,
-                ))
+                let mut counts = Vec::new();
+                for (field, topic) in &topics {
+                    counts.push(
+                        kafka::partition_count(&md, topic, t)
+                            .with_context(|| format!("{field} ({topic})"))?
+                            as i32,
+                    );
+                }
+                Ok((counts[0], counts[1]))
             })
             .await??
         };
@@ -157,6 +173,12 @@ impl Pipeline {
         pc.set("acks", "all")
             .set("linger.ms", "0")
             .set("max.in.flight.requests.per.connection", "1");
+        // A produce that cannot be delivered fails within this bound (the
+        // librdkafka default, 300 s per attempt, kept a broker outage from
+        // surfacing for tens of minutes); `kafka.properties` may set it.
+        if !kc.properties.contains_key("message.timeout.ms") {
+            pc.set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
+        }
         let producer: FutureProducer = pc.create().context("creating producer")?;
 
         let mut cc = base.clone();
@@ -181,8 +203,16 @@ impl Pipeline {
             .subscribe(&[&kc.input_topic])
             .with_context(|| format!("subscribing to {}", kc.input_topic))?;
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
-        consume::Consuming::new(self, opts, producer, output_partitions, processor, events)
-            .run(&consumer, shutdown)
-            .await
+        consume::Consuming::new(
+            self,
+            opts,
+            producer,
+            output_partitions,
+            processor,
+            events,
+            shutdown.clone(),
+        )
+        .run(&consumer, shutdown)
+        .await
     }
 }

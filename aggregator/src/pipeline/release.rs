@@ -9,9 +9,10 @@ use crate::config::{OutputFormat, Validated};
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
 use crate::dp::release::{ReleasedStatistic, RunningValue, StatKind, StreamPlan};
+use crate::kafka::Stopped;
 use crate::state::{self, ReleaseRecord, WindowRecords};
 use crate::window::ClosedWindow;
-use anyhow::Context as _;
+use anyhow::{Context as _, Result};
 use prost::Message as _;
 use std::time::Instant;
 
@@ -147,7 +148,7 @@ impl Consuming<'_> {
             self.offsets.release_sent(w.partition, o);
         }
         let out_partition = w.partition.rem_euclid(self.output_partitions);
-        let producer = self.producer.clone();
+        let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
         let (partition, padded) = (w.partition, w.padded);
         let (release_key, with_truth) = (self.p.key.clone(), self.opts.with_truth);
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
@@ -179,6 +180,7 @@ impl Consuming<'_> {
                     // published release time), not when it happened to be made.
                     timestamp_ms: timed.then_some(release.released_at_ms),
                 },
+                &mut stop,
             )
             .await?;
             Ok(Released {
@@ -192,9 +194,27 @@ impl Consuming<'_> {
         });
     }
 
+    /// A release task ended: acknowledged, given up because the service is
+    /// stopping (replayed on restart), or failed (fatal).
+    pub(super) fn release_done(
+        &mut self,
+        done: Result<Result<Released>, tokio::task::JoinError>,
+    ) -> Result<()> {
+        match done? {
+            Ok(r) => self.finish_release(r),
+            Err(e) if e.downcast_ref::<Stopped>().is_some() => {
+                tracing::warn!(
+                    "stopping before a release was acknowledged; it is replayed on restart"
+                )
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
     /// A release was acknowledged: let its input offset be committed and
     /// tell the observers.
-    pub(super) fn finish_release(&mut self, done: Released) {
+    fn finish_release(&mut self, done: Released) {
         let latency = done.started.elapsed();
         if let Some(o) = done.first_offset {
             self.offsets.release_acked(done.partition, o);

@@ -24,7 +24,7 @@ mod restore;
 pub use restore::{restore, Charges, Restored};
 
 use crate::faults::{crash_point, CrashPoint};
-use crate::kafka::{produce_acked, CONTENT_TYPE};
+use crate::kafka::{produce_acked, Record, CONTENT_TYPE};
 use crate::window::{ClosedWindow, DEVICE_KEY_SCHEME};
 use anyhow::Result;
 use prost::Message as _;
@@ -109,17 +109,21 @@ pub(crate) async fn write_window(
     state_topic: &str,
     mut rec: WindowRecords,
     release: ReleaseRecord<'_>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let key = rec.release_key.as_bytes();
     crash_point(CrashPoint::BeforeState);
     produce_acked(
         producer,
-        state_topic,
-        key,
-        Some(&rec.charges),
-        None,
-        kind(CHARGES),
-        None,
+        Record {
+            topic: state_topic,
+            key,
+            payload: Some(&rec.charges),
+            partition: None,
+            headers: kind(CHARGES),
+            timestamp_ms: None,
+        },
+        stop,
     )
     .await?;
     crash_point(CrashPoint::BeforeRelease);
@@ -129,12 +133,15 @@ pub(crate) async fn write_window(
     });
     (rec.ledger.output_partition, rec.ledger.output_offset) = produce_acked(
         producer,
-        release.topic,
-        key,
-        Some(release.payload),
-        Some(release.partition),
-        headers,
-        release.timestamp_ms,
+        Record {
+            topic: release.topic,
+            key,
+            payload: Some(release.payload),
+            partition: Some(release.partition),
+            headers,
+            timestamp_ms: release.timestamp_ms,
+        },
+        stop,
     )
     .await?;
     crash_point(CrashPoint::AfterRelease);

@@ -213,6 +213,8 @@ pub async fn produce(broker: &Broker, topic: &str, msgs: &[Out]) {
         .client()
         .set("linger.ms", "5")
         .set("partitioner", "murmur2_random")
+        // Tests send oversized messages too.
+        .set("message.max.bytes", "10000000")
         .create()
         .unwrap();
     // In order: one at a time per partition is enough for test sizes, but
