@@ -35,6 +35,7 @@ pub mod name {
     pub const BUILD_INFO: &str = "fleetdp_build_info";
     pub const COMMIT_ERRORS: &str = "fleetdp_commit_errors_total";
     pub const PRODUCE_ERRORS: &str = "fleetdp_produce_errors_total";
+    pub const RESTORE_SKIPPED: &str = "fleetdp_restore_skipped_records_total";
 }
 
 /// Every metric the service exports.
@@ -59,6 +60,7 @@ pub const METRICS: &[&str] = &[
     name::BUILD_INFO,
     name::COMMIT_ERRORS,
     name::PRODUCE_ERRORS,
+    name::RESTORE_SKIPPED,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -112,6 +114,9 @@ pub struct Counters {
     /// window's bound.
     pub dropped_time_window: AtomicU64,
     pub windows_released: AtomicU64,
+    /// Records of the state and output topics restore skipped (foreign or
+    /// undecodable).
+    pub restore_skipped: AtomicU64,
     dead_letters: [AtomicU64; Reason::ALL.len()],
 }
 
@@ -142,6 +147,14 @@ impl Counters {
     pub(crate) fn dead_lettered(&self, reason: Reason) {
         self.dead_letters[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
         metrics::counter!(name::DEAD_LETTERS, "reason" => reason.as_str()).increment(1);
+    }
+
+    /// A restore skipped `n` records (see [`Counters::restore_skipped`]).
+    pub(crate) fn restore_skipped(&self, n: u64) {
+        if n > 0 {
+            self.restore_skipped.fetch_add(n, Ordering::Relaxed);
+            metrics::counter!(name::RESTORE_SKIPPED).increment(n);
+        }
     }
 
     /// A window's release was acknowledged `latency` after it closed.

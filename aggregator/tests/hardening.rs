@@ -296,3 +296,48 @@ fn a_missing_dead_letter_or_state_topic_is_an_error_at_start() {
         }
     });
 }
+
+/// A foreign record in the state topic and one in the output topic are
+/// skipped and counted on restore (they used to make every instance exit
+/// after its retries, on every start).
+#[test]
+fn foreign_records_in_the_internal_topics_are_skipped_and_counted() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("foreign");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let foreign = |partition| Out {
+            partition: Some(partition),
+            key: "hello".into(),
+            payload: b"world".to_vec(),
+            content_type: None,
+        };
+        produce(&broker, &t.state, &[foreign(0)]).await;
+        produce(&broker, &t.output, &[foreign(0)]).await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nmax_windows_per_device = 100\nstatistics = [\"mean\"]",
+        );
+        let base = now_ms() - 60_000;
+        let msgs: Vec<Out> = (0..10)
+            .map(|i| reading(&format!("d{i}"), base + i))
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        let done = wait_until(WAIT, || count(&c.windows_released) >= 2).await;
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(done, "released {}", count(&c.windows_released));
+        assert!(
+            count(&c.restore_skipped) >= 2,
+            "one foreign record per topic, skipped on each restore: {}",
+            count(&c.restore_skipped)
+        );
+    });
+}

@@ -37,7 +37,9 @@ impl Consuming<'_> {
             resume: ledger,
             charges,
             running,
+            skipped,
         } = self.read_state(&assigned).await?;
+        self.p.counters.restore_skipped(skipped);
         crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
         for ((stream, partition), r) in &ledger {

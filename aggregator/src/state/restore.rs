@@ -3,10 +3,10 @@
 //! output topic (releases acknowledged after their ledger entry), read back
 //! in the format [`super`] writes.
 
-use super::{LEDGER, RECORD_KIND};
+use super::{CHARGES, LEDGER, RECORD_KIND};
 use crate::kafka::{decode_release, header, read_topic, CONTENT_TYPE};
 use crate::window::{Resume, DEVICE_KEY_SCHEME};
-use anyhow::{anyhow, Context, Result};
+use anyhow::{anyhow, Result};
 use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::Message;
@@ -25,6 +25,15 @@ pub struct Restored {
     pub charges: Charges,
     /// Running-total state recorded with each live window (empty: none).
     pub running: HashMap<(String, i32, u64), Vec<u8>>,
+    /// Records of the state or output topic that are not FleetDP's or do
+    /// not decode: skipped (each logged with its position).
+    pub skipped: u64,
+}
+
+/// Log a record restore skips; `at` names its topic, partition and offset.
+fn skip(skipped: &mut u64, at: String, why: &str) {
+    *skipped += 1;
+    tracing::warn!(record = %at, why, "restore skips a record that is not FleetDP's or does not decode");
 }
 
 /// Restore the state of input `partitions`: the ledger entries and live
@@ -43,6 +52,7 @@ pub fn restore(
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     let mut charges: Charges = HashMap::new();
     let mut running = HashMap::new();
+    let mut skipped = 0u64;
     read_topic(
         config,
         state_topic,
@@ -55,12 +65,15 @@ pub fn restore(
                     msg.offset()
                 )
             };
-            if header(msg, RECORD_KIND) == Some(LEDGER) {
+            let kind = header(msg, RECORD_KIND);
+            if kind == Some(LEDGER) {
                 let Some(payload) = msg.payload() else {
                     return Ok(());
                 };
-                let e = proto::v1::LedgerEntry::decode(payload)
-                    .with_context(|| format!("{} is not a ledger entry", at()))?;
+                let Ok(e) = proto::v1::LedgerEntry::decode(payload) else {
+                    skip(&mut skipped, at(), "not a ledger entry");
+                    return Ok(());
+                };
                 let lane = (e.stream.clone(), e.partition);
                 if entries
                     .get(&lane)
@@ -70,11 +83,17 @@ pub fn restore(
                 }
                 return Ok(());
             }
-            let Some(key) = msg.key().and_then(|k| std::str::from_utf8(k).ok()) else {
+            if kind != Some(CHARGES) {
+                skip(&mut skipped, at(), "no fleetdp-record header");
                 return Ok(());
-            };
-            let Some((stream, partition, seq)) = proto::parse_release_key(key) else {
-                return Err(anyhow!("{}: key {key:?} is not stream/partition/seq", at()));
+            }
+            let Some((stream, partition, seq)) = msg
+                .key()
+                .and_then(|k| std::str::from_utf8(k).ok())
+                .and_then(proto::parse_release_key)
+            else {
+                skip(&mut skipped, at(), "key is not stream/partition/seq");
+                return Ok(());
             };
             if !partitions.contains(&partition) {
                 return Ok(());
@@ -87,8 +106,10 @@ pub fn restore(
                     running.remove(&(stream, partition, seq));
                 }
                 Some(payload) => {
-                    let c = proto::v1::WindowCharges::decode(payload)
-                        .with_context(|| format!("{} is not decodable", at()))?;
+                    let Ok(c) = proto::v1::WindowCharges::decode(payload) else {
+                        skip(&mut skipped, at(), "charges do not decode");
+                        return Ok(());
+                    };
                     if c.device_key_scheme != DEVICE_KEY_SCHEME {
                         return Err(anyhow!(
                             "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
@@ -99,10 +120,12 @@ pub fn restore(
                         ));
                     }
                     if c.device_keys.len() != c.horizons.len() {
-                        return Err(anyhow!(
-                            "{}: device keys and horizons differ in length",
-                            at()
-                        ));
+                        skip(
+                            &mut skipped,
+                            at(),
+                            "device keys and horizons differ in length",
+                        );
+                        return Ok(());
                     }
                     lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
                     running.insert((stream, partition, seq), c.running_state);
@@ -125,13 +148,11 @@ pub fn restore(
         |p, low| Some(from.get(&p).copied().unwrap_or(low)),
         |msg| {
             if let Some(payload) = msg.payload() {
-                let r = decode_release(payload, header(msg, CONTENT_TYPE)).with_context(|| {
-                    format!(
-                        "release at {output_topic}/{}@{} is not decodable",
-                        msg.partition(),
-                        msg.offset()
-                    )
-                })?;
+                let Ok(r) = decode_release(payload, header(msg, CONTENT_TYPE)) else {
+                    let at = format!("{output_topic}/{}@{}", msg.partition(), msg.offset());
+                    skip(&mut skipped, at, "not a release");
+                    return Ok(());
+                };
                 seen.entry((r.stream.clone(), r.partition))
                     .or_default()
                     .insert(r.window_seq, (r.last_offset, r.last_event_time_ms));
@@ -182,5 +203,6 @@ pub fn restore(
         resume,
         charges,
         running,
+        skipped,
     })
 }
