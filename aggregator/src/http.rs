@@ -1,4 +1,5 @@
-//! The HTTP listener: `/metrics` (Prometheus), `/healthz` (process up),
+//! The HTTP listener: `/metrics` (Prometheus), `/healthz` (the consuming
+//! loop moved within `http.stall_timeout`),
 //! `/readyz` (partitions assigned and caught up within a bound), the status
 //! page at `/` and the JSON it polls at `/api/status`.
 
@@ -149,7 +150,14 @@ fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
                 text
             }
         }),
-        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n"),
+        "/healthz" => match st.board.health(crate::pipeline::now_ms()) {
+            Ok(()) => reply(StatusCode::OK, "text/plain", "ok\n"),
+            Err(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("stalled: {why}\n"),
+            ),
+        },
         "/readyz" => match st.board.ready() {
             Ok(()) => reply(StatusCode::OK, "text/plain", "ready\n"),
             Err(why) => reply(

@@ -11,6 +11,7 @@ use crate::dp::rational;
 use crate::telemetry;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 
 /// Points kept per series for the page.
@@ -78,6 +79,12 @@ pub struct StatusBoard {
     board: Mutex<Board>,
     /// Readiness bound: an assigned partition at most this far behind.
     pub ready_max_lag: i64,
+    /// The consuming loop's last heartbeat (ms since the epoch; 0: not
+    /// started). It beats at least every second while healthy, idle or not.
+    heartbeat_ms: AtomicI64,
+    /// Liveness bound: a heartbeat older than this is a stalled loop (ms;
+    /// 0: never stalled).
+    stall_ms: i64,
 }
 
 /// The label of a statistic's component: `mean`, `histogram[3]`, `quantile(0.5)`.
@@ -94,10 +101,33 @@ fn labels(s: &proto::Statistic) -> Vec<String> {
 }
 
 impl StatusBoard {
-    pub fn new(ready_max_lag: i64) -> Self {
+    pub fn new(ready_max_lag: i64, stall: std::time::Duration) -> Self {
         Self {
             board: Mutex::default(),
             ready_max_lag,
+            heartbeat_ms: AtomicI64::new(0),
+            stall_ms: stall.as_millis().min(i64::MAX as u128) as i64,
+        }
+    }
+
+    /// The consuming loop is alive at `now_ms`.
+    pub fn beat(&self, now_ms: i64) {
+        self.heartbeat_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Live: the consuming loop has not started yet, or beat within the
+    /// stall bound. Returns the reason when not.
+    pub fn health(&self, now_ms: i64) -> Result<(), String> {
+        let last = self.heartbeat_ms.load(Ordering::Relaxed);
+        let age = now_ms.saturating_sub(last);
+        if last == 0 || self.stall_ms == 0 || age <= self.stall_ms {
+            Ok(())
+        } else {
+            Err(format!(
+                "the consuming loop has not moved for {:.1} s (bound http.stall_timeout = {:.1} s)",
+                age as f64 / 1e3,
+                self.stall_ms as f64 / 1e3
+            ))
         }
     }
 
@@ -199,6 +229,7 @@ impl StatusBoard {
     }
 
     fn ready_locked(&self, b: &Board) -> Result<(), String> {
+        self.health(crate::pipeline::now_ms())?;
         if b.assigned.is_empty() {
             return Err("no partitions assigned".into());
         }
@@ -272,5 +303,27 @@ impl StatusBoard {
             ready: self.ready_locked(&b).is_ok(),
             streams,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_loop_that_stops_beating_is_unhealthy_and_not_ready() {
+        let b = StatusBoard::new(10, Duration::from_secs(5));
+        assert_eq!(b.health(1_000_000), Ok(()), "not started yet");
+        b.beat(1_000_000);
+        assert_eq!(b.health(1_004_000), Ok(()));
+        let why = b.health(1_006_000).unwrap_err();
+        assert!(why.contains("6.0 s"), "{why}");
+        b.rebalanced(&[0], &[]);
+        b.set_lag(0, 0, 1_000_000);
+        b.beat(crate::pipeline::now_ms() - 10_000);
+        assert!(b.ready().unwrap_err().contains("not moved"));
+        b.beat(crate::pipeline::now_ms());
+        assert_eq!(b.ready(), Ok(()));
     }
 }

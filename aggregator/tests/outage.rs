@@ -137,3 +137,64 @@ statistics = ["mean", "sum"]
 }
 
 use fleetdp::telemetry::Counters;
+
+/// A loop blocked on a broker that does not acknowledge turns `/healthz`
+/// (and `/readyz`) red within `http.stall_timeout`, and green again once it
+/// moves (the probes used to stay green while the loop was wedged).
+#[test]
+fn a_blocked_loop_turns_the_liveness_probe_red() {
+    let rt = runtime();
+    rt.block_on(async {
+        let mut ob = OutageBroker::start().await;
+        let t = Topics::new("stall");
+        ob.broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let v = config(
+            &ob.broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "[http]\nstall_timeout = \"3s\"",
+            "[[stream]]\nname = \"cabin_temp_c\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nmax_windows_per_device = 100000\nstatistics = [\"mean\"]",
+        );
+        let msgs = fleet_messages(
+            FleetSpec {
+                devices: 1000,
+                signals: vec![Signal::CabinTemp],
+                bad_fraction: 0.0,
+                ..FleetSpec::default()
+            },
+            20_000,
+        );
+        produce(&ob.broker, &t.input, &msgs).await;
+        let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
+        let (board, c) = (p.board.clone(), p.counters.clone());
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let h = tokio::spawn(async move { p.run(rx, fleetdp::pipeline::Options::default()).await });
+        assert!(
+            wait_until(Duration::from_secs(120), || Counters::get(&c.windows_released) >= 1).await,
+            "no release before the outage"
+        );
+        // Windows keep closing from the prefetched input while their
+        // releases cannot be acknowledged: the loop blocks.
+        ob.down();
+        let red = wait_until(Duration::from_secs(20), || {
+            board.health(fleetdp::pipeline::now_ms()).is_err()
+        })
+        .await;
+        let why = board.health(fleetdp::pipeline::now_ms()).err();
+        let not_ready = board.ready().is_err();
+        ob.up().await;
+        let green = wait_until(Duration::from_secs(120), || {
+            board.health(fleetdp::pipeline::now_ms()).is_ok()
+                && Counters::get(&c.windows_released) >= 100
+        })
+        .await;
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(red, "the liveness probe stayed green while the loop was blocked");
+        assert!(not_ready, "ready while stalled: {why:?}");
+        assert!(why.unwrap().contains("not moved"));
+        assert!(green, "not live again after the broker came back");
+    });
+}

@@ -181,6 +181,15 @@ pub struct HttpConfig {
     /// must not learn it. `/api/status` never shows them under add-remove.
     #[serde(default)]
     pub hide_exact_counts: bool,
+    /// `/healthz` and `/readyz` fail once the consuming loop has not moved
+    /// for this long (it moves at least every second when healthy, idle
+    /// or not).
+    #[serde(default = "default_stall_timeout")]
+    pub stall_timeout: String,
+}
+
+fn default_stall_timeout() -> String {
+    "2m".into()
 }
 
 fn default_ready_max_lag() -> i64 {
@@ -193,6 +202,7 @@ impl Default for HttpConfig {
             listen: default_listen(),
             ready_max_lag: default_ready_max_lag(),
             hide_exact_counts: false,
+            stall_timeout: default_stall_timeout(),
         }
     }
 }
@@ -252,6 +262,8 @@ pub struct Validated {
     pub horizon: Duration,
     pub max_lateness: Duration,
     pub max_clock_skew: Duration,
+    /// `http.stall_timeout`.
+    pub stall_timeout: Duration,
 }
 
 /// Every duration setting lies in [1 ms, 10 years]: shorter ones are below
@@ -360,6 +372,10 @@ impl Config {
         let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
         let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;
         let max_clock_skew = duration("limits.max_clock_skew", &self.limits.max_clock_skew)?;
+        let stall_timeout = duration("http.stall_timeout", &self.http.stall_timeout)?;
+        if stall_timeout < Duration::from_secs(2) {
+            bail!("http.stall_timeout: {:?} is shorter than the loop's 1 s heartbeat allows; use at least 2s", self.http.stall_timeout);
+        }
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -376,6 +392,7 @@ impl Config {
             horizon,
             max_lateness,
             max_clock_skew,
+            stall_timeout,
         })
     }
 

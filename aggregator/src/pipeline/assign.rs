@@ -111,11 +111,18 @@ impl Consuming<'_> {
                 kc.state_topic(),
                 assigned.to_vec(),
             );
-            let r = tokio::task::spawn_blocking(move || -> Result<_> {
+            let mut task = tokio::task::spawn_blocking(move || -> Result<_> {
                 state::restore(&base, &output, &state_topic, &parts)
                     .context("restoring state (kafka.state_topic, kafka.output_topic)")
-            })
-            .await?;
+            });
+            // Restoring is progress: the loop stays live while it runs.
+            let mut beat = tokio::time::interval(Duration::from_secs(1));
+            let r = loop {
+                tokio::select! {
+                    r = &mut task => break r?,
+                    _ = beat.tick() => self.p.board.beat(now_ms()),
+                }
+            };
             match r {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < 8 => {

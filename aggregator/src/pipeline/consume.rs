@@ -112,6 +112,7 @@ impl<'a> Consuming<'a> {
             // While messages keep coming the select! below is skipped: look
             // at the stop switch and reap finished publishes every 64.
             if handled.is_multiple_of(64) {
+                self.p.board.beat(now_ms());
                 self.processor.flush_counters();
                 if *shutdown.borrow() {
                     break;
@@ -130,7 +131,9 @@ impl<'a> Consuming<'a> {
                     }
                 }
             } else {
-                // About to wait for input: counts are exact while idle.
+                // About to wait for input: counts are exact while idle, and
+                // waiting is alive (the idle tick comes back every second).
+                self.p.board.beat(now_ms());
                 self.processor.flush_counters();
                 tokio::select! {
                     biased;

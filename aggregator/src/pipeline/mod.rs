@@ -64,7 +64,8 @@ pub struct Pipeline {
 /// Default `message.timeout.ms` of the service's producer.
 pub const MESSAGE_TIMEOUT_MS: &str = "30000";
 
-pub(crate) fn now_ms() -> i64 {
+/// Wall-clock milliseconds since the epoch.
+pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -73,7 +74,10 @@ pub(crate) fn now_ms() -> i64 {
 
 impl Pipeline {
     pub fn new(v: Validated, key: ReleaseKey) -> Self {
-        let board = Arc::new(StatusBoard::new(v.config.http.ready_max_lag));
+        let board = Arc::new(StatusBoard::new(
+            v.config.http.ready_max_lag,
+            v.stall_timeout,
+        ));
         Self {
             v: Arc::new(v),
             key,
