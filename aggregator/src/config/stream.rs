@@ -72,7 +72,7 @@ impl StreamConfig {
             None => None,
             Some(t) => {
                 let d = duration(&field("window"), t)?;
-                if horizon.as_millis() % d.as_millis() != 0 {
+                if !horizon.as_millis().is_multiple_of(d.as_millis()) {
                     bail!(
                         "{}: {t:?} must be a whole number of milliseconds that divides privacy.horizon \
                          ({horizon:?}), so that no window straddles a horizon boundary",

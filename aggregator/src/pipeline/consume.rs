@@ -306,16 +306,14 @@ impl<'a> Consuming<'a> {
         Ok(released_any)
     }
 
-    /// Commit what the offset rule allows ([`Offsets::to_commit`]).
+    /// Commit what the offset rule allows ([`Offsets::due`]).
     fn commit(&mut self, consumer: &InputConsumer, mode: CommitMode) {
         self.last_commit = Instant::now();
         for (p, next) in self.offsets.positions() {
             self.p.board.set_position(p, next);
         }
         let windower = self.processor.windower();
-        let due = self
-            .offsets
-            .to_commit(|p, next| windower.committable(p, next));
+        let due = self.offsets.due(|p, next| windower.committable(p, next));
         if due.is_empty() {
             return;
         }

@@ -94,7 +94,7 @@ impl Offsets {
     /// what is in flight and by `open(partition, next)` (the windower's
     /// limit), where it differs from the last commit. They are recorded as
     /// committed; call [`Offsets::commit_failed`] if sending them fails.
-    pub fn to_commit(&mut self, open: impl Fn(i32, i64) -> i64) -> Vec<(i32, i64)> {
+    pub fn due(&mut self, open: impl Fn(i32, i64) -> i64) -> Vec<(i32, i64)> {
         let mut out = Vec::new();
         for (&p, &next) in &self.next {
             let mut at = open(p, next).min(next);
@@ -109,7 +109,7 @@ impl Offsets {
         out
     }
 
-    /// A commit failed: the next [`Offsets::to_commit`] sends every partition.
+    /// A commit failed: the next [`Offsets::due`] sends every partition.
     pub fn commit_failed(&mut self) {
         self.committed.clear();
     }
@@ -137,20 +137,20 @@ mod tests {
         let mut o = Offsets::default();
         o.handled(0, 9);
         o.handled(1, 4);
-        assert_eq!(o.to_commit(none_open), vec![(0, 10), (1, 5)]);
-        assert_eq!(o.to_commit(none_open), vec![], "unchanged: nothing sent");
+        assert_eq!(o.due(none_open), vec![(0, 10), (1, 5)]);
+        assert_eq!(o.due(none_open), vec![], "unchanged: nothing sent");
         o.handled(1, 5);
-        assert_eq!(o.to_commit(none_open), vec![(1, 6)]);
+        assert_eq!(o.due(none_open), vec![(1, 6)]);
     }
 
     #[test]
     fn an_open_window_holds_the_commit_back() {
         let mut o = Offsets::default();
         o.handled(0, 99);
-        assert_eq!(o.to_commit(|_, _| 40), vec![(0, 40)]);
+        assert_eq!(o.due(|_, _| 40), vec![(0, 40)]);
         // The windower's limit never moves the commit past the position.
         o.handled(0, 100);
-        assert_eq!(o.to_commit(|_, _| 500), vec![(0, 101)]);
+        assert_eq!(o.due(|_, _| 500), vec![(0, 101)]);
     }
 
     #[test]
@@ -158,9 +158,9 @@ mod tests {
         let mut o = Offsets::default();
         o.release_sent(0, 10);
         o.handled(0, 30);
-        assert_eq!(o.to_commit(none_open), vec![(0, 10)]);
+        assert_eq!(o.due(none_open), vec![(0, 10)]);
         o.release_acked(0, 10);
-        assert_eq!(o.to_commit(none_open), vec![(0, 31)]);
+        assert_eq!(o.due(none_open), vec![(0, 31)]);
     }
 
     #[test]
@@ -173,9 +173,9 @@ mod tests {
         // The later ones are acknowledged first.
         o.release_acked(0, 20);
         o.dead_letter_acked(0, 15);
-        assert_eq!(o.to_commit(none_open), vec![(0, 10)]);
+        assert_eq!(o.due(none_open), vec![(0, 10)]);
         o.release_acked(0, 10);
-        assert_eq!(o.to_commit(none_open), vec![(0, 31)]);
+        assert_eq!(o.due(none_open), vec![(0, 31)]);
     }
 
     #[test]
@@ -184,9 +184,9 @@ mod tests {
         o.dead_letter_sent(0, 5);
         o.handled(0, 5);
         o.handled(0, 6);
-        assert_eq!(o.to_commit(none_open), vec![(0, 5)]);
+        assert_eq!(o.due(none_open), vec![(0, 5)]);
         o.dead_letter_acked(0, 5);
-        assert_eq!(o.to_commit(none_open), vec![(0, 7)]);
+        assert_eq!(o.due(none_open), vec![(0, 7)]);
     }
 
     #[test]
@@ -196,9 +196,9 @@ mod tests {
         o.release_sent(0, 10);
         o.handled(0, 20);
         o.release_acked(0, 10);
-        assert_eq!(o.to_commit(none_open), vec![(0, 10)], "one still out");
+        assert_eq!(o.due(none_open), vec![(0, 10)], "one still out");
         o.release_acked(0, 10);
-        assert_eq!(o.to_commit(none_open), vec![(0, 21)]);
+        assert_eq!(o.due(none_open), vec![(0, 21)]);
     }
 
     #[test]
@@ -207,7 +207,7 @@ mod tests {
         o.release_sent(1, 3);
         o.handled(0, 8);
         o.handled(1, 8);
-        assert_eq!(o.to_commit(none_open), vec![(0, 9), (1, 3)]);
+        assert_eq!(o.due(none_open), vec![(0, 9), (1, 3)]);
     }
 
     #[test]
@@ -215,22 +215,22 @@ mod tests {
         let mut o = Offsets::default();
         o.handled(0, 8);
         o.handled(1, 8);
-        assert_eq!(o.to_commit(none_open).len(), 2);
+        assert_eq!(o.due(none_open).len(), 2);
         o.forget(1);
         o.handled(0, 9);
-        assert_eq!(o.to_commit(none_open), vec![(0, 10)]);
+        assert_eq!(o.due(none_open), vec![(0, 10)]);
         // Assigned again at the same position: committed anew (another
         // instance may have moved it meanwhile).
         o.handled(1, 8);
-        assert_eq!(o.to_commit(none_open), vec![(1, 9)]);
+        assert_eq!(o.due(none_open), vec![(1, 9)]);
     }
 
     #[test]
     fn a_failed_commit_is_sent_again() {
         let mut o = Offsets::default();
         o.handled(0, 1);
-        assert_eq!(o.to_commit(none_open), vec![(0, 2)]);
+        assert_eq!(o.due(none_open), vec![(0, 2)]);
         o.commit_failed();
-        assert_eq!(o.to_commit(none_open), vec![(0, 2)]);
+        assert_eq!(o.due(none_open), vec![(0, 2)]);
     }
 }

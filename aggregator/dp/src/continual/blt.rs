@@ -191,9 +191,6 @@ const TUNED: &[(u32, [f64; 4], [f64; 4])] = &[
     (24, [0.9423765399927564, 0.9991199910676422, 0.9999869540756542, 0.9999998385293057], [0.2923393641554209, 0.038300646293129105, 0.004663194912663293, 0.0006575086204627863]),
 ];
 
-/// Search a d-buffer strategy minimising [`Blt::loss`] at `lifetime` windows
-/// (deterministic Nelder–Mead with restarts in an unconstrained
-
 /// Small dense square matrices for [`Blt::noise_energy`].
 #[derive(Debug, Clone)]
 struct Mat {

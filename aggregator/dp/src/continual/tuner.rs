@@ -4,6 +4,8 @@
 
 use super::blt::Blt;
 
+/// Search a d-buffer strategy minimising [`Blt::loss`] at `lifetime` windows
+/// (deterministic Nelder–Mead with restarts in an unconstrained
 /// parametrisation: `θ = logistic(a)`, `ω = softmax(b, 0)`).
 pub fn tune(d: usize, lifetime: u64) -> Blt {
     let decode = |p: &[f64]| -> Blt {
