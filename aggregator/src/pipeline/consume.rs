@@ -312,6 +312,9 @@ impl<'a> Consuming<'a> {
         for (p, next) in self.offsets.positions() {
             self.p.board.set_position(p, next);
         }
+        if self.events.take_commit_failure() {
+            self.offsets.commit_failed();
+        }
         let windower = self.processor.windower();
         let due = self.offsets.due(|p, next| windower.committable(p, next));
         if due.is_empty() {

@@ -1,7 +1,10 @@
-//! Rebalance events, in the order the consumer saw them: librdkafka calls
-//! [`Context::post_rebalance`] inside `recv()`; the consuming loop drains
-//! the channel before it handles the next message (or on its idle tick) and
-//! acts on the net effect ([`net`]).
+//! Consumer events. Rebalances, in the order the consumer saw them:
+//! librdkafka calls [`Context::post_rebalance`] inside `recv()`; the
+//! consuming loop drains the channel before it handles the next message (or
+//! on its idle tick) and acts on the net effect ([`net`]). Commit results:
+//! an asynchronous commit that the broker refuses is counted and flagged, so
+//! the loop sends every partition's position again (an offset is only taken
+//! as committed until a failure says otherwise).
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
@@ -67,6 +70,7 @@ pub(crate) fn net(events: impl IntoIterator<Item = Event>) -> Changes {
 pub(crate) struct Context {
     tx: Mutex<mpsc::Sender<Event>>,
     pending: Arc<AtomicBool>,
+    commit_failed: Arc<AtomicBool>,
 }
 
 /// The loop's end of the channel.
@@ -74,20 +78,24 @@ pub(crate) struct Events {
     /// In a mutex only to be `Sync` (the loop is its one user).
     rx: Mutex<mpsc::Receiver<Event>>,
     pending: Arc<AtomicBool>,
+    commit_failed: Arc<AtomicBool>,
 }
 
 /// A connected context and receiver.
 pub(crate) fn channel() -> (Context, Events) {
     let (tx, rx) = mpsc::channel();
     let pending = Arc::new(AtomicBool::new(false));
+    let commit_failed = Arc::new(AtomicBool::new(false));
     (
         Context {
             tx: Mutex::new(tx),
             pending: pending.clone(),
+            commit_failed: commit_failed.clone(),
         },
         Events {
             rx: Mutex::new(rx),
             pending,
+            commit_failed,
         },
     )
 }
@@ -96,6 +104,11 @@ impl Events {
     /// Whether events arrived since the last [`Events::take`] (one atomic load).
     pub fn pending(&self) -> bool {
         self.pending.load(Ordering::Acquire)
+    }
+
+    /// Whether a commit failed since the last call.
+    pub fn take_commit_failure(&self) -> bool {
+        self.commit_failed.swap(false, Ordering::AcqRel)
     }
 
     /// The net effect of every event so far, or `None` if there were none.
@@ -127,6 +140,18 @@ impl ConsumerContext for Context {
             Rebalance::Assign(tpl) => self.send(Event::Assigned(parts(tpl))),
             Rebalance::Revoke(tpl) => self.send(Event::Revoked(parts(tpl))),
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _: &rdkafka::TopicPartitionList,
+    ) {
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "offset commit failed; the positions are sent again");
+            crate::telemetry::commit_failed();
+            self.commit_failed.store(true, Ordering::Release);
         }
     }
 }
@@ -178,5 +203,21 @@ mod tests {
         assert_eq!((c.assigned, c.revoked), (vec![], vec![4]));
         assert!(!events.pending());
         assert_eq!(events.take(), None);
+    }
+
+    #[test]
+    fn a_failed_commit_is_flagged_once_and_a_good_one_is_not() {
+        let (ctx, events) = channel();
+        let tpl = rdkafka::TopicPartitionList::new();
+        ctx.commit_callback(Ok(()), &tpl);
+        assert!(!events.take_commit_failure());
+        ctx.commit_callback(
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::RebalanceInProgress,
+            )),
+            &tpl,
+        );
+        assert!(events.take_commit_failure());
+        assert!(!events.take_commit_failure(), "taken once");
     }
 }
