@@ -149,6 +149,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
             Options {
                 events: Some(ev_tx),
                 with_truth: true,
+                ..Options::default()
             },
         )
         .await

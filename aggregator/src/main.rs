@@ -54,6 +54,12 @@ enum Command {
         /// are usually the operator's).
         #[arg(long, value_name = "PARTITIONS")]
         create_topics: Option<i32>,
+        /// Accept state written under another plan (horizon, W, k, n, budget,
+        /// time windows or the input's partition count). Only at a horizon
+        /// boundary: the old plan's charges are dropped, so a change within a
+        /// horizon would give devices fresh caps (see the README's playbook).
+        #[arg(long)]
+        allow_plan_change: bool,
     },
     /// Show what a configuration spends and how accurate it is; exits
     /// non-zero when the plan is over budget or invalid.
@@ -184,9 +190,10 @@ fn main() -> ExitCode {
         Command::Run {
             config,
             create_topics,
+            allow_plan_change,
         } => {
             init_logging(cli.log_json, "info");
-            run(config, create_topics)
+            run(config, create_topics, allow_plan_change)
         }
         Command::Plan { config, format } => plan(config, format),
         Command::Simulate(args) => {
@@ -204,7 +211,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
+fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Result<()> {
     let config = Config::load(&path)?;
     let key = config.release_key()?;
     let v = config.validate()?;
@@ -244,7 +251,11 @@ fn run(path: PathBuf, create_topics: Option<i32>) -> Result<()> {
             tracing::info!(address = %a, "serving /metrics, /healthz, /readyz and the status page");
         }
         let shutdown = shutdown_on_signals();
-        pipeline.run(shutdown, Options::default()).await
+        let opts = Options {
+            allow_plan_change,
+            ..Options::default()
+        };
+        pipeline.run(shutdown, opts).await
     })
 }
 

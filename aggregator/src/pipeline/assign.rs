@@ -9,7 +9,7 @@ use super::now_ms;
 use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
-use crate::state::{self, Restored};
+use crate::state::{self, PlanChange, Restored};
 use anyhow::{Context as _, Result};
 use std::time::Duration;
 
@@ -37,11 +37,15 @@ impl Consuming<'_> {
             resume: ledger,
             charges,
             running,
+            window_plans,
+            lane_plans,
             skipped,
         } = self.read_state(&assigned).await?;
         self.p.counters.restore_skipped(skipped);
         crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
+        // Windows of an old plan dropped with --allow-plan-change.
+        let mut dropped = Vec::new();
         for ((stream, partition), r) in &ledger {
             let (true, Some(i)) = (
                 assigned.contains(partition),
@@ -49,16 +53,55 @@ impl Consuming<'_> {
             ) else {
                 continue;
             };
+            // The plan the lane's state was written under must be this one
+            // (state/fingerprint.rs), unless the operator declares a change
+            // at a horizon boundary: then the old plan's charges belong to
+            // finished horizons and are not restored.
+            let now = state::fingerprint(&self.p.v, i, self.input_partitions);
+            let lane = (stream.clone(), *partition);
+            let changed = |plan: Option<&proto::v1::PlanFingerprint>| {
+                plan.and_then(|p| PlanChange::between(p, &now))
+            };
+            if let Some(c) = changed(lane_plans.get(&lane)) {
+                if !self.opts.allow_plan_change {
+                    anyhow::bail!(
+                        "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
+                         Within a horizon this would give devices fresh caps or another spend per window; \
+                         restore the previous settings, or, at a horizon boundary, restart with \
+                         `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)",
+                        c.describe()
+                    );
+                }
+                tracing::warn!(
+                    stream = %stream,
+                    partition,
+                    change = %c.describe(),
+                    "plan changed (--allow-plan-change): charges of the old plan are not restored"
+                );
+            }
             self.processor.windower_mut().resume(i, *partition, *r);
-            // Only released windows count; later ones are charged again by replay.
-            let windows: Vec<(u64, Vec<(u64, i64)>)> = charges
-                .get(&(stream.clone(), *partition))
-                .map(|m| {
-                    m.range(..=r.last_seq)
-                        .map(|(s, c)| (*s, c.clone()))
-                        .collect()
-                })
-                .unwrap_or_default();
+            // Only released windows count; later ones are charged again by
+            // replay; windows charged under another plan only with the switch.
+            let mut windows: Vec<(u64, Vec<(u64, i64)>)> = Vec::new();
+            for (seq, c) in charges
+                .get(&lane)
+                .into_iter()
+                .flat_map(|m| m.range(..=r.last_seq))
+            {
+                if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, *seq))) {
+                    if !self.opts.allow_plan_change {
+                        anyhow::bail!(
+                            "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
+                             restore the previous settings, or, at a horizon boundary, restart with \
+                             `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)",
+                            ch.describe()
+                        );
+                    }
+                    dropped.push((stream.clone(), *partition, *seq));
+                    continue;
+                }
+                windows.push((*seq, c.clone()));
+            }
             self.processor
                 .windower_mut()
                 .restore_charges(i, *partition, &windows);
@@ -82,6 +125,21 @@ impl Consuming<'_> {
                 self.running.insert((i, *partition), state);
             }
             resumed += 1;
+        }
+        if !dropped.is_empty() {
+            // So later restarts do not meet them again.
+            let mut stop = self.stop.clone();
+            state::retire(
+                &self.producer,
+                &self.p.v.config.kafka.state_topic(),
+                &dropped,
+                &mut stop,
+            )
+            .await?;
+            tracing::warn!(
+                windows = dropped.len(),
+                "charges of the old plan retired (--allow-plan-change)"
+            );
         }
         // Time windows of lanes with no ledger start at a moment no reading
         // decides: now.

@@ -50,6 +50,10 @@ pub struct ReleaseEvent {
 pub struct Options {
     pub events: Option<mpsc::UnboundedSender<ReleaseEvent>>,
     pub with_truth: bool,
+    /// Accept state written under another plan (`--allow-plan-change`): the
+    /// operator declares the change happens at a horizon boundary, so the
+    /// old plan's charges are dropped (docs/DESIGN.md §6).
+    pub allow_plan_change: bool,
 }
 
 /// The service, ready to run.
@@ -211,7 +215,7 @@ impl Pipeline {
             self,
             opts,
             producer,
-            output_partitions,
+            (input_partitions, output_partitions),
             processor,
             events,
             shutdown.clone(),

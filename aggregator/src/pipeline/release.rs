@@ -151,6 +151,7 @@ impl Consuming<'_> {
         let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
         let (partition, padded) = (w.partition, w.padded);
         let (release_key, with_truth) = (self.p.key.clone(), self.opts.with_truth);
+        let input_partitions = self.input_partitions;
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
         // pool, started now: an async task spawned from the busy consuming
         // loop would first run on the loop's own thread.
@@ -160,7 +161,8 @@ impl Consuming<'_> {
             let release = build_release(&v, stream, &w, &stats, &running);
             let (payload, ct) = encode_release(&release, v.config.kafka.output_format);
             let truth = with_truth.then(|| stream.truth(&w.values));
-            let records = WindowRecords::new(&stream.spec.name, &w, running_state);
+            let plan = state::fingerprint(&v, w.stream, input_partitions);
+            let records = WindowRecords::new(&stream.spec.name, &w, running_state, &plan);
             (v, release, payload, ct, truth, records, w.timed)
         });
         self.releases.spawn(async move {

@@ -19,8 +19,10 @@
 //! Restore ([`restore`]) reads both topics back: a crash between any two
 //! steps resumes at the last released window and replays the rest.
 
+mod fingerprint;
 mod restore;
 
+pub use fingerprint::{fingerprint, PlanChange};
 pub use restore::{restore, Charges, Restored};
 
 use crate::faults::{crash_point, CrashPoint};
@@ -52,8 +54,13 @@ pub(crate) struct WindowRecords {
 
 impl WindowRecords {
     /// Records of window `w` of `stream`, with the running-total state
-    /// after it (empty: the stream has none).
-    pub fn new(stream: &str, w: &ClosedWindow, running_state: Vec<u8>) -> Self {
+    /// after it (empty: the stream has none) and the plan it ran under.
+    pub fn new(
+        stream: &str,
+        w: &ClosedWindow,
+        running_state: Vec<u8>,
+        plan: &proto::v1::PlanFingerprint,
+    ) -> Self {
         let charges = proto::v1::WindowCharges {
             stream: stream.to_string(),
             partition: w.partition,
@@ -62,6 +69,7 @@ impl WindowRecords {
             horizons: w.charges.iter().map(|c| c.1).collect(),
             running_state,
             device_key_scheme: DEVICE_KEY_SCHEME.into(),
+            plan: Some(plan.clone()),
         }
         .encode_to_vec();
         Self {
@@ -74,6 +82,7 @@ impl WindowRecords {
                 last_seq: w.seq,
                 last_offset: w.last_offset,
                 reference_event_time_ms: w.reference_event_ms,
+                plan: Some(plan.clone()),
                 ..Default::default()
             },
             retired: w
@@ -156,6 +165,33 @@ pub(crate) async fn write_window(
         if let Err((e, _)) = producer.send_result(r) {
             tracing::warn!(error = %e, "state bookkeeping not sent");
         }
+    }
+    Ok(())
+}
+
+/// Retire the charges of windows `(stream, partition, seq)` now (acknowledged
+/// tombstones): used when the operator drops an old plan's charges.
+pub(crate) async fn retire(
+    producer: &FutureProducer,
+    state_topic: &str,
+    windows: &[(String, i32, u64)],
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    for (stream, partition, seq) in windows {
+        let key = proto::release_key(stream, *partition, *seq);
+        produce_acked(
+            producer,
+            Record {
+                topic: state_topic,
+                key: key.as_bytes(),
+                payload: None,
+                partition: None,
+                headers: kind(CHARGES),
+                timestamp_ms: None,
+            },
+            stop,
+        )
+        .await?;
     }
     Ok(())
 }

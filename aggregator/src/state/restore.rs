@@ -25,6 +25,10 @@ pub struct Restored {
     pub charges: Charges,
     /// Running-total state recorded with each live window (empty: none).
     pub running: HashMap<(String, i32, u64), Vec<u8>>,
+    /// The plan each live window was charged under, where recorded.
+    pub window_plans: HashMap<(String, i32, u64), proto::v1::PlanFingerprint>,
+    /// The plan of each lane's latest ledger entry, where recorded.
+    pub lane_plans: HashMap<(String, i32), proto::v1::PlanFingerprint>,
     /// Records of the state or output topic that are not FleetDP's or do
     /// not decode: skipped (each logged with its position).
     pub skipped: u64,
@@ -52,6 +56,7 @@ pub fn restore(
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     let mut charges: Charges = HashMap::new();
     let mut running = HashMap::new();
+    let mut window_plans = HashMap::new();
     let mut skipped = 0u64;
     read_topic(
         config,
@@ -103,6 +108,7 @@ pub fn restore(
                 // A tombstone: the window's charges are retired.
                 None => {
                     lane.remove(&seq);
+                    window_plans.remove(&(stream.clone(), partition, seq));
                     running.remove(&(stream, partition, seq));
                 }
                 Some(payload) => {
@@ -128,6 +134,10 @@ pub fn restore(
                         return Ok(());
                     }
                     lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
+                    match c.plan {
+                        Some(plan) => window_plans.insert((stream.clone(), partition, seq), plan),
+                        None => window_plans.remove(&(stream.clone(), partition, seq)),
+                    };
                     running.insert((stream, partition, seq), c.running_state);
                 }
             }
@@ -199,10 +209,17 @@ pub fn restore(
         }
     }
     resume.retain(|(_, p), _| partitions.contains(p));
+    let lane_plans = entries
+        .into_iter()
+        .filter(|((_, p), _)| partitions.contains(p))
+        .filter_map(|(lane, e)| Some((lane, e.plan?)))
+        .collect();
     Ok(Restored {
         resume,
         charges,
         running,
+        window_plans,
+        lane_plans,
         skipped,
     })
 }

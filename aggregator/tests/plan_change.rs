@@ -1,0 +1,152 @@
+//! Plan changes are recorded and enforced: the state carries the plan it
+//! was written under (horizon, relation, measure, W, k, n, window, spend,
+//! the input's partition count); a restart under another plan is refused
+//! with the changed setting named, unless the operator declares a change at
+//! a horizon boundary (`allow_plan_change`), which drops the old plan's
+//! charges. It used to resume silently: a horizon changed from 1 h to 24 h
+//! dropped every returning device as over its cap, for good, and a
+//! repartitioned input handed devices fresh caps.
+
+mod harness;
+
+use fleetdp::pipeline::{Options, Pipeline};
+use harness::*;
+use std::time::Duration;
+
+const KEY: [u8; 32] = [6; 32];
+const STREAM: &str = "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nmax_windows_per_device = 2\nstatistics = [\"mean\"]";
+
+fn privacy(horizon: &str) -> String {
+    format!("epsilon_per_device = 1.0\nhorizon = \"{horizon}\"")
+}
+
+/// The same topics under a fresh consumer group (tansu may not reassign a
+/// group rejoined after a clean stop).
+fn regroup(t: &Topics) -> Topics {
+    Topics {
+        input: t.input.clone(),
+        output: t.output.clone(),
+        dlq: t.dlq.clone(),
+        state: t.state.clone(),
+        group: unique("plan-g"),
+    }
+}
+
+/// Run until `windows` are released (Ok with the counters) or the pipeline
+/// stops on its own (its error).
+async fn run(
+    v: fleetdp::config::Validated,
+    allow_plan_change: bool,
+    windows: u64,
+) -> Result<std::sync::Arc<fleetdp::telemetry::Counters>, String> {
+    let p = Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
+    let c = p.counters.clone();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let opts = Options {
+        allow_plan_change,
+        ..Options::default()
+    };
+    let h = tokio::spawn(async move { p.run(rx, opts).await });
+    let done = wait_until(Duration::from_secs(120), || {
+        count(&c.windows_released) >= windows || h.is_finished()
+    })
+    .await;
+    if h.is_finished() {
+        return match h.await.unwrap() {
+            Ok(()) => Err("stopped without an error".into()),
+            Err(e) => Err(format!("{e:#}")),
+        };
+    }
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    assert!(done, "released {} of {windows}", count(&c.windows_released));
+    Ok(c)
+}
+
+fn readings(prefix: u64, event_ms: i64) -> Vec<Out> {
+    // The same ten devices each time: their caps carry over.
+    (0..10)
+        .map(|i| {
+            temp_reading(
+                Some(0),
+                &format!("d{i}"),
+                20.0,
+                event_ms + prefix as i64 + i,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_changed_horizon_is_refused_and_allowed_at_a_boundary() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("plan");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let now = now_ms() - 120_000;
+        produce(&broker, &t.input, &readings(0, now)).await;
+        let c = run(config(&broker, &t, &privacy("1h"), "", STREAM), false, 2)
+            .await
+            .unwrap();
+        assert_eq!(count(&c.readings_accepted), 10);
+
+        // The same plan resumes.
+        produce(&broker, &t.input, &readings(100, now)).await;
+        let t2 = regroup(&t);
+        run(config(&broker, &t2, &privacy("1h"), "", STREAM), false, 2)
+            .await
+            .unwrap();
+
+        // Another horizon: refused, naming it.
+        let t3 = regroup(&t);
+        let err = run(config(&broker, &t3, &privacy("24h"), "", STREAM), false, 1)
+            .await
+            .expect_err("a changed horizon must be refused");
+        assert!(err.contains("privacy.horizon"), "{err}");
+        assert!(err.contains("--allow-plan-change"), "{err}");
+
+        // Declared at a boundary: the returning devices are accepted under
+        // the new plan (the old charges no longer count against them).
+        produce(&broker, &t.input, &readings(200, now)).await;
+        let t4 = regroup(&t);
+        let c = run(config(&broker, &t4, &privacy("24h"), "", STREAM), true, 2)
+            .await
+            .unwrap();
+        assert_eq!(count(&c.dropped_horizon_cap), 0, "old charges were kept");
+
+        // And recorded: the next restart under the new plan needs no switch.
+        let t5 = regroup(&t);
+        produce(&broker, &t.input, &readings(300, now)).await;
+        run(config(&broker, &t5, &privacy("24h"), "", STREAM), false, 2)
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_changed_partition_count_is_refused() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("parts");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        produce(&broker, &t.input, &readings(0, now_ms() - 60_000)).await;
+        run(config(&broker, &t, &privacy("24h"), "", STREAM), false, 2)
+            .await
+            .unwrap();
+        // The input "repartitioned": a topic of 2 partitions whose partition 0
+        // lands on the same lanes.
+        let mut t2 = regroup(&t);
+        t2.input = unique("parts-in2");
+        broker.create_topics(&[(&t2.input, 2)]).await;
+        let err = run(config(&broker, &t2, &privacy("24h"), "", STREAM), false, 1)
+            .await
+            .expect_err("a changed partition count must be refused");
+        assert!(err.contains("partition count"), "{err}");
+    });
+}
