@@ -63,6 +63,7 @@ pub mod sim;
 pub mod state;
 pub mod telemetry;
 
+mod clock;
 mod devices;
 mod partitioner;
 mod process;

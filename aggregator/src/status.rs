@@ -229,7 +229,7 @@ impl StatusBoard {
     }
 
     fn ready_locked(&self, b: &Board) -> Result<(), String> {
-        self.health(crate::pipeline::now_ms())?;
+        self.health(crate::clock::now_ms())?;
         if b.assigned.is_empty() {
             return Err("no partitions assigned".into());
         }
@@ -321,9 +321,9 @@ mod tests {
         assert!(why.contains("6.0 s"), "{why}");
         b.rebalanced(&[0], &[]);
         b.set_lag(0, 0, 1_000_000);
-        b.beat(crate::pipeline::now_ms() - 10_000);
+        b.beat(crate::clock::now_ms() - 10_000);
         assert!(b.ready().unwrap_err().contains("not moved"));
-        b.beat(crate::pipeline::now_ms());
+        b.beat(crate::clock::now_ms());
         assert_eq!(b.ready(), Ok(()));
     }
 }

@@ -19,6 +19,8 @@ mod offsets;
 mod rebalance;
 mod release;
 
+pub use crate::clock::now_ms;
+
 pub use dead_letter::TRUNCATED_PAYLOAD as TRUNCATED_DEAD_LETTER_BYTES;
 pub use release::{build_release, encode_release};
 
@@ -33,7 +35,7 @@ use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::producer::FutureProducer;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// A release as it was published, for in-process observers (the demo, tests).
@@ -67,14 +69,6 @@ pub struct Pipeline {
 
 /// Default `message.timeout.ms` of the service's producer.
 pub const MESSAGE_TIMEOUT_MS: &str = "30000";
-
-/// Wall-clock milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
 
 impl Pipeline {
     pub fn new(v: Validated, key: ReleaseKey) -> Self {
