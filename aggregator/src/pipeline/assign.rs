@@ -10,6 +10,7 @@ use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
 use crate::state::{self, PlanChange, Restored};
+use crate::window::charge_records;
 use anyhow::{Context as _, Result};
 use std::time::Duration;
 
@@ -97,7 +98,7 @@ impl Consuming<'_> {
                             ch.describe()
                         );
                     }
-                    dropped.push((stream.clone(), *partition, *seq));
+                    dropped.push((stream.clone(), *partition, *seq, charge_records(c.len())));
                     continue;
                 }
                 windows.push((*seq, c.clone()));

@@ -2,10 +2,11 @@
 //! survive restarts and hand partitions over (docs/DESIGN.md §6).
 //!
 //! Records (state topic, compacted; the kind in the [`RECORD_KIND`] header):
-//! - [`CHARGES`], key `stream/partition/seq` (the release key): the devices a
-//!   window charged (keyed device ids and horizons) and the running-total
-//!   state after it; a tombstone (no payload) once no accepted reading can
-//!   be charged against it any more;
+//! - [`CHARGES`], key `stream/partition/seq` (the release key) and, for a
+//!   window of more than [`MAX_CHARGES_PER_RECORD`] devices, further records
+//!   `stream/partition/seq/i`: the devices a window charged (keyed device
+//!   ids and horizons) and the running-total state after it; tombstones (no
+//!   payload) once no accepted reading can be charged against it any more;
 //! - [`LEDGER`], key `stream/partition`: the lane's last released window
 //!   (seq, last input offset, lateness reference, where its release is).
 //!
@@ -27,7 +28,7 @@ pub use restore::{restore, Charges, Restored};
 
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::{produce_acked, Record, CONTENT_TYPE};
-use crate::window::{ClosedWindow, DEVICE_KEY_SCHEME};
+use crate::window::{charge_records, ClosedWindow, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD};
 use anyhow::Result;
 use prost::Message as _;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -40,13 +41,44 @@ pub const CHARGES: &str = "charges";
 /// [`RECORD_KIND`] of a ledger entry.
 pub const LEDGER: &str = "ledger";
 
+/// The key of record `record` of a window's charges.
+pub(crate) fn charges_key(stream: &str, partition: i32, seq: u64, record: u32) -> String {
+    let key = proto::release_key(stream, partition, seq);
+    if record == 0 {
+        key
+    } else {
+        format!("{key}/{record}")
+    }
+}
+
+/// `stream/partition/seq[/record]` → its parts (stream names hold no `/`).
+pub(crate) fn parse_charges_key(key: &str) -> Option<(String, i32, u64, u32)> {
+    let mut it = key.split('/');
+    let (stream, partition, seq) = (it.next()?, it.next()?, it.next()?);
+    let record = match it.next() {
+        Some(r) => r.parse().ok().filter(|&r| r > 0)?,
+        None => 0,
+    };
+    if it.next().is_some() || stream.is_empty() {
+        return None;
+    }
+    Some((
+        stream.to_string(),
+        partition.parse().ok()?,
+        seq.parse().ok()?,
+        record,
+    ))
+}
+
 /// The state records of one closed window, ready to write.
 pub(crate) struct WindowRecords {
-    /// The release's key, also its charges record's key.
+    /// The release's key, also its first charges record's key.
     release_key: String,
     /// The ledger entry's key: `stream/partition`.
     lane_key: String,
-    charges: Vec<u8>,
+    /// The window's charges records: (key, payload), each under the
+    /// producer's message size.
+    charges: Vec<(String, Vec<u8>)>,
     ledger: proto::v1::LedgerEntry,
     /// Keys of earlier windows whose charges retire (tombstones).
     retired: Vec<String>,
@@ -61,17 +93,31 @@ impl WindowRecords {
         running_state: Vec<u8>,
         plan: &proto::v1::PlanFingerprint,
     ) -> Self {
-        let charges = proto::v1::WindowCharges {
-            stream: stream.to_string(),
-            partition: w.partition,
-            window_seq: w.seq,
-            device_keys: w.charges.iter().map(|c| c.0).collect(),
-            horizons: w.charges.iter().map(|c| c.1).collect(),
-            running_state,
-            device_key_scheme: DEVICE_KEY_SCHEME.into(),
-            plan: Some(plan.clone()),
-        }
-        .encode_to_vec();
+        let records = charge_records(w.charges.len());
+        let mut running_state = Some(running_state);
+        let charges = (0..records)
+            .map(|r| {
+                let chunk = w
+                    .charges
+                    .chunks(MAX_CHARGES_PER_RECORD)
+                    .nth(r as usize)
+                    .unwrap_or(&[]);
+                let payload = proto::v1::WindowCharges {
+                    stream: stream.to_string(),
+                    partition: w.partition,
+                    window_seq: w.seq,
+                    device_keys: chunk.iter().map(|c| c.0).collect(),
+                    horizons: chunk.iter().map(|c| c.1).collect(),
+                    running_state: running_state.take().unwrap_or_default(),
+                    device_key_scheme: DEVICE_KEY_SCHEME.into(),
+                    plan: Some(plan.clone()),
+                    record: r,
+                    records,
+                }
+                .encode_to_vec();
+                (charges_key(stream, w.partition, w.seq, r), payload)
+            })
+            .collect();
         Self {
             release_key: proto::release_key(stream, w.partition, w.seq),
             lane_key: format!("{stream}/{}", w.partition),
@@ -88,7 +134,8 @@ impl WindowRecords {
             retired: w
                 .retired
                 .iter()
-                .map(|&s| proto::release_key(stream, w.partition, s))
+                .zip(&w.retired_records)
+                .flat_map(|(&s, &n)| (0..n).map(move |r| charges_key(stream, w.partition, s, r)))
                 .collect(),
         }
     }
@@ -122,19 +169,21 @@ pub(crate) async fn write_window(
 ) -> Result<()> {
     let key = rec.release_key.as_bytes();
     crash_point(CrashPoint::BeforeState);
-    produce_acked(
-        producer,
-        Record {
-            topic: state_topic,
-            key,
-            payload: Some(&rec.charges),
-            partition: None,
-            headers: kind(CHARGES),
-            timestamp_ms: None,
-        },
-        stop,
-    )
-    .await?;
+    for (charges_key, payload) in &rec.charges {
+        produce_acked(
+            producer,
+            Record {
+                topic: state_topic,
+                key: charges_key.as_bytes(),
+                payload: Some(payload),
+                partition: None,
+                headers: kind(CHARGES),
+                timestamp_ms: None,
+            },
+            stop,
+        )
+        .await?;
+    }
     crash_point(CrashPoint::BeforeRelease);
     let headers = OwnedHeaders::new().insert(Header {
         key: CONTENT_TYPE,
@@ -169,16 +218,19 @@ pub(crate) async fn write_window(
     Ok(())
 }
 
-/// Retire the charges of windows `(stream, partition, seq)` now (acknowledged
-/// tombstones): used when the operator drops an old plan's charges.
+/// Retire the charges of windows `(stream, partition, seq, records)` now
+/// (acknowledged tombstones): used when the operator drops an old plan's
+/// charges.
 pub(crate) async fn retire(
     producer: &FutureProducer,
     state_topic: &str,
-    windows: &[(String, i32, u64)],
+    windows: &[(String, i32, u64, u32)],
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    for (stream, partition, seq) in windows {
-        let key = proto::release_key(stream, *partition, *seq);
+    let keys = windows
+        .iter()
+        .flat_map(|(s, p, seq, n)| (0..*n).map(move |r| charges_key(s, *p, *seq, r)));
+    for key in keys {
         produce_acked(
             producer,
             Record {
@@ -194,4 +246,24 @@ pub(crate) async fn retire(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charges_keys_round_trip() {
+        assert_eq!(charges_key("temp", 3, 7, 0), "temp/3/7");
+        assert_eq!(charges_key("temp", 3, 7, 2), "temp/3/7/2");
+        for r in [0, 1, 5] {
+            assert_eq!(
+                parse_charges_key(&charges_key("a.b-c", 1, 9, r)),
+                Some(("a.b-c".to_string(), 1, 9, r))
+            );
+        }
+        for bad in ["hello", "a/1", "a/x/1", "a/1/2/0", "a/1/2/3/4", "/1/2"] {
+            assert_eq!(parse_charges_key(bad), None, "{bad}");
+        }
+    }
 }

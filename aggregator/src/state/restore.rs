@@ -34,6 +34,10 @@ pub struct Restored {
     pub skipped: u64,
 }
 
+/// A window's charges records as read: the count it declares, and each
+/// record's (device key, horizon) charges by record number.
+type WindowRecords = (u32, BTreeMap<u32, Vec<(u64, i64)>>);
+
 /// Log a record restore skips; `at` names its topic, partition and offset.
 fn skip(skipped: &mut u64, at: String, why: &str) {
     *skipped += 1;
@@ -54,7 +58,8 @@ pub fn restore(
     partitions: &[i32],
 ) -> Result<Restored> {
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
-    let mut charges: Charges = HashMap::new();
+    // Per window: the record count it declares and the records read.
+    let mut records: HashMap<(String, i32, u64), WindowRecords> = HashMap::new();
     let mut running = HashMap::new();
     let mut window_plans = HashMap::new();
     let mut skipped = 0u64;
@@ -92,24 +97,35 @@ pub fn restore(
                 skip(&mut skipped, at(), "no fleetdp-record header");
                 return Ok(());
             }
-            let Some((stream, partition, seq)) = msg
+            let Some((stream, partition, seq, record)) = msg
                 .key()
                 .and_then(|k| std::str::from_utf8(k).ok())
-                .and_then(proto::parse_release_key)
+                .and_then(super::parse_charges_key)
             else {
-                skip(&mut skipped, at(), "key is not stream/partition/seq");
+                skip(
+                    &mut skipped,
+                    at(),
+                    "key is not stream/partition/seq[/record]",
+                );
                 return Ok(());
             };
             if !partitions.contains(&partition) {
                 return Ok(());
             }
-            let lane = charges.entry((stream.clone(), partition)).or_default();
+            let window = (stream, partition, seq);
             match msg.payload() {
-                // A tombstone: the window's charges are retired.
+                // A tombstone: the window's charges (this record) are retired.
                 None => {
-                    lane.remove(&seq);
-                    window_plans.remove(&(stream.clone(), partition, seq));
-                    running.remove(&(stream, partition, seq));
+                    if let Some((_, parts)) = records.get_mut(&window) {
+                        parts.remove(&record);
+                        if parts.is_empty() {
+                            records.remove(&window);
+                        }
+                    }
+                    if record == 0 {
+                        window_plans.remove(&window);
+                        running.remove(&window);
+                    }
                 }
                 Some(payload) => {
                     let Ok(c) = proto::v1::WindowCharges::decode(payload) else {
@@ -125,25 +141,52 @@ pub fn restore(
                             DEVICE_KEY_SCHEME
                         ));
                     }
-                    if c.device_keys.len() != c.horizons.len() {
+                    if c.device_keys.len() != c.horizons.len() || c.record != record {
                         skip(
                             &mut skipped,
                             at(),
-                            "device keys and horizons differ in length",
+                            "device keys and horizons differ in length, or the record number is not its key's",
                         );
                         return Ok(());
                     }
-                    lane.insert(seq, c.device_keys.into_iter().zip(c.horizons).collect());
-                    match c.plan {
-                        Some(plan) => window_plans.insert((stream.clone(), partition, seq), plan),
-                        None => window_plans.remove(&(stream.clone(), partition, seq)),
-                    };
-                    running.insert((stream, partition, seq), c.running_state);
+                    let entry = records.entry(window.clone()).or_default();
+                    entry.0 = c.records.max(1);
+                    entry
+                        .1
+                        .insert(record, c.device_keys.into_iter().zip(c.horizons).collect());
+                    if record == 0 {
+                        match c.plan {
+                            Some(plan) => window_plans.insert(window.clone(), plan),
+                            None => window_plans.remove(&window),
+                        };
+                        running.insert(window, c.running_state);
+                    }
                 }
             }
             Ok(())
         },
     )?;
+
+    // A window's charges, reassembled from its records. A partial set (a
+    // crash while retiring it) keeps what is there: charges that remain
+    // can only drop more readings, never fewer.
+    let mut charges: Charges = HashMap::new();
+    for ((stream, partition, seq), (declared, parts)) in records {
+        if parts.len() as u32 != declared {
+            tracing::warn!(
+                stream = %stream,
+                partition,
+                seq,
+                declared,
+                found = parts.len(),
+                "a window's charges are incomplete in the state topic; keeping the records found"
+            );
+        }
+        charges
+            .entry((stream, partition))
+            .or_default()
+            .insert(seq, parts.into_values().flatten().collect());
+    }
 
     // Releases after the recorded ones.
     let mut from: HashMap<i32, i64> = HashMap::new();

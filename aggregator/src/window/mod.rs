@@ -53,8 +53,9 @@ struct Lane {
     /// device stays on one partition (checked upstream), so a lane's counts
     /// are complete, and dropping a revoked partition drops exactly them.
     devices: DeviceTable<DeviceHorizon>,
-    /// Windows whose charges are still needed: (seq, latest horizon charged).
-    live: Vec<(u64, i64)>,
+    /// Windows whose charges are still needed: (seq, latest horizon
+    /// charged, state records holding them).
+    live: Vec<(u64, i64, u32)>,
     /// Time windows: the open windows by seq (= window index), the first
     /// seq not yet released is `next_seq`; set once the lane has started.
     timed: std::collections::BTreeMap<u64, Open>,
@@ -222,7 +223,13 @@ impl Windower {
         lane.devices = restored;
         lane.live = windows
             .iter()
-            .map(|(seq, c)| (*seq, c.iter().map(|x| x.1).max().unwrap_or(i64::MIN)))
+            .map(|(seq, c)| {
+                (
+                    *seq,
+                    c.iter().map(|x| x.1).max().unwrap_or(i64::MIN),
+                    charge_records(c.len()),
+                )
+            })
             .collect();
     }
 
@@ -473,14 +480,16 @@ fn close(
     lane.live.push((
         seq,
         open.charges.iter().map(|c| c.1).max().unwrap_or(i64::MIN),
+        charge_records(open.charges.len()),
     ));
-    let mut retired = Vec::new();
-    lane.live.retain(|&(s, h)| {
+    let (mut retired, mut retired_records) = (Vec::new(), Vec::new());
+    lane.live.retain(|&(s, h, records)| {
         // The newest window stays: a restart restores from its record.
         let dead =
             s != seq && (h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted);
         if dead {
             retired.push(s);
+            retired_records.push(records);
         }
         !dead
     });
@@ -507,6 +516,7 @@ fn close(
         charges: open.charges,
         reference_event_ms: reference,
         retired,
+        retired_records,
     };
     lane.next_seq += 1;
     w

@@ -90,6 +90,9 @@ pub struct ClosedWindow {
     /// they charged is older than any reading the lane still accepts): their
     /// state records can be deleted (compaction tombstones).
     pub retired: Vec<u64>,
+    /// How many state records hold the charges of each retired window (same
+    /// order as `retired`; see [`charge_records`]).
+    pub retired_records: Vec<u32>,
 }
 
 /// The window metadata a release publishes beside its noisy statistics.
@@ -151,4 +154,14 @@ pub struct Resume {
     pub last_offset: i64,
     /// The lane's lateness reference after it ([`ClosedWindow::reference_event_ms`]).
     pub reference_event_ms: i64,
+}
+
+/// Device charges per state record: a window's charges are split into
+/// records of at most this many (≈ 12 bytes each, so ≈ 0.5 MB a record,
+/// under Kafka's default 1 MB message limit).
+pub const MAX_CHARGES_PER_RECORD: usize = 40_000;
+
+/// State records holding `charges` device charges (at least one).
+pub fn charge_records(charges: usize) -> u32 {
+    charges.div_ceil(MAX_CHARGES_PER_RECORD).max(1) as u32
 }
