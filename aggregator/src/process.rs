@@ -14,6 +14,8 @@ use std::sync::Arc;
 /// A prepared reading, waiting for [`Processor::apply`].
 struct Staged {
     stream: usize,
+    /// Its index within its message.
+    index: u32,
     device: u64,
     units: i64,
     event_ms: i64,
@@ -223,6 +225,7 @@ impl Processor {
             self.windower.prefetch(s, partition, device);
             self.staged.push_back(Staged {
                 stream: s,
+                index: u32::try_from(i).unwrap_or(u32::MAX),
                 device,
                 units: t.units,
                 event_ms: r.event_time_ms,
@@ -255,8 +258,15 @@ impl Processor {
         for _ in 0..count {
             let r = self.staged.pop_front().expect("counted");
             let s = r.stream;
-            let a = self.windower.admit(
-                s, partition, offset, r.device, r.units, r.event_ms, r.msg_ms, closed,
+            let a = self.windower.admit_at(
+                s,
+                partition,
+                (offset, r.index),
+                r.device,
+                r.units,
+                r.event_ms,
+                r.msg_ms,
+                closed,
             );
             let t = &mut self.metrics[s].pending;
             match a {

@@ -113,6 +113,8 @@ impl WindowRecords {
                     plan: Some(plan.clone()),
                     record: r,
                     records,
+                    last_offset: w.last_offset,
+                    last_index: w.last_index,
                 }
                 .encode_to_vec();
                 (charges_key(stream, w.partition, w.seq, r), payload)
@@ -127,6 +129,7 @@ impl WindowRecords {
                 partition: w.partition,
                 last_seq: w.seq,
                 last_offset: w.last_offset,
+                last_index: w.last_index,
                 reference_event_time_ms: w.reference_event_ms,
                 plan: Some(plan.clone()),
                 ..Default::default()

@@ -62,6 +62,8 @@ pub fn restore(
     let mut records: HashMap<(String, i32, u64), WindowRecords> = HashMap::new();
     let mut running = HashMap::new();
     let mut window_plans = HashMap::new();
+    // Per window: its last reading's (offset, index in its message).
+    let mut window_last: HashMap<(String, i32, u64), (i64, u32)> = HashMap::new();
     let mut skipped = 0u64;
     read_topic(
         config,
@@ -155,6 +157,7 @@ pub fn restore(
                         .1
                         .insert(record, c.device_keys.into_iter().zip(c.horizons).collect());
                     if record == 0 {
+                        window_last.insert(window.clone(), (c.last_offset, c.last_index));
                         match c.plan {
                             Some(plan) => window_plans.insert(window.clone(), plan),
                             None => window_plans.remove(&window),
@@ -222,6 +225,7 @@ pub fn restore(
                 Resume {
                     last_seq: e.last_seq,
                     last_offset: e.last_offset,
+                    last_index: e.last_index,
                     reference_event_ms: e.reference_event_time_ms,
                 },
             )
@@ -229,13 +233,20 @@ pub fn restore(
         .collect();
     for (lane, seqs) in seen {
         let mut cur = resume.get(&lane).copied();
-        for (seq, (last_offset, last_event)) in seqs {
+        for (seq, (published_offset, last_event)) in seqs {
+            // Where its last reading was: from its charges record (written
+            // before the release); else the whole message counts as released.
+            let (last_offset, last_index) = window_last
+                .get(&(lane.0.clone(), lane.1, seq))
+                .copied()
+                .unwrap_or((published_offset, u32::MAX));
             cur = match cur {
                 // Already covered by the ledger entry.
                 Some(c) if seq <= c.last_seq => Some(c),
                 Some(c) if seq == c.last_seq + 1 => Some(Resume {
                     last_seq: seq,
                     last_offset,
+                    last_index,
                     reference_event_ms: c.reference_event_ms.max(last_event),
                 }),
                 // A gap: resume before it.
@@ -243,6 +254,7 @@ pub fn restore(
                 None => Some(Resume {
                     last_seq: seq,
                     last_offset,
+                    last_index,
                     reference_event_ms: last_event,
                 }),
             };

@@ -35,6 +35,7 @@ struct Open {
     values: Vec<i64>,
     first_offset: i64,
     last_offset: i64,
+    last_index: u32,
     /// Event time of the first reading to arrive (timeouts count from it).
     first_event_ms: i64,
     /// Earliest and latest event time among the readings.
@@ -46,7 +47,9 @@ struct Open {
 #[derive(Debug, Default)]
 struct Lane {
     next_seq: u64,
-    resume_after_offset: Option<i64>,
+    /// The last released reading's position (offset, index in its
+    /// message): count windows skip readings up to it on replay.
+    resume_after: Option<(i64, u32)>,
     reference_event_ms: Option<i64>,
     open: Open,
     /// Each device's windows in its current horizon. Kept per lane: a
@@ -188,7 +191,7 @@ impl Windower {
     pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
         let lane = self.lanes.entry((stream, partition)).or_default();
         lane.next_seq = r.last_seq + 1;
-        lane.resume_after_offset = Some(r.last_offset);
+        lane.resume_after = Some((r.last_offset, r.last_index));
         lane.reference_event_ms = Some(r.reference_event_ms);
         lane.open = Open::default();
         lane.timed.clear();
@@ -249,7 +252,7 @@ impl Windower {
             return false;
         }
         self.lanes.get(&(stream, partition)).is_some_and(|l| {
-            l.resume_after_offset.is_none_or(|o| offset > o)
+            l.resume_after.is_none_or(|(o, _)| offset > o)
                 && l.reference_event_ms
                     .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
         })
@@ -271,11 +274,38 @@ impl Windower {
         msg_ms: i64,
         closed: &mut Vec<ClosedWindow>,
     ) -> Admission {
+        self.admit_at(
+            stream,
+            partition,
+            (offset, 0),
+            dk,
+            units,
+            event_ms,
+            msg_ms,
+            closed,
+        )
+    }
+
+    /// [`Windower::admit`] for the reading at `index` of the message at
+    /// `offset`: a restart inside a message resumes at the reading after
+    /// the last one released.
+    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    pub fn admit_at(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        (offset, index): (i64, u32),
+        dk: u64,
+        units: i64,
+        event_ms: i64,
+        msg_ms: i64,
+        closed: &mut Vec<ClosedWindow>,
+    ) -> Admission {
         let rules = &self.rules[stream];
         let lane = self.lanes.entry((stream, partition)).or_default();
         let seq = match rules.window_ms {
             None => {
-                if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
                     return Admission::AlreadyReleased;
                 }
                 if let Some(t) = rules.timeout_ms {
@@ -314,7 +344,7 @@ impl Windower {
                 {
                     // Replayed input up to the last released window's last
                     // reading is counted apart from late readings.
-                    if lane.resume_after_offset.is_some_and(|o| offset <= o) {
+                    if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
                         return Admission::AlreadyReleased;
                     }
                     return Admission::DroppedLate;
@@ -385,6 +415,7 @@ impl Windower {
             (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
         }
         open.last_offset = offset;
+        open.last_index = index;
         open.min_event_ms = open.min_event_ms.min(event_ms);
         open.max_event_ms = open.max_event_ms.max(event_ms);
         open.values.push(units);
@@ -509,6 +540,7 @@ fn close(
         values,
         first_offset: open.first_offset,
         last_offset: open.last_offset,
+        last_index: open.last_index,
         first_event_ms,
         last_event_ms,
         padded,

@@ -145,6 +145,7 @@ fn restored_charges_keep_the_cap_across_a_restart() {
         Resume {
             last_seq: 1,
             last_offset: 1,
+            last_index: 0,
             reference_event_ms: 0,
         },
     );
@@ -183,6 +184,7 @@ fn resume_skips_released_offsets_and_continues_seq() {
         Resume {
             last_seq: 4,
             last_offset: 9,
+            last_index: 0,
             reference_event_ms: 5000,
         },
     );
@@ -336,6 +338,7 @@ fn time_windows_resume_after_the_ledger_and_bound_each_call() {
         Resume {
             last_seq: 4,
             last_offset: 3,
+            last_index: 0,
             reference_event_ms: 500,
         },
     );

@@ -71,6 +71,9 @@ pub struct ClosedWindow {
     pub values: Vec<i64>,
     pub first_offset: i64,
     pub last_offset: i64,
+    /// Index of the window's last reading within its message (a message may
+    /// hold readings of two windows; a restart resumes after this one).
+    pub last_index: u32,
     /// Count windows: the earliest and latest event time among the
     /// window's readings. Time windows: the window's bounds `[start, end)`.
     pub first_event_ms: i64,
@@ -152,6 +155,8 @@ pub struct Resume {
     pub last_seq: u64,
     /// Last input offset of that window.
     pub last_offset: i64,
+    /// Index of its last reading within that message.
+    pub last_index: u32,
     /// The lane's lateness reference after it ([`ClosedWindow::reference_event_ms`]).
     pub reference_event_ms: i64,
 }
