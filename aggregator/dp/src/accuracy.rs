@@ -19,9 +19,21 @@ pub fn laplace_tail(d: &DiscreteLaplace, h: u128) -> f64 {
     2.0 * (-((h + 1) as f64) / t).exp() / (1.0 + r)
 }
 
+/// Above this scale f64 cannot tell `h` from `h ± 1`: the discrete
+/// Laplace's half-width is taken in closed form ([`laplace_half_width`]).
+pub const LAPLACE_CLOSED_FORM_SCALE: f64 = 1e9;
+
 /// Smallest `h` with `P(|Z| ≤ h) ≥ 0.95` for the discrete Laplace.
+///
+/// Above [`LAPLACE_CLOSED_FORM_SCALE`]: `P(|Z| > h) = 2r^{h+1}/(1+r) ≤
+/// e^{−(h+1)/t}·(1 + 1/(2t))`, which is ≤ 0.05 once `h + 1 ≥ t·ln 20 + 1`;
+/// `h = ⌈t·ln 20·(1 + 10⁻¹²)⌉ + 1` covers that with room for f64 rounding
+/// (it may exceed the smallest such `h` by a relative 10⁻¹²).
 pub fn laplace_half_width(d: &DiscreteLaplace) -> u128 {
     let t = d.scale_f64();
+    if t > LAPLACE_CLOSED_FORM_SCALE {
+        return (t * 20f64.ln() * (1.0 + 1e-12)).ceil() as u128 + 1;
+    }
     let r = (-1.0 / t).exp();
     let guess = (((1.0 - LEVEL) / 2.0 * (1.0 + r)).ln() * -t).ceil() - 1.0;
     let mut h = guess.max(0.0) as u128;
@@ -34,13 +46,39 @@ pub fn laplace_half_width(d: &DiscreteLaplace) -> u128 {
     h
 }
 
-/// Smallest `h` with `P(|Z| ≤ h) ≥ 0.95` for the discrete Gaussian, by
-/// summing its pmf (σ up to 10⁷; beyond that the continuous 1.96σ, rounded
-/// up, whose error is far below one unit at such σ).
+/// Above this σ the discrete Gaussian's central mass is computed in closed
+/// form ([`gaussian_half_width`]); below it by summing the pmf.
+pub const GAUSSIAN_CLOSED_FORM_SIGMA: f64 = 1000.0;
+
+/// Smallest `h` with `P(|Z| ≤ h) ≥ 0.95` for the discrete Gaussian.
+///
+/// For σ ≤ [`GAUSSIAN_CLOSED_FORM_SIGMA`], by summing its pmf. Above, summing
+/// would take ~16σ terms (seconds at σ = 10⁶), so the mass uses the midpoint
+/// rule: `Σ_{|x|≤h} e^{−x²/2σ²} / Σ_x e^{−x²/2σ²} = erf((h+½)/(σ√2)) + E`,
+/// where the normaliser's Poisson-summation error is below `e^{−2π²σ²}` and
+/// the Euler–Maclaurin endpoint term bounds `|E| ≤ 10⁻²/σ² ≤ 10⁻⁸`. Asking
+/// for `0.95 + 10⁻⁶` (a margin ≫ |E|, yet ≪ the mass of one step, ≈ 0.1/σ ≥
+/// 10⁻⁷·10³) keeps the coverage guarantee; `h` is the exact smallest or one
+/// more. Above [`LAPLACE_CLOSED_FORM_SCALE`], where f64 no longer resolves
+/// single units, the same bound in closed form.
 pub fn gaussian_half_width(g: &DiscreteGaussian) -> u128 {
     let sigma = g.sigma_f64();
-    if sigma > 1e7 {
-        return (1.959_964 * sigma).ceil() as u128 + 1;
+    if sigma > LAPLACE_CLOSED_FORM_SCALE {
+        // f64 no longer resolves single units: `(h + ½)/σ ≥ 1.959973` (the
+        // normal quantile of 0.95 + 10⁻⁶, rounded up) with a relative margin.
+        return (1.959_973 * sigma * (1.0 + 1e-12)).ceil() as u128;
+    }
+    if sigma > GAUSSIAN_CLOSED_FORM_SIGMA {
+        let mass = |h: f64| libm::erf((h + 0.5) / (sigma * std::f64::consts::SQRT_2));
+        let target = LEVEL + 1e-6;
+        let mut h = (1.959_964 * sigma - 0.5).ceil().max(0.0);
+        while h > 0.0 && mass(h - 1.0) >= target {
+            h -= 1.0;
+        }
+        while mass(h) < target {
+            h += 1.0;
+        }
+        return h as u128;
     }
     let norm = g.normaliser();
     let mut mass = g.weight(0) / norm;
@@ -95,5 +133,46 @@ mod tests {
         // Continuous Laplace of scale 100 has 95% half-width 100·ln 20 ≈ 299.6.
         let h = half_width(&Noise::Laplace(DiscreteLaplace::new(&int(100))));
         assert!((299..=300).contains(&h), "{h}");
+    }
+
+    /// The closed form above σ = 1000 keeps coverage ≥ 95% (exact sum) and
+    /// is at most one above the smallest such half-width.
+    #[test]
+    fn closed_form_gaussian_half_widths_cover_and_are_tight() {
+        for sigma in [1000.5, 1001.0, 1733.3, 4096.0, 12_345.6, 99_999.0] {
+            let g = DiscreteGaussian::new(&exact(sigma * sigma));
+            assert!(g.sigma_f64() > GAUSSIAN_CLOSED_FORM_SIGMA);
+            let n = Noise::Gaussian(g);
+            let h = half_width(&n);
+            assert!(coverage(&n, h) >= LEVEL, "sigma={sigma}");
+            assert!(coverage(&n, h - 2) < LEVEL, "sigma={sigma}: not tight");
+        }
+    }
+
+    /// The Laplace closed form covers (checked with exact tails in f64
+    /// where they still resolve) and stays within a relative 10⁻⁹.
+    #[test]
+    fn closed_form_laplace_half_widths_cover() {
+        for t in [1.0000001e9, 3.3e9, 1e12, 1e22] {
+            let d = DiscreteLaplace::new(&exact(t));
+            let h = laplace_half_width(&d);
+            assert!(laplace_tail(&d, h) <= 1.0 - LEVEL, "t={t}");
+            let ideal = t * 20f64.ln();
+            assert!((h as f64 - ideal) / ideal < 1e-9, "t={t}: {h} vs {ideal}");
+        }
+    }
+
+    #[test]
+    fn huge_gaussian_half_widths_are_closed_form() {
+        for sigma in [2e9, 1e20] {
+            let g = DiscreteGaussian::new(&exact(sigma * sigma));
+            let h = gaussian_half_width(&g) as f64;
+            let z = (h + 0.5) / sigma;
+            assert!(
+                libm::erf(z / std::f64::consts::SQRT_2) >= LEVEL,
+                "sigma={sigma}"
+            );
+            assert!((z - 1.959_964).abs() < 1e-4, "sigma={sigma}: z={z}");
+        }
     }
 }

@@ -95,8 +95,10 @@ pub fn restore(
                 }
                 return Ok(());
             }
-            if kind != Some(CHARGES) {
-                skip(&mut skipped, at(), "no fleetdp-record header");
+            // Charges (a record without the header whose key and payload
+            // are charges is taken as one, as earlier builds may write).
+            if kind.is_some_and(|k| k != CHARGES) {
+                skip(&mut skipped, at(), "unknown fleetdp-record kind");
                 return Ok(());
             }
             let Some((stream, partition, seq, record)) = msg

@@ -289,16 +289,21 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
         let mut measurements = Vec::new();
         let mut per_window = BigRational::zero();
-        let budget = alloc
-            .as_ref()
-            .expect("a stream with measurements has a budget");
-        if measure == Measure::Pure && rational::to_f64(budget) < MIN_MEASUREMENT_EPSILON {
+        // No noisy measurement (e.g. only `count` under change-one, where
+        // it is public): nothing to calibrate, nothing spent per window.
+        let no_budget = BigRational::zero();
+        let budget = alloc.as_ref().unwrap_or(&no_budget);
+        let (floor, field, what) = match measure {
+            Measure::Pure => (MIN_MEASUREMENT_EPSILON, "epsilon_per_device", "ε"),
+            Measure::Zcdp => (MIN_MEASUREMENT_RHO, "rho_per_device", "ρ"),
+        };
+        if !ms.is_empty() && rational::to_f64(budget) < floor {
             return Err(field_err(
                 spec,
-                "epsilon_per_device",
+                field,
                 format!(
-                    "each of this stream's {} measurements would get ε = {:e} per window, below the floor {MIN_MEASUREMENT_EPSILON:e}: \
-                     raise privacy.epsilon_per_device or budget_share, or lower max_windows_per_device",
+                    "each of this stream's {} measurements would get {what} = {:e} per window, below the floor {floor:e}: \
+                     raise privacy.{field} or budget_share, or lower max_windows_per_device",
                     ms.len(),
                     rational::to_f64(budget)
                 ),

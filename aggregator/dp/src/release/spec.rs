@@ -48,6 +48,10 @@ pub const MAX_QUANTILE_LEVELS: usize = 100;
 /// the noise is so wide that computing its interval takes seconds, and the
 /// release says nothing anyway.
 pub const MIN_MEASUREMENT_EPSILON: f64 = 1e-11;
+/// Smallest ρ one measurement may be calibrated to under zCDP (about the
+/// same noise as [`MIN_MEASUREMENT_EPSILON`]): below it σ grows past 10¹¹
+/// units and the exact sampler's arithmetic grows with it.
+pub const MIN_MEASUREMENT_RHO: f64 = 1e-22;
 /// Stream names: what they may hold (they are parts of keys such as
 /// `<stream>/<partition>/<seq>`, so no `/`).
 pub const MAX_STREAM_NAME: usize = 128;
