@@ -49,4 +49,4 @@ fi
 
 echo "== building and running every test (release mode: the statistical tests are heavy)"
 echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
-cargo test --release --workspace --locked
+cargo test --release --workspace --locked --features fleetdp/crash-points

@@ -2,9 +2,12 @@
 //! process kill itself with SIGKILL the n-th time it reaches `<point>`, so
 //! the test can stop an instance exactly between two steps of the release
 //! protocol (e.g. after a release is acknowledged and before the offset
-//! commit). Unset — as in production — a crash point costs one atomic load.
+//! commit). Only with the cargo feature `crash-points` (the test suite
+//! enables it); a production build compiles every crash point to nothing.
 
+#[cfg(feature = "crash-points")]
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(feature = "crash-points")]
 use std::sync::OnceLock;
 
 /// Where the release protocol can be interrupted.
@@ -42,12 +45,14 @@ impl CrashPoint {
     }
 }
 
+#[cfg(feature = "crash-points")]
 struct Armed {
     point: CrashPoint,
     at: u64,
     hits: AtomicU64,
 }
 
+#[cfg(feature = "crash-points")]
 fn armed() -> Option<&'static Armed> {
     static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
     ARMED
@@ -66,6 +71,7 @@ fn armed() -> Option<&'static Armed> {
 }
 
 /// Die here (SIGKILL, no cleanup) if this point is armed and its count is reached.
+#[cfg(feature = "crash-points")]
 pub fn crash_point(point: CrashPoint) {
     if let Some(a) = armed() {
         if a.point == point && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.at {
@@ -75,5 +81,25 @@ pub fn crash_point(point: CrashPoint) {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
         }
+    }
+}
+
+/// Without the `crash-points` feature: nothing.
+#[cfg(not(feature = "crash-points"))]
+#[inline(always)]
+pub fn crash_point(_: CrashPoint) {}
+
+#[cfg(all(test, not(feature = "crash-points")))]
+mod tests {
+    use super::*;
+
+    /// A build without the feature ignores an armed crash point.
+    #[test]
+    fn crash_points_are_inert_without_the_feature() {
+        std::env::set_var("FLEETDP_CRASH_AT", "before_state:1");
+        for p in CrashPoint::ALL {
+            crash_point(p);
+        }
+        std::env::remove_var("FLEETDP_CRASH_AT");
     }
 }
