@@ -6,14 +6,104 @@
 use anyhow::{anyhow, Context, Result};
 use prost::Message as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+
+/// How often one kind of librdkafka log line may be written (per level and
+/// facility); the rest are counted and reported with the next one. A broker
+/// outage used to log ≈ 100 identical ERROR lines in 50 ms.
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Kinds of log lines tracked at once (more share one slot).
+const LOG_KINDS: usize = 256;
+
+/// Rate limiting of librdkafka's log lines: whether a line of `kind` may be
+/// written at `now`, and how many of its kind were held back before it.
+#[derive(Debug, Default)]
+pub(crate) struct LogLimiter {
+    last: HashMap<String, (Instant, u64)>,
+}
+
+impl LogLimiter {
+    pub fn admit(&mut self, kind: &str, now: Instant) -> Option<u64> {
+        let key = if self.last.len() >= LOG_KINDS && !self.last.contains_key(kind) {
+            "other"
+        } else {
+            kind
+        };
+        match self.last.get_mut(key) {
+            Some((at, held)) if now.duration_since(*at) < LOG_EVERY => {
+                *held += 1;
+                None
+            }
+            Some((at, held)) => {
+                *at = now;
+                Some(std::mem::take(held))
+            }
+            None => {
+                self.last.insert(key.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+/// Write a librdkafka log line through the limiter (one per process).
+pub(crate) fn quiet_log(level: RDKafkaLogLevel, facility: &str, message: &str) {
+    static LIMITER: std::sync::OnceLock<std::sync::Mutex<LogLimiter>> = std::sync::OnceLock::new();
+    let kind = format!("{level:?}/{facility}");
+    let held = LIMITER
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .admit(&kind, Instant::now());
+    let Some(held) = held else {
+        return;
+    };
+    match level {
+        RDKafkaLogLevel::Emerg
+        | RDKafkaLogLevel::Alert
+        | RDKafkaLogLevel::Critical
+        | RDKafkaLogLevel::Error => {
+            tracing::error!(target: "librdkafka", facility, held_back = held, "{message}")
+        }
+        RDKafkaLogLevel::Warning => {
+            tracing::warn!(target: "librdkafka", facility, held_back = held, "{message}")
+        }
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", facility, held_back = held, "{message}")
+        }
+        RDKafkaLogLevel::Debug => {
+            tracing::debug!(target: "librdkafka", facility, held_back = held, "{message}")
+        }
+    }
+}
+
+/// A client context whose log lines go through [`quiet_log`].
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        quiet_log(level, fac, log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        quiet_log(RDKafkaLogLevel::Error, &format!("{error}"), reason);
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+/// The service's producer.
+pub(crate) type Producer = rdkafka::producer::FutureProducer<Quiet>;
 
 /// Header naming a payload's encoding.
 pub const CONTENT_TYPE: &str = "content-type";
@@ -72,7 +162,11 @@ pub async fn ensure_topics(
 }
 
 /// Partition count of a topic, or an error naming it when it does not exist.
-pub fn partition_count(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> Result<usize> {
+pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<usize> {
     let deadline = Instant::now() + timeout;
     loop {
         let md = consumer
@@ -120,7 +214,9 @@ pub fn read_topic(
         .set("enable.partition.eof", "false")
         // As for the pipeline's consumer: no 1 s pauses when the local queue fills.
         .set("fetch.queue.backoff.ms", "20");
-    let consumer: BaseConsumer = c.create().context("creating topic reader")?;
+    let consumer: BaseConsumer<Quiet> = c
+        .create_with_context(Quiet)
+        .context("creating topic reader")?;
     let parts = partition_count(&consumer, topic, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining = HashMap::new();
@@ -181,7 +277,7 @@ pub(crate) struct Stopped(pub String);
 /// producer or the broker is not retried. An error is fatal to the caller
 /// (nothing was committed past it).
 pub(crate) async fn produce_acked(
-    producer: &rdkafka::producer::FutureProducer,
+    producer: &Producer,
     r: Record<'_>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<(i32, i64)> {
@@ -238,4 +334,37 @@ pub(crate) async fn produce_acked(
     Err(anyhow!(
         "producing to {topic} failed after retries; exiting so an orchestrator can restart"
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_of_one_kind_is_one_line_then_a_count() {
+        let mut l = LogLimiter::default();
+        let t0 = Instant::now();
+        assert_eq!(l.admit("Error/FAIL", t0), Some(0));
+        for i in 1..100 {
+            assert_eq!(
+                l.admit("Error/FAIL", t0 + Duration::from_micros(500 * i)),
+                None
+            );
+        }
+        // Another kind is not held back by it.
+        assert_eq!(l.admit("Warning/REQTMOUT", t0), Some(0));
+        // After the interval the next line reports what was held back.
+        assert_eq!(l.admit("Error/FAIL", t0 + LOG_EVERY), Some(99));
+        assert_eq!(l.admit("Error/FAIL", t0 + LOG_EVERY * 2), Some(0));
+    }
+
+    #[test]
+    fn the_kinds_tracked_are_bounded() {
+        let mut l = LogLimiter::default();
+        let t0 = Instant::now();
+        for i in 0..10 * LOG_KINDS {
+            l.admit(&format!("Error/{i}"), t0);
+        }
+        assert!(l.last.len() <= LOG_KINDS + 1);
+    }
 }

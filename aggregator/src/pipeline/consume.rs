@@ -9,6 +9,7 @@ use super::release::Released;
 use super::{now_ms, Options, Pipeline};
 use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
+use crate::kafka::Producer;
 use crate::kafka::{self, Stopped, CONTENT_TYPE};
 use crate::process::Processor;
 use crate::telemetry;
@@ -17,7 +18,6 @@ use anyhow::{Context as _, Result};
 use ingest::Reason;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::producer::FutureProducer;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -42,7 +42,7 @@ pub(crate) type InputConsumer = StreamConsumer<rebalance::Context>;
 pub(crate) struct Consuming<'a> {
     pub(super) p: &'a Pipeline,
     pub(super) opts: Options,
-    pub(super) producer: FutureProducer,
+    pub(super) producer: Producer,
     pub(super) output_partitions: i32,
     /// Partitions of the input topic (recorded in the plan fingerprint).
     pub(super) input_partitions: i32,
@@ -70,7 +70,7 @@ impl<'a> Consuming<'a> {
     pub fn new(
         p: &'a Pipeline,
         opts: Options,
-        producer: FutureProducer,
+        producer: Producer,
         (input_partitions, output_partitions): (i32, i32),
         processor: Processor,
         events: Events,

@@ -12,12 +12,13 @@
 //! and the error named (nothing is committed past the message).
 
 use super::consume::Consuming;
+use crate::kafka::Producer;
 use crate::telemetry;
 use anyhow::{anyhow, bail, Result};
 use ingest::{Reason, Rejection};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
 
@@ -257,7 +258,7 @@ impl Consuming<'_> {
 
 /// Send a headers-only dead letter and wait for its ack.
 async fn resend(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     key: &[u8],
     headers: OwnedHeaders,

@@ -33,7 +33,6 @@ use crate::status::StatusBoard;
 use crate::telemetry::{budget_gauges, Counters};
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::producer::FutureProducer;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -94,7 +93,10 @@ impl Pipeline {
     fn spawn_lag_probe(&self, mut shutdown: watch::Receiver<bool>) -> Result<()> {
         let mut c = self.client_config();
         c.set("group.id", "fleetdp-lag-probe");
-        let md: Arc<BaseConsumer> = Arc::new(c.create().context("creating the lag probe")?);
+        let md: Arc<BaseConsumer<kafka::Quiet>> = Arc::new(
+            c.create_with_context(kafka::Quiet)
+                .context("creating the lag probe")?,
+        );
         let (board, topic) = (self.board.clone(), self.v.config.kafka.input_topic.clone());
         tokio::spawn(async move {
             loop {
@@ -143,7 +145,7 @@ impl Pipeline {
         let (input_partitions, output_partitions) = {
             let mut c = base.clone();
             c.set("group.id", "fleetdp-metadata");
-            let md: BaseConsumer = c.create()?;
+            let md: BaseConsumer<kafka::Quiet> = c.create_with_context(kafka::Quiet)?;
             let topics = [
                 ("kafka.input_topic", kc.input_topic.clone()),
                 ("kafka.output_topic", kc.output_topic.clone()),
@@ -181,7 +183,9 @@ impl Pipeline {
         if !kc.properties.contains_key("message.timeout.ms") {
             pc.set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
         }
-        let producer: FutureProducer = pc.create().context("creating producer")?;
+        let producer: kafka::Producer = pc
+            .create_with_context(kafka::Quiet)
+            .context("creating producer")?;
 
         let mut cc = base.clone();
         cc.set("group.id", &kc.group_id)

@@ -129,7 +129,19 @@ impl Context {
     }
 }
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::kafka::quiet_log(level, fac, log_message);
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::kafka::quiet_log(
+            rdkafka::config::RDKafkaLogLevel::Error,
+            &format!("{error}"),
+            reason,
+        );
+    }
+}
 
 impl ConsumerContext for Context {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

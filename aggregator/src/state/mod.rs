@@ -27,12 +27,13 @@ pub use fingerprint::{fingerprint, PlanChange};
 pub use restore::{restore, Charges, Restored};
 
 use crate::faults::{crash_point, CrashPoint};
+use crate::kafka::Producer;
 use crate::kafka::{produce_acked, Record, CONTENT_TYPE};
 use crate::window::{charge_records, ClosedWindow, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD};
 use anyhow::Result;
 use prost::Message as _;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 
 /// Header telling the state topic's record kinds apart.
 pub const RECORD_KIND: &str = "fleetdp-record";
@@ -164,7 +165,7 @@ fn kind(k: &'static str) -> OwnedHeaders {
 /// Write a window's records and its release in the protocol's order
 /// (module doc). Returns once the release is acknowledged.
 pub(crate) async fn write_window(
-    producer: &FutureProducer,
+    producer: &Producer,
     state_topic: &str,
     mut rec: WindowRecords,
     release: ReleaseRecord<'_>,
@@ -225,7 +226,7 @@ pub(crate) async fn write_window(
 /// (acknowledged tombstones): used when the operator drops an old plan's
 /// charges.
 pub(crate) async fn retire(
-    producer: &FutureProducer,
+    producer: &Producer,
     state_topic: &str,
     windows: &[(String, i32, u64, u32)],
     stop: &mut tokio::sync::watch::Receiver<bool>,
