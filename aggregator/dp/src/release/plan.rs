@@ -336,9 +336,21 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 half_width,
             });
         }
+        // A window's effect on the running sum, and its square, in i64.
+        let k = spec.max_readings_per_device as i64;
+        let sum_l1 = k.checked_mul(u.width());
+        let sum_l2_sq = sum_l1.and_then(|l| l.checked_mul(l));
+        if spec.running_share > 0.0 && sum_l2_sq.is_none() {
+            return Err(field_err(
+                spec,
+                "running_share",
+                "running totals need (max_readings_per_device × (upper − lower) / resolution)² below 2⁶³; \
+                 use a coarser resolution or turn running totals off",
+            ));
+        }
         let running = (spec.running_share > 0.0).then(|| {
-            let k = spec.max_readings_per_device as i64;
-            let mut groups = vec![("sum", 1usize, k * u.width(), (k * u.width()).pow(2))];
+            let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
+            let mut groups = vec![("sum", 1usize, l1, l2_sq)];
             if let Some(edges) = spec
                 .statistics
                 .contains(&StatKind::Histogram)
