@@ -234,3 +234,39 @@ fn design_citations_point_at_existing_sections() {
     }
     assert!(cited >= 5, "the sources cite the design ({cited})");
 }
+
+/// The crash-injection hook exists only with the `crash-points` feature: the
+/// code that reads `FLEETDP_CRASH_AT` and kills the process is under that
+/// feature, and nothing else in the service mentions either.
+#[test]
+fn the_crash_hook_is_behind_its_feature() {
+    let src = root().join("aggregator/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    for p in &files {
+        let text = std::fs::read_to_string(p).unwrap();
+        let name = p.strip_prefix(&src).unwrap().display().to_string();
+        if name == "faults.rs" {
+            for needle in ["FLEETDP_CRASH_AT\")", "SIGKILL)"] {
+                let at = text.find(needle).expect("the hook is in faults.rs");
+                // The item holding it is the last `fn` before it, which must
+                // be gated by the feature.
+                let item = text[..at]
+                    .rfind("\nfn ")
+                    .or_else(|| text[..at].rfind("\npub fn "))
+                    .unwrap();
+                let gate = text[..item].rfind("#[cfg(").unwrap();
+                assert!(
+                    text[gate..item].contains("feature = \"crash-points\"")
+                        && !text[gate..item].contains("not("),
+                    "{needle} is reachable without the crash-points feature"
+                );
+            }
+        } else {
+            assert!(
+                !text.contains("FLEETDP_CRASH_AT") && !text.contains("SIGKILL"),
+                "{name} mentions the crash hook"
+            );
+        }
+    }
+}
