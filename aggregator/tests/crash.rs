@@ -12,6 +12,10 @@
 //! released, every bad message is dead-lettered, and the state topic's
 //! charges keep every device within `W` windows per horizon.
 //!
+//! Half of the input goes as batches (each device's readings of two rounds
+//! in one message), so windows close inside messages and kills land between
+//! two readings of one message: a restart must resume at the reading.
+//!
 //! Needs the `crash-points` feature (tests/run.sh enables it): without it
 //! the binary has no crash points and this file compiles to nothing.
 #![cfg(feature = "crash-points")]
@@ -98,6 +102,42 @@ fn start(
     cmd.spawn().expect("spawn fleetdp run")
 }
 
+/// Every other chunk of `chunk` messages merged per key (device) into
+/// `ReadingBatch` messages, in order of each key's first message; a message
+/// that is not a `DeviceReading` (garbage) stays as it is.
+fn batched(msgs: Vec<Out>, chunk: usize) -> Vec<Out> {
+    let mut out = Vec::new();
+    for (i, c) in msgs.chunks(chunk).enumerate() {
+        if i % 2 == 0 {
+            out.extend_from_slice(c);
+            continue;
+        }
+        let mut order: Vec<String> = Vec::new();
+        let mut batches: HashMap<String, Vec<proto::DeviceReading>> = HashMap::new();
+        for m in c {
+            match proto::DeviceReading::decode(m.payload.as_slice()) {
+                Ok(r) if !m.payload.is_empty() => {
+                    if !batches.contains_key(&m.key) {
+                        order.push(m.key.clone());
+                    }
+                    batches.entry(m.key.clone()).or_default().push(r);
+                }
+                _ => out.push(m.clone()),
+            }
+        }
+        for k in order {
+            let readings = batches.remove(&k).unwrap();
+            out.push(Out {
+                partition: None,
+                key: k,
+                payload: proto::ReadingBatch { readings }.encode_to_vec(),
+                content_type: Some(ingest::Format::ProtobufBatch.content_type().into()),
+            });
+        }
+    }
+    out
+}
+
 /// Died by SIGKILL (ours or its own crash point)?
 fn killed(status: std::process::ExitStatus) -> bool {
     use std::os::unix::process::ExitStatusExt;
@@ -146,6 +186,10 @@ fn killed_instances_release_every_window_exactly_once() {
             },
             240 * 2 * 90,
         );
+        // Every other pair of rounds goes as batches: each device's four
+        // readings of the pair in one message, so windows close inside
+        // messages and a restart can land between two readings of one.
+        let msgs = batched(msgs, 240 * 2 * 2);
         let slices: Vec<&[Out]> = msgs.chunks(600).collect();
         let base = slices.len() / 3;
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_fleetdp"));

@@ -158,6 +158,7 @@ group_id = "{}"
 }
 
 /// One message to produce.
+#[derive(Clone)]
 pub struct Out {
     pub partition: Option<i32>,
     pub key: String,
