@@ -20,18 +20,6 @@ fn privacy(horizon: &str) -> String {
     format!("epsilon_per_device = 1.0\nhorizon = \"{horizon}\"")
 }
 
-/// The same topics under a fresh consumer group (tansu may not reassign a
-/// group rejoined after a clean stop).
-fn regroup(t: &Topics) -> Topics {
-    Topics {
-        input: t.input.clone(),
-        output: t.output.clone(),
-        dlq: t.dlq.clone(),
-        state: t.state.clone(),
-        group: unique("plan-g"),
-    }
-}
-
 /// Run until `windows` are released (Ok with the counters) or the pipeline
 /// stops on its own (its error).
 async fn run(
@@ -95,13 +83,13 @@ fn a_changed_horizon_is_refused_and_allowed_at_a_boundary() {
 
         // The same plan resumes.
         produce(&broker, &t.input, &readings(100, now)).await;
-        let t2 = regroup(&t);
+        let t2 = t.regroup();
         run(config(&broker, &t2, &privacy("1h"), "", STREAM), false, 2)
             .await
             .unwrap();
 
         // Another horizon: refused, naming it.
-        let t3 = regroup(&t);
+        let t3 = t.regroup();
         let err = run(config(&broker, &t3, &privacy("24h"), "", STREAM), false, 1)
             .await
             .expect_err("a changed horizon must be refused");
@@ -111,14 +99,14 @@ fn a_changed_horizon_is_refused_and_allowed_at_a_boundary() {
         // Declared at a boundary: the returning devices are accepted under
         // the new plan (the old charges no longer count against them).
         produce(&broker, &t.input, &readings(200, now)).await;
-        let t4 = regroup(&t);
+        let t4 = t.regroup();
         let c = run(config(&broker, &t4, &privacy("24h"), "", STREAM), true, 2)
             .await
             .unwrap();
         assert_eq!(count(&c.dropped_horizon_cap), 0, "old charges were kept");
 
         // And recorded: the next restart under the new plan needs no switch.
-        let t5 = regroup(&t);
+        let t5 = t.regroup();
         produce(&broker, &t.input, &readings(300, now)).await;
         run(config(&broker, &t5, &privacy("24h"), "", STREAM), false, 2)
             .await
@@ -141,7 +129,7 @@ fn a_changed_partition_count_is_refused() {
             .unwrap();
         // The input "repartitioned": a topic of 2 partitions whose partition 0
         // lands on the same lanes.
-        let mut t2 = regroup(&t);
+        let mut t2 = t.regroup();
         t2.input = unique("parts-in2");
         broker.create_topics(&[(&t2.input, 2)]).await;
         let err = run(config(&broker, &t2, &privacy("24h"), "", STREAM), false, 1)

@@ -31,16 +31,6 @@ fn message(readings: &[String]) -> Out {
     }
 }
 
-fn fresh_group(t: &Topics) -> Topics {
-    Topics {
-        input: t.input.clone(),
-        output: t.output.clone(),
-        dlq: t.dlq.clone(),
-        state: t.state.clone(),
-        group: unique("resume-g"),
-    }
-}
-
 fn straddle(crash: bool) {
     let broker = Broker::start();
     let rt = runtime();
@@ -79,7 +69,7 @@ fn straddle(crash: bool) {
             &[message(&[one("e", e + 4)]), message(&[one("f", e + 5)])],
         )
         .await;
-        let t2 = fresh_group(&t);
+        let t2 = t.regroup();
         let (stop, c, h) = spawn_pipeline(config(&broker, &t2, privacy, "", STREAM), KEY);
         let released =
             wait_until(Duration::from_secs(60), || count(&c.windows_released) >= 1).await;

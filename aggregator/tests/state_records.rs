@@ -64,13 +64,7 @@ fn a_window_of_100000_devices_is_released_and_its_charges_restored() {
 
         // A restart restores all three records: devices charged in the last
         // one are over their cap (W = 1) as much as those in the first.
-        let t2 = Topics {
-            group: unique("bigwin-g2"),
-            input: t.input.clone(),
-            output: t.output.clone(),
-            dlq: t.dlq.clone(),
-            state: t.state.clone(),
-        };
+        let t2 = t.regroup();
         produce(&broker, &t.input, &[batch(0..500, event), batch(DEVICES - 500..DEVICES, event)]).await;
         let (stop, c, h) = spawn_pipeline(config(&broker, &t2, privacy, "", &stream), KEY);
         let capped = wait_until(Duration::from_secs(120), || {

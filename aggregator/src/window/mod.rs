@@ -312,16 +312,12 @@ impl Windower {
                     if !lane.open.values.is_empty()
                         && event_ms.saturating_sub(lane.open.first_event_ms) >= t
                     {
-                        let open = take_open(lane, rules);
-                        let oldest = oldest_count(lane, &open, self.lateness_ms);
-                        closed.push(close(
+                        closed.push(close_count_window(
                             lane,
-                            open,
-                            (stream, partition),
                             rules,
+                            (stream, partition),
                             self.horizon_ms,
-                            oldest.0,
-                            oldest.1,
+                            self.lateness_ms,
                         ));
                     }
                 }
@@ -421,16 +417,12 @@ impl Windower {
         open.values.push(units);
         self.last_accepted_seq = seq;
         if rules.window_ms.is_none() && open.values.len() >= rules.window_size {
-            let open = take_open(lane, rules);
-            let oldest = oldest_count(lane, &open, self.lateness_ms);
-            closed.push(close(
+            closed.push(close_count_window(
                 lane,
-                open,
-                (stream, partition),
                 rules,
+                (stream, partition),
                 self.horizon_ms,
-                oldest.0,
-                oldest.1,
+                self.lateness_ms,
             ));
         }
         Admission::Accepted
@@ -474,6 +466,19 @@ fn first_open_window(now_ms: i64, len: i64, lateness_ms: i64) -> u64 {
 }
 
 /// Take a count window's open block out of its lane.
+/// Close the lane's open count window (full, or timed out).
+fn close_count_window(
+    lane: &mut Lane,
+    rules: &StreamRules,
+    id: (usize, i32),
+    horizon_ms: i64,
+    lateness_ms: i64,
+) -> ClosedWindow {
+    let open = take_open(lane, rules);
+    let (oldest, reference) = oldest_count(lane, &open, lateness_ms);
+    close(lane, open, id, rules, horizon_ms, oldest, reference)
+}
+
 fn take_open(lane: &mut Lane, rules: &StreamRules) -> Open {
     std::mem::replace(
         &mut lane.open,

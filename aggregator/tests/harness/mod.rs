@@ -101,6 +101,18 @@ pub struct Topics {
 }
 
 impl Topics {
+    /// The same topics under a fresh consumer group (tansu may not reassign
+    /// a group rejoined after a clean stop; a fresh group reads from the start).
+    pub fn regroup(&self) -> Topics {
+        Topics {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            dlq: self.dlq.clone(),
+            state: self.state.clone(),
+            group: unique("regroup-g"),
+        }
+    }
+
     pub fn new(name: &str) -> Topics {
         Topics {
             input: unique(&format!("{name}-in")),
