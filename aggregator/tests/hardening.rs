@@ -23,6 +23,31 @@ fn reading(device: &str, event_ms: i64) -> Out {
     temp_reading(Some(0), device, 21.5, event_ms)
 }
 
+/// Stream `temp`: windows of 5, mean only, `W` = 100.
+const TEMP: &str = "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nmax_windows_per_device = 100\nstatistics = [\"mean\"]";
+const PRIVACY: &str = "epsilon_per_device = 1.0\nhorizon = \"24h\"";
+
+/// New topics named after `name` (`partitions` input partitions) and a
+/// configuration of stream `temp` on them with `extra` settings.
+async fn setup(
+    broker: &Broker,
+    name: &str,
+    partitions: i32,
+    extra: &str,
+) -> (Topics, fleetdp::config::Validated) {
+    let t = Topics::new(name);
+    broker
+        .create_topics(&[
+            (&t.input, partitions),
+            (&t.output, 1),
+            (&t.dlq, 1),
+            (&t.state, 1),
+        ])
+        .await;
+    let v = config(broker, &t, PRIVACY, extra, TEMP);
+    (t, v)
+}
+
 #[test]
 fn microsecond_and_fast_clocks_are_dead_lettered_and_the_lane_goes_on() {
     let broker = Broker::start();
@@ -95,25 +120,7 @@ fn an_idle_instance_becomes_ready_without_a_message() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
-        let t = Topics::new("idle");
-        broker
-            .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
-            .await;
-        let v = config(
-            &broker,
-            &t,
-            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-            "",
-            r#"
-[[stream]]
-name = "temp"
-lower = -20.0
-upper = 60.0
-resolution = 0.1
-window_size = 5
-statistics = ["mean"]
-"#,
-        );
+        let (_t, v) = setup(&broker, "idle", 2, "").await;
         let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
         let board = p.board.clone();
         let (stop, rx) = tokio::sync::watch::channel(false);
@@ -186,26 +193,7 @@ fn oversized_dead_letters_are_truncated_and_the_stream_goes_on() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
-        let t = Topics::new("oversize");
-        broker
-            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
-            .await;
-        let v = config(
-            &broker,
-            &t,
-            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-            "",
-            r#"
-[[stream]]
-name = "temp"
-lower = -20.0
-upper = 60.0
-resolution = 0.1
-window_size = 5
-max_windows_per_device = 100
-statistics = ["mean"]
-"#,
-        );
+        let (t, v) = setup(&broker, "oversize", 1, "").await;
         let base = now_ms() - 60_000;
         let mut msgs: Vec<Out> = (0..10)
             .map(|i| reading(&format!("a{i}"), base + i))
@@ -305,10 +293,7 @@ fn foreign_records_in_the_internal_topics_are_skipped_and_counted() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
-        let t = Topics::new("foreign");
-        broker
-            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
-            .await;
+        let (t, v) = setup(&broker, "foreign", 1, "").await;
         let foreign = |partition| Out {
             partition: Some(partition),
             key: "hello".into(),
@@ -317,13 +302,6 @@ fn foreign_records_in_the_internal_topics_are_skipped_and_counted() {
         };
         produce(&broker, &t.state, &[foreign(0)]).await;
         produce(&broker, &t.output, &[foreign(0)]).await;
-        let v = config(
-            &broker,
-            &t,
-            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-            "",
-            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nmax_windows_per_device = 100\nstatistics = [\"mean\"]",
-        );
         let base = now_ms() - 60_000;
         let msgs: Vec<Out> = (0..10)
             .map(|i| reading(&format!("d{i}"), base + i))
