@@ -29,6 +29,12 @@ const PAGE: &str = include_str!("status.html");
 /// Install the Prometheus recorder (once per process) and return its handle.
 pub fn recorder() -> Result<PrometheusHandle> {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if let Some(h) = HANDLE.get() {
+        return Ok(h.clone());
+    }
+    // One installer at a time: a second caller waits and gets the handle.
+    let _one = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(h) = HANDLE.get() {
         return Ok(h.clone());
     }
@@ -67,12 +73,36 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// headers, [`CONNECTION_LIFETIME`] in all, and accept errors (such as
 /// running out of file descriptors) back off instead of spinning.
 pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
+    listen(addr, "http.listen", state, Routes::All).await
+}
+
+/// Serve only `/healthz` and `/readyz` on `addr` (`http.probe_listen`): a
+/// listener of their own, with its own connection slots, so a flood of the
+/// main listener (a public status page) cannot make an orchestrator's
+/// probes fail.
+pub async fn serve_probes(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
+    listen(addr, "http.probe_listen", state, Routes::Probes).await
+}
+
+/// What a listener answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routes {
+    All,
+    Probes,
+}
+
+async fn listen(
+    addr: &str,
+    field: &str,
+    state: Arc<HttpState>,
+    routes: Routes,
+) -> Result<SocketAddr> {
     let sock: SocketAddr = addr
         .parse()
-        .with_context(|| format!("http.listen: {addr:?} is not an address like 127.0.0.1:9898"))?;
+        .with_context(|| format!("{field}: {addr:?} is not an address like 127.0.0.1:9898"))?;
     let listener = tokio::net::TcpListener::bind(sock)
         .await
-        .with_context(|| format!("http.listen: cannot listen on {sock}"))?;
+        .with_context(|| format!("{field}: cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
@@ -98,7 +128,7 @@ pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
                     let st = st.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(&req, &st)) }
+                    async move { Ok::<_, std::convert::Infallible>(handle(&req, &st, routes)) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
@@ -128,7 +158,7 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
 const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
      connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
-fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
+fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<Full<Bytes>> {
     if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
         let mut r = reply(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -141,7 +171,15 @@ fn handle(req: &Request<Incoming>, st: &HttpState) -> Response<Full<Bytes>> {
         );
         return r;
     }
-    match req.uri().path() {
+    let path = req.uri().path();
+    if routes == Routes::Probes && !matches!(path, "/healthz" | "/readyz") {
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "probes only: /healthz, /readyz\n",
+        );
+    }
+    match path {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
             let text = st.metrics.render();
             if st.config.config.http.hide_exact_counts {

@@ -239,16 +239,23 @@ fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Re
             .await?;
         }
         let listen = v.config.http.listen.clone();
+        let probe_listen = v.config.http.probe_listen.clone();
         let pipeline = Pipeline::new(v, key);
-        if !listen.is_empty() {
+        if !listen.is_empty() || !probe_listen.is_empty() {
             let state = std::sync::Arc::new(fleetdp::http::HttpState {
                 metrics: fleetdp::http::recorder()?,
                 board: pipeline.board.clone(),
                 config: pipeline.config(),
                 counters: pipeline.counters.clone(),
             });
-            let a = fleetdp::http::serve(&listen, state).await?;
-            tracing::info!(address = %a, "serving /metrics, /healthz, /readyz and the status page");
+            if !listen.is_empty() {
+                let a = fleetdp::http::serve(&listen, state.clone()).await?;
+                tracing::info!(address = %a, "serving /metrics, /healthz, /readyz and the status page");
+            }
+            if !probe_listen.is_empty() {
+                let a = fleetdp::http::serve_probes(&probe_listen, state).await?;
+                tracing::info!(address = %a, "serving /healthz and /readyz");
+            }
         }
         let shutdown = shutdown_on_signals();
         let opts = Options {

@@ -1,7 +1,9 @@
 //! The HTTP listener under hostile clients: only GET and HEAD, security
 //! headers on every answer and a restrictive policy on the page, and
 //! hundreds of connections that never finish their headers neither keep
-//! their sockets beyond the header timeout nor stop `/healthz` answering.
+//! their sockets beyond the header timeout nor stop `/healthz` answering;
+//! with `http.probe_listen`, the probes answer on their own listener even
+//! while every slot of the main one is taken.
 
 use fleetdp::config::Config;
 use std::io::{Read, Write};
@@ -129,6 +131,76 @@ fn the_listener_refuses_other_methods_sends_security_headers_and_survives_slow_c
                     );
                 }
             }
+        });
+    });
+}
+
+/// Every connection slot of the main listener held by clients that never
+/// finish their headers: the probe listener still answers at once, and
+/// serves nothing but the probes.
+#[test]
+fn the_probe_listener_answers_while_the_main_one_is_flooded() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let v = Config::parse(CONFIG).unwrap().validate().unwrap();
+        let p =
+            fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
+        let state = Arc::new(fleetdp::http::HttpState {
+            metrics: fleetdp::http::recorder().unwrap(),
+            board: p.board.clone(),
+            config: p.config(),
+            counters: p.counters.clone(),
+        });
+        let main = fleetdp::http::serve("127.0.0.1:0", state.clone())
+            .await
+            .unwrap()
+            .to_string();
+        let probes = fleetdp::http::serve_probes("127.0.0.1:0", state)
+            .await
+            .unwrap()
+            .to_string();
+        tokio::task::block_in_place(|| {
+            let close = "Connection: close\r\n\r\n";
+            let flood: Vec<TcpStream> = (0..fleetdp::http::MAX_CONNECTIONS + 50)
+                .filter_map(|_| {
+                    let mut s = TcpStream::connect(&main).ok()?;
+                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n").ok()?;
+                    Some(s)
+                })
+                .collect();
+            assert!(flood.len() > fleetdp::http::MAX_CONNECTIONS / 2);
+            let started = Instant::now();
+            let (status, _, body) = raw(
+                &probes,
+                &format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{close}"),
+            );
+            assert!(status.contains(" 200 "), "{status}");
+            assert_eq!(body, "ok\n");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{:?}",
+                started.elapsed()
+            );
+            let (status, _, _) = raw(
+                &probes,
+                &format!("GET /readyz HTTP/1.1\r\nHost: x\r\n{close}"),
+            );
+            assert!(status.contains(" 503 "), "not assigned yet: {status}");
+            for path in ["/metrics", "/", "/api/status"] {
+                let (status, _, _) = raw(
+                    &probes,
+                    &format!("GET {path} HTTP/1.1\r\nHost: x\r\n{close}"),
+                );
+                assert!(
+                    status.contains(" 404 "),
+                    "{path} on the probe listener: {status}"
+                );
+            }
+            drop(flood);
         });
     });
 }

@@ -186,6 +186,10 @@ pub struct HttpConfig {
     /// or not).
     #[serde(default = "default_stall_timeout")]
     pub stall_timeout: String,
+    /// A second listener serving only `/healthz` and `/readyz`, with its
+    /// own connection slots (empty: the probes are on `listen` only).
+    #[serde(default)]
+    pub probe_listen: String,
 }
 
 fn default_stall_timeout() -> String {
@@ -203,6 +207,7 @@ impl Default for HttpConfig {
             ready_max_lag: default_ready_max_lag(),
             hide_exact_counts: false,
             stall_timeout: default_stall_timeout(),
+            probe_listen: String::new(),
         }
     }
 }
