@@ -380,6 +380,19 @@ fleetdp_messages_total_other 1\n";
         }
     }
 
+    /// Every metric is in the README's list (operators read it there).
+    #[test]
+    fn every_metric_is_documented() {
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let missing: Vec<&str> = METRICS
+            .iter()
+            .copied()
+            .filter(|m| !readme.contains(&format!("`{m}")))
+            .collect();
+        assert!(missing.is_empty(), "metrics missing from the README: {missing:?}");
+    }
+
     /// No other source file names a metric: a new metric must come through
     /// this module (and so into [`METRICS`], which the deploy test checks
     /// dashboards and alert rules against).
