@@ -199,13 +199,20 @@ pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<prot
     }
 }
 
+/// How long a topic read may go without progress (a message, or the read
+/// position moving) before it fails.
+pub(crate) const READ_STALL: Duration = Duration::from_secs(60);
+
 /// Read a topic up to its current high watermarks, each partition from
 /// `start(partition, low watermark)` (`None`: skip it), calling `f` on every
-/// message. Blocking; call from a blocking context.
+/// message. Fails after [`READ_STALL`] without progress (however long the
+/// whole read takes), and with [`Stopped`] soon after `stop` turns true.
+/// Blocking; call from a blocking context.
 pub fn read_topic(
     config: &ClientConfig,
     topic: &str,
     start: impl Fn(i32, i64) -> Option<i64>,
+    stop: &tokio::sync::watch::Receiver<bool>,
     mut f: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut c = config.clone();
@@ -235,15 +242,39 @@ pub fn read_topic(
         return Ok(());
     }
     consumer.assign(&tpl)?;
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut progress = Instant::now();
     while !remaining.is_empty() {
-        if Instant::now() > deadline {
-            return Err(anyhow!("timed out reading {topic}"));
+        if *stop.borrow() {
+            return Err(Stopped(topic.to_string()).into());
         }
         let Some(msg) = consumer.poll(Duration::from_millis(500)) else {
+            // Offsets that hold no message (compacted away, control
+            // records) end a partition too once the position passes them.
+            let before = remaining.len();
+            if let Ok(at) = consumer.position() {
+                for e in at.elements_for_topic(topic) {
+                    if let (Offset::Offset(o), Some(&h)) =
+                        (e.offset(), remaining.get(&e.partition()))
+                    {
+                        if o >= h {
+                            remaining.remove(&e.partition());
+                        }
+                    }
+                }
+            }
+            if remaining.len() < before {
+                progress = Instant::now();
+            } else if progress.elapsed() > READ_STALL {
+                return Err(anyhow!(
+                    "reading {topic}: no progress for {} s ({} partitions unfinished)",
+                    READ_STALL.as_secs(),
+                    remaining.len()
+                ));
+            }
             continue;
         };
         let msg = msg.with_context(|| format!("reading {topic}"))?;
+        progress = Instant::now();
         f(&msg)?;
         if remaining
             .get(&msg.partition())

@@ -390,7 +390,10 @@ fleetdp_messages_total_other 1\n";
             .copied()
             .filter(|m| !readme.contains(&format!("`{m}")))
             .collect();
-        assert!(missing.is_empty(), "metrics missing from the README: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "metrics missing from the README: {missing:?}"
+        );
     }
 
     /// No other source file names a metric: a new metric must come through

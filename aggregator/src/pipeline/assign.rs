@@ -170,8 +170,9 @@ impl Consuming<'_> {
                 kc.state_topic(),
                 assigned.to_vec(),
             );
+            let stop = self.stop.clone();
             let mut task = tokio::task::spawn_blocking(move || -> Result<_> {
-                state::restore(&base, &output, &state_topic, &parts)
+                state::restore(&base, &output, &state_topic, &parts, &stop)
                     .context("restoring state (kafka.state_topic, kafka.output_topic)")
             });
             // Restoring is progress: the loop stays live while it runs.
@@ -184,6 +185,7 @@ impl Consuming<'_> {
             };
             match r {
                 Ok(v) => return Ok(v),
+                Err(e) if e.downcast_ref::<Stopped>().is_some() => return Err(e),
                 Err(e) if attempt < 8 => {
                     tracing::warn!(error = %format!("{e:#}"), attempt, "restoring state failed; retrying");
                     let mut stop = self.stop.clone();

@@ -56,6 +56,7 @@ pub fn restore(
     output_topic: &str,
     state_topic: &str,
     partitions: &[i32],
+    stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<Restored> {
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     // Per window: the record count it declares and the records read.
@@ -69,6 +70,7 @@ pub fn restore(
         config,
         state_topic,
         |_, low| Some(low),
+        stop,
         |msg| {
             let at = || {
                 format!(
@@ -204,6 +206,7 @@ pub fn restore(
         config,
         output_topic,
         |p, low| Some(from.get(&p).copied().unwrap_or(low)),
+        stop,
         |msg| {
             if let Some(payload) = msg.payload() {
                 let Ok(r) = decode_release(payload, header(msg, CONTENT_TYPE)) else {
