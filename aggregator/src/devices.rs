@@ -6,8 +6,9 @@
 //! inline with their state (open addressing, linear probing, one cache line
 //! per lookup), and because device keys are already uniform hashes the slot
 //! of a key is known in advance, so the pipeline can prefetch it while it
-//! finishes the previous message. Entries are never removed (a device's
-//! state is reset in place when its horizon moves on).
+//! finishes the previous message. A device's state is reset in place when
+//! its horizon moves on; [`DeviceTable::retain`] drops the entries of
+//! devices whose horizon is over, so device churn does not grow the table.
 
 /// Open-addressing map from device keys to `V`.
 #[derive(Debug, Clone)]
@@ -115,6 +116,35 @@ impl<V: Copy + Default> DeviceTable<V> {
         &mut self.slots[i].value
     }
 
+    /// Keep only the entries `keep` accepts, in a table sized for them (so
+    /// its load is again between about 0.35 and 0.7).
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        if self.zero.as_ref().is_some_and(|v| !keep(v)) {
+            self.zero = None;
+        }
+        let kept: Vec<Slot<V>> = std::mem::take(&mut self.slots)
+            .into_iter()
+            .filter(|s| s.key != 0 && keep(&s.value))
+            .collect();
+        self.used = 0;
+        if kept.is_empty() {
+            return;
+        }
+        let size = (kept.len() * LOAD_DEN / LOAD_NUM + 1)
+            .next_power_of_two()
+            .max(16);
+        self.slots = vec![Slot::default(); size];
+        let mask = size - 1;
+        for s in kept {
+            let mut i = (s.key as usize) & mask;
+            while self.slots[i].key != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = s;
+            self.used += 1;
+        }
+    }
+
     fn grow(&mut self) {
         let size = (self.slots.len() * 2).max(16);
         let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
@@ -164,5 +194,25 @@ mod tests {
         }
         assert!(table.used * LOAD_DEN <= table.slots.len() * LOAD_NUM);
         assert_eq!(std::mem::size_of::<Slot<[u64; 3]>>(), 32);
+    }
+
+    #[test]
+    fn retain_drops_entries_and_shrinks() {
+        let mut t: DeviceTable<u32> = DeviceTable::default();
+        for k in 0..10_000u64 {
+            *t.get_or_insert(k, 0) = k as u32;
+        }
+        t.retain(|v| v % 10 == 0);
+        assert_eq!(t.len(), 1000);
+        for k in 0..10_000u64 {
+            assert_eq!(t.get(k).is_some(), k % 10 == 0, "{k}");
+        }
+        assert!(t.slots.len() <= 2048, "{}", t.slots.len());
+        // Still a working table.
+        *t.get_or_insert(123_456, 0) = 7;
+        assert_eq!(t.get(123_456), Some(&7));
+        t.retain(|_| false);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.get(10), None);
     }
 }

@@ -24,6 +24,16 @@
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+impl Windower {
+    /// Devices in a lane's table (tests).
+    fn devices_in(&self, stream: usize, partition: i32) -> usize {
+        self.lanes
+            .get(&(stream, partition))
+            .map_or(0, |l| l.devices.len())
+    }
+}
 mod types;
 
 pub use types::*;
@@ -63,6 +73,8 @@ struct Lane {
     /// seq not yet released is `next_seq`; set once the lane has started.
     timed: std::collections::BTreeMap<u64, Open>,
     started: bool,
+    /// Horizons before this one were swept from `devices`.
+    swept_before: i64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -351,6 +363,13 @@ impl Windower {
         // One probe per reading: the device's horizon count and its count
         // in its latest window live in one entry.
         let horizon = event_ms.div_euclid(self.horizon_ms);
+        // A horizon swept from the table (over for every reading still
+        // accepted) cannot be charged again: its devices' counts are gone.
+        // Only a count window's message judged before a close moved the
+        // lane on reaches this (time windows never hold such readings).
+        if horizon < lane.swept_before {
+            return Admission::DroppedLate;
+        }
         let entry = lane
             .devices
             .get_or_insert(dk, DeviceHorizon::fresh(horizon));
@@ -529,6 +548,16 @@ fn close(
         }
         !dead
     });
+    // Devices whose horizon is over carry nothing a later reading needs (it
+    // starts its own horizon afresh): dropped once per horizon, so device
+    // churn does not grow the table. Readings of the open windows are never
+    // older than `oldest_accepted`, so no device in them is dropped.
+    let oldest_horizon = oldest_accepted.div_euclid(horizon_ms);
+    if oldest_horizon > lane.swept_before {
+        lane.devices
+            .retain(|d| (d.horizon + 1).saturating_mul(horizon_ms) > oldest_accepted);
+        lane.swept_before = oldest_horizon;
+    }
     let mut values = open.values;
     let (padded, first_event_ms, last_event_ms) = match rules.window_ms {
         None => {

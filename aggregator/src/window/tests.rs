@@ -380,3 +380,62 @@ fn the_event_time_span_is_min_and_max_of_the_readings() {
     );
     assert_eq!(closed[0].reference_event_ms, 50);
 }
+
+/// Device churn over many horizons keeps the table bounded: devices whose
+/// horizon is over are swept once per horizon (they used to stay forever).
+#[test]
+fn device_churn_over_horizons_keeps_the_table_bounded() {
+    // Horizon 1 s, lateness 3 s, windows of 10.
+    let mut w = windower(10, 1, 100, None);
+    let mut closed = Vec::new();
+    let mut peak = 0;
+    for h in 0..50i64 {
+        for d in 0..200u64 {
+            let dev = (h as u64) * 1000 + d;
+            w.admit(
+                0,
+                0,
+                h * 1000 + d as i64,
+                dev,
+                1,
+                h * 1000 + d as i64,
+                h * 1000,
+                &mut closed,
+            );
+        }
+        peak = peak.max(w.devices_in(0, 0));
+    }
+    // 200 new devices per horizon; at most the horizons within lateness
+    // (and the one being swept) stay.
+    assert!(peak <= 200 * 6, "table grew to {peak} devices");
+    assert!(closed.len() >= 900);
+}
+
+/// A reading of a swept horizon is dropped, never charged afresh (its
+/// device's count for that horizon is gone from the table).
+#[test]
+fn a_reading_of_a_swept_horizon_is_not_charged_again() {
+    // Horizon 1 s, lateness 0, windows of 2, W = 1.
+    let mut w = Windower::new(rules(2, 1, 1, None, None), 1000, 0);
+    let mut closed = Vec::new();
+    let d = 42;
+    assert_eq!(
+        w.admit(0, 0, 0, d, 1, 100, 100, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(
+        w.admit(0, 0, 1, 7, 1, 150, 150, &mut closed),
+        Admission::Accepted
+    );
+    // Two readings of horizon 2 close a window whose lateness reference
+    // leaves horizon 0 behind: its devices are swept.
+    w.admit(0, 0, 2, 8, 1, 2500, 2500, &mut closed);
+    w.admit(0, 0, 3, 9, 1, 2600, 2600, &mut closed);
+    assert_eq!(closed.len(), 2);
+    // The device's horizon-0 reading (judged before the close, in the same
+    // message) must not find a fresh count.
+    assert_eq!(
+        w.admit(0, 0, 3, d, 1, 120, 2600, &mut closed),
+        Admission::DroppedLate
+    );
+}
