@@ -209,7 +209,7 @@ impl Pipeline {
             .subscribe(&[&kc.input_topic])
             .with_context(|| format!("subscribing to {}", kc.input_topic))?;
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
-        consume::Consuming::new(
+        let result = consume::Consuming::new(
             self,
             opts,
             producer,
@@ -219,6 +219,41 @@ impl Pipeline {
             shutdown.clone(),
         )
         .run(&consumer, shutdown)
+        .await;
+        close(consumer).await;
+        result
+    }
+}
+
+/// How long leaving the consumer group may take at the end of a run.
+pub const CONSUMER_CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Leave the group (librdkafka's close, in the consumer's drop), waiting at
+/// most [`CONSUMER_CLOSE_TIMEOUT`]: close waits for the coordinator, which
+/// may never answer after a broker outage (seen on tansu), and a stop must
+/// not hang on it. Past the bound the close goes on in a detached thread
+/// and the broker expires the session.
+async fn close(consumer: StreamConsumer<rebalance::Context>) {
+    let (done, closed) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("consumer-close".into())
+        .spawn(move || {
+            drop(consumer);
+            let _ = done.send(());
+        });
+    if spawned.is_err() {
+        tracing::warn!(
+            "could not start a thread to leave the consumer group; the broker expires the session"
+        );
+        return;
+    }
+    if tokio::time::timeout(CONSUMER_CLOSE_TIMEOUT, closed)
         .await
+        .is_err()
+    {
+        tracing::warn!(
+            seconds = CONSUMER_CLOSE_TIMEOUT.as_secs(),
+            "leaving the consumer group did not finish; the broker expires the session"
+        );
     }
 }
