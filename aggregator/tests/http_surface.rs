@@ -50,23 +50,30 @@ fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
     h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
-#[test]
-fn the_listener_refuses_other_methods_sends_security_headers_and_survives_slow_clients() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    rt.block_on(async {
-        let v = Config::parse(CONFIG).unwrap().validate().unwrap();
-        let p =
-            fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
-        let state = Arc::new(fleetdp::http::HttpState {
-            metrics: fleetdp::http::recorder().unwrap(),
-            board: p.board.clone(),
-            config: p.config(),
-            counters: p.counters.clone(),
-        });
+        .unwrap()
+}
+
+/// What the listener serves, for a pipeline of [`CONFIG`] that never runs.
+fn http_state() -> Arc<fleetdp::http::HttpState> {
+    let v = Config::parse(CONFIG).unwrap().validate().unwrap();
+    let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
+    Arc::new(fleetdp::http::HttpState {
+        metrics: fleetdp::http::recorder().unwrap(),
+        board: p.board.clone(),
+        config: p.config(),
+        counters: p.counters.clone(),
+    })
+}
+
+#[test]
+fn the_listener_refuses_other_methods_sends_security_headers_and_survives_slow_clients() {
+    runtime().block_on(async {
+        let state = http_state();
         let addr = fleetdp::http::serve("127.0.0.1:0", state)
             .await
             .unwrap()
@@ -140,21 +147,8 @@ fn the_listener_refuses_other_methods_sends_security_headers_and_survives_slow_c
 /// serves nothing but the probes.
 #[test]
 fn the_probe_listener_answers_while_the_main_one_is_flooded() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let v = Config::parse(CONFIG).unwrap().validate().unwrap();
-        let p =
-            fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([5; 32]));
-        let state = Arc::new(fleetdp::http::HttpState {
-            metrics: fleetdp::http::recorder().unwrap(),
-            board: p.board.clone(),
-            config: p.config(),
-            counters: p.counters.clone(),
-        });
+    runtime().block_on(async {
+        let state = http_state();
         let main = fleetdp::http::serve("127.0.0.1:0", state.clone())
             .await
             .unwrap()
