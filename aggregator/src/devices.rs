@@ -1,14 +1,22 @@
-//! The per-device table of a lane: device key → that device's window counts.
+//! The per-device table of a lane: device key → one packed 8-byte value.
 //!
 //! It is read once per reading and, with 100 k+ devices, almost every read
 //! misses the CPU caches. A general hash map keeps control bytes and entries
 //! apart (two misses) and hides where a key lives; this table stores keys
-//! inline with their state (open addressing, linear probing, one cache line
-//! per lookup), and because device keys are already uniform hashes the slot
-//! of a key is known in advance, so the pipeline can prefetch it while it
-//! finishes the previous message. A device's state is reset in place when
-//! its horizon moves on; [`DeviceTable::retain`] drops the entries of
-//! devices whose horizon is over, so device churn does not grow the table.
+//! inline with their value (open addressing, linear probing, 16-byte slots,
+//! four to a cache line), and because device keys are already uniform
+//! hashes the slot of a key is known in advance, so the pipeline can
+//! prefetch it while it finishes the previous message.
+//!
+//! Memory (docs/DESIGN.md §9, "Memory"): the table grows at load 0.8 to
+//! twice its size, so it holds 20–40 B per entry, and 60 B per entry during
+//! a doubling, when the old and new slot arrays both exist. Removing
+//! entries ([`DeviceTable::retain_mut`]) works in place (backward-shift
+//! deletion); the array shrinks when fewer than 1 in 5 slots were used at
+//! any time since the previous removal pass. A lane sweeps once per
+//! horizon, so the table follows the largest device count of the last
+//! horizon: with churn (new ids every horizon) it keeps its size instead of
+//! shrinking and regrowing through every doubling.
 
 /// Open-addressing map from device keys to `V`.
 #[derive(Debug, Clone)]
@@ -19,12 +27,14 @@ pub(crate) struct DeviceTable<V> {
     used: usize,
     /// The entry of key 0, which cannot live in a slot.
     zero: Option<V>,
+    /// Most entries in `slots` since the last [`DeviceTable::retain_mut`].
+    peak: usize,
 }
 
-/// A key and its value, aligned so that one slot never straddles two cache
-/// lines (for a `V` of up to 24 bytes a slot is 32).
+/// A key and its value, aligned so that a slot never straddles two cache
+/// lines (for a `V` of 8 bytes a slot is 16).
 #[derive(Debug, Clone, Copy, Default)]
-#[repr(align(32))]
+#[repr(C, align(16))]
 struct Slot<V> {
     key: u64,
     value: V,
@@ -36,19 +46,27 @@ impl<V> Default for DeviceTable<V> {
             slots: Vec::new(),
             used: 0,
             zero: None,
+            peak: 0,
         }
     }
 }
 
-/// Grow when more than 7 in 10 slots are used: short probe runs, and the
-/// table stays within about three times the entries' size.
-const LOAD_NUM: usize = 7;
+/// Grow when more than 8 in 10 slots are used (see the module doc for the
+/// bytes per entry this gives); shrink below 2 in 10.
+const LOAD_NUM: usize = 8;
 const LOAD_DEN: usize = 10;
+const SHRINK_NUM: usize = 2;
+const MIN_SLOTS: usize = 16;
 
 impl<V: Copy + Default> DeviceTable<V> {
-    #[cfg(test)]
+    /// Entries held.
     pub(crate) fn len(&self) -> usize {
         self.used + usize::from(self.zero.is_some())
+    }
+
+    /// Bytes held by the slot array.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot<V>>()
     }
 
     fn home(&self, key: u64) -> usize {
@@ -73,6 +91,7 @@ impl<V: Copy + Default> DeviceTable<V> {
         let _ = slot;
     }
 
+    /// The entry of `key`, if present.
     #[cfg(test)]
     pub(crate) fn get(&self, key: u64) -> Option<&V> {
         if key == 0 {
@@ -92,62 +111,131 @@ impl<V: Copy + Default> DeviceTable<V> {
         }
     }
 
-    /// The entry of `key`, inserted as `fresh` if absent.
-    pub(crate) fn get_or_insert(&mut self, key: u64, fresh: V) -> &mut V {
+    /// The entry of `key`, inserted as `fresh` if absent and `may_insert`
+    /// allows it (`None`: absent and not inserted).
+    pub(crate) fn get_or_insert_if(
+        &mut self,
+        key: u64,
+        fresh: V,
+        may_insert: impl FnOnce(usize) -> bool,
+    ) -> Option<&mut V> {
         if key == 0 {
-            return self.zero.get_or_insert(fresh);
+            if self.zero.is_none() && !may_insert(self.len()) {
+                return None;
+            }
+            return Some(self.zero.get_or_insert(fresh));
         }
-        if (self.used + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
-            self.grow();
+        if self.slots.is_empty() {
+            self.slots = vec![Slot::default(); MIN_SLOTS];
         }
         let mask = self.slots.len() - 1;
         let mut i = self.home(key);
         loop {
             match self.slots[i].key {
-                k if k == key => break,
-                0 => {
-                    self.slots[i] = Slot { key, value: fresh };
-                    self.used += 1;
-                    break;
-                }
+                k if k == key => return Some(&mut self.slots[i].value),
+                0 => break,
                 _ => i = (i + 1) & mask,
             }
         }
-        &mut self.slots[i].value
-    }
-
-    /// Keep only the entries `keep` accepts, in a table sized for them (so
-    /// its load is again between about 0.35 and 0.7).
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
-        if self.zero.as_ref().is_some_and(|v| !keep(v)) {
-            self.zero = None;
+        if !may_insert(self.len()) {
+            return None;
         }
-        let kept: Vec<Slot<V>> = std::mem::take(&mut self.slots)
-            .into_iter()
-            .filter(|s| s.key != 0 && keep(&s.value))
-            .collect();
-        self.used = 0;
-        if kept.is_empty() {
-            return;
-        }
-        let size = (kept.len() * LOAD_DEN / LOAD_NUM + 1)
-            .next_power_of_two()
-            .max(16);
-        self.slots = vec![Slot::default(); size];
-        let mask = size - 1;
-        for s in kept {
-            let mut i = (s.key as usize) & mask;
+        if (self.used + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
+            self.resize(self.slots.len() * 2);
+            let mask = self.slots.len() - 1;
+            i = self.home(key);
             while self.slots[i].key != 0 {
                 i = (i + 1) & mask;
             }
-            self.slots[i] = s;
-            self.used += 1;
+        }
+        self.slots[i] = Slot { key, value: fresh };
+        self.used += 1;
+        self.peak = self.peak.max(self.used);
+        Some(&mut self.slots[i].value)
+    }
+
+    /// The entry of `key`, inserted as `fresh` if absent.
+    #[cfg(test)]
+    pub(crate) fn get_or_insert(&mut self, key: u64, fresh: V) -> &mut V {
+        self.get_or_insert_if(key, fresh, |_| true)
+            .expect("always inserted")
+    }
+
+    /// Visit every entry; `keep` may change it and returns whether it stays.
+    /// Removal is in place (no second array); the array shrinks when fewer
+    /// than 1 in 5 slots were used at any time since the previous call.
+    pub(crate) fn retain_mut(&mut self, mut keep: impl FnMut(u64, &mut V) -> bool) {
+        if let Some(v) = self.zero.as_mut() {
+            if !keep(0, v) {
+                self.zero = None;
+            }
+        }
+        let size = self.slots.len();
+        if size == 0 {
+            return;
+        }
+        let mask = size - 1;
+        // Start after an empty slot (one exists: the load is below 1), so
+        // no probe run wraps past the start: every entry is visited once,
+        // and an entry shifted back into the visited position is visited
+        // there (backward shifts never move an entry forward).
+        let start = (0..size)
+            .find(|&i| self.slots[i].key == 0)
+            .expect("load < 1");
+        for step in 1..=size {
+            let i = (start + step) & mask;
+            while self.slots[i].key != 0 {
+                let Slot { key, mut value } = self.slots[i];
+                if keep(key, &mut value) {
+                    self.slots[i].value = value;
+                    break;
+                }
+                self.remove_at(i);
+            }
+        }
+        let peak = std::mem::replace(&mut self.peak, self.used);
+        if size > MIN_SLOTS && peak * LOAD_DEN < size * SHRINK_NUM {
+            let target = (self.used * LOAD_DEN / LOAD_NUM + 1)
+                .next_power_of_two()
+                .max(MIN_SLOTS);
+            self.resize(target);
         }
     }
 
-    fn grow(&mut self) {
-        let size = (self.slots.len() * 2).max(16);
-        let old = std::mem::replace(&mut self.slots, vec![Slot::default(); size]);
+    /// Empty slot `hole`, moving later entries of its probe run back so
+    /// that every entry stays reachable from its home slot.
+    fn remove_at(&mut self, mut hole: usize) {
+        let mask = self.slots.len() - 1;
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let key = self.slots[j].key;
+            if key == 0 {
+                break;
+            }
+            let home = (key as usize) & mask;
+            // The entry at j may move to the hole when its home is not
+            // strictly between the hole and j (cyclically).
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = self.slots[j];
+                hole = j;
+            }
+        }
+        self.slots[hole] = Slot::default();
+        self.used -= 1;
+    }
+
+    /// Move every entry into a new array of `size` slots. Growing, both
+    /// arrays exist for a moment; shrinking, the entries are first copied
+    /// out so the old array is freed before the new one is made.
+    fn resize(&mut self, size: usize) {
+        let old = std::mem::take(&mut self.slots);
+        let old: Vec<Slot<V>> = if size < old.len() {
+            old.into_iter().filter(|s| s.key != 0).collect()
+        } else {
+            old
+        };
+        self.slots = vec![Slot::default(); size];
         let mask = size - 1;
         for s in old.into_iter().filter(|s| s.key != 0) {
             let mut i = (s.key as usize) & mask;
@@ -163,6 +251,13 @@ impl<V: Copy + Default> DeviceTable<V> {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    fn check_reachable(t: &DeviceTable<u32>, reference: &HashMap<u64, u32>) {
+        assert_eq!(t.len(), reference.len());
+        for (k, v) in reference {
+            assert_eq!(t.get(*k), Some(v), "key {k}");
+        }
+    }
 
     /// Against std's map on random and adversarial keys (equal low bits,
     /// key 0, growth): every key finds its own value, absent keys are absent.
@@ -184,16 +279,48 @@ mod tests {
             *v += 1;
             *reference.entry(key).or_insert(0u32) += 1;
         }
-        assert_eq!(table.len(), reference.len());
-        for (k, v) in &reference {
-            assert_eq!(table.get(*k), Some(v), "key {k}");
-        }
+        check_reachable(&table, &reference);
         for _ in 0..10_000 {
             let k = rng.gen::<u64>();
             assert_eq!(table.get(k), reference.get(&k));
         }
         assert!(table.used * LOAD_DEN <= table.slots.len() * LOAD_NUM);
-        assert_eq!(std::mem::size_of::<Slot<[u64; 3]>>(), 32);
+        assert_eq!(std::mem::size_of::<Slot<u64>>(), 16);
+    }
+
+    /// In-place removal keeps every remaining key reachable, including
+    /// probe runs that wrap around the end of the array and keys sharing a
+    /// home slot; values changed by `keep` are kept.
+    #[test]
+    fn retain_mut_keeps_runs_reachable() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for round in 0..200u64 {
+            let mut t: DeviceTable<u32> = DeviceTable::default();
+            let mut reference = HashMap::new();
+            let n = rng.gen_range(1..400);
+            for _ in 0..n {
+                // Few distinct home slots, many near the end: long runs that wrap.
+                let key = match rng.gen_range(0..3) {
+                    0 => rng.gen::<u64>(),
+                    1 => (rng.gen::<u64>() << 12) | 0xFFF,
+                    _ => (rng.gen::<u64>() << 12) | rng.gen_range(0xFF0..0x1000),
+                };
+                *t.get_or_insert(key, 0) += 1;
+                *reference.entry(key).or_insert(0) += 1;
+            }
+            let modulus = 2 + round % 5;
+            t.retain_mut(|k, v| {
+                *v += 100;
+                k % modulus != 0
+            });
+            reference.retain(|k, v| {
+                *v += 100;
+                k % modulus != 0
+            });
+            check_reachable(&t, &reference);
+            assert!(t.used * LOAD_DEN <= t.slots.len() * LOAD_NUM);
+        }
     }
 
     #[test]
@@ -202,17 +329,49 @@ mod tests {
         for k in 0..10_000u64 {
             *t.get_or_insert(k, 0) = k as u32;
         }
-        t.retain(|v| v % 10 == 0);
+        t.retain_mut(|_, v| *v % 10 == 0);
         assert_eq!(t.len(), 1000);
         for k in 0..10_000u64 {
             assert_eq!(t.get(k).is_some(), k % 10 == 0, "{k}");
         }
+        // 10,000 entries were there since the last pass: the size stays
+        // (the next horizon may bring as many again) ...
+        assert_eq!(t.slots.len(), 16_384);
+        // ... and goes once a whole pass period stayed small.
+        t.retain_mut(|_, _| true);
         assert!(t.slots.len() <= 2048, "{}", t.slots.len());
         // Still a working table.
         *t.get_or_insert(123_456, 0) = 7;
         assert_eq!(t.get(123_456), Some(&7));
-        t.retain(|_| false);
+        t.retain_mut(|_, _| false);
         assert_eq!(t.len(), 0);
         assert_eq!(t.get(10), None);
+    }
+
+    /// A refused insert leaves the table unchanged; present keys are found
+    /// whatever the predicate says.
+    #[test]
+    fn insert_if_respects_the_predicate() {
+        let mut t: DeviceTable<u32> = DeviceTable::default();
+        for k in 1..=5u64 {
+            assert!(t.get_or_insert_if(k, 1, |len| len < 5).is_some());
+        }
+        assert!(t.get_or_insert_if(6, 1, |len| len < 5).is_none());
+        assert!(t.get_or_insert_if(0, 1, |len| len < 5).is_none());
+        assert_eq!(t.len(), 5);
+        assert_eq!(t.get_or_insert_if(3, 9, |_| false).copied(), Some(1));
+    }
+
+    /// Bytes per entry stay within the documented bounds as the table
+    /// grows: at most 40 B between doublings (above 16 entries).
+    #[test]
+    fn bytes_per_entry_are_bounded() {
+        let mut t: DeviceTable<u64> = DeviceTable::default();
+        for k in 1..200_000u64 {
+            t.get_or_insert(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+            if k > 16 {
+                assert!(t.bytes() <= 40 * t.len(), "{} bytes for {k}", t.bytes());
+            }
+        }
     }
 }

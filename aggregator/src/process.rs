@@ -98,7 +98,8 @@ impl Processor {
                 stream_rules(v),
                 v.horizon.as_millis() as i64,
                 v.max_lateness.as_millis() as i64,
-            ),
+            )
+            .with_device_limit(v.config.limits.max_devices_per_lane),
             names,
             counters,
             metrics,
@@ -277,6 +278,7 @@ impl Processor {
                 Admission::DroppedLate => t.dropped_late += 1,
                 Admission::DroppedOutOfOrder => t.dropped_out_of_order += 1,
                 Admission::DroppedWindowFull => t.dropped_window_full += 1,
+                Admission::DroppedDeviceLimit => t.dropped_device_limit += 1,
             }
         }
         Ok(())

@@ -117,6 +117,8 @@ pub struct Counters {
     /// Records of the state and output topics restore skipped (foreign or
     /// undecodable).
     pub restore_skipped: AtomicU64,
+    /// Readings of new devices dropped because their lane was full.
+    pub dropped_device_limit: AtomicU64,
     dead_letters: [AtomicU64; Reason::ALL.len()],
 }
 
@@ -249,6 +251,7 @@ pub(crate) struct Tally {
     pub dropped_late: u64,
     pub dropped_out_of_order: u64,
     pub dropped_window_full: u64,
+    pub dropped_device_limit: u64,
 }
 
 /// One stream's Prometheus handles, registered once.
@@ -259,7 +262,11 @@ pub(crate) struct StreamMetrics {
     dropped_late: metrics::Counter,
     dropped_out_of_order: metrics::Counter,
     dropped_window_full: metrics::Counter,
+    dropped_device_limit: metrics::Counter,
     opened: metrics::Counter,
+    stream: String,
+    /// When the device limit was last logged.
+    device_limit_logged: Option<std::time::Instant>,
     /// Windows opened as last reported to `opened`.
     opened_seen: u64,
     pub pending: Tally,
@@ -275,6 +282,9 @@ impl StreamMetrics {
             dropped_late: dropped("late"),
             dropped_out_of_order: dropped("out_of_order"),
             dropped_window_full: dropped("window_full"),
+            dropped_device_limit: dropped("device_limit"),
+            stream: stream.to_string(),
+            device_limit_logged: None,
             opened: metrics::counter!(name::WINDOWS_OPENED, "stream" => stream.to_string()),
             opened_seen: 0,
             pending: Tally::default(),
@@ -311,6 +321,25 @@ impl StreamMetrics {
             if n > 0 {
                 c.dropped_time_window.fetch_add(n, Ordering::Relaxed);
                 counter.increment(n);
+            }
+        }
+        if t.dropped_device_limit > 0 {
+            c.dropped_device_limit
+                .fetch_add(t.dropped_device_limit, Ordering::Relaxed);
+            self.dropped_device_limit.increment(t.dropped_device_limit);
+            let now = std::time::Instant::now();
+            if self
+                .device_limit_logged
+                .is_none_or(|at| now.duration_since(at) >= crate::kafka::LOG_EVERY)
+            {
+                self.device_limit_logged = Some(now);
+                tracing::warn!(
+                    stream = %self.stream,
+                    dropped = t.dropped_device_limit,
+                    "a lane of this stream counts limits.max_devices_per_lane devices: readings of \
+                     further devices are dropped (reason device_limit) until its horizon is swept; \
+                     raise the limit or add input partitions (see the README, Limits)"
+                );
             }
         }
         if opened != self.opened_seen {

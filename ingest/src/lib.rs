@@ -7,6 +7,9 @@
 //! machine-readable [`Reason`] and a human message naming the field; neither
 //! ever contains a reading's value.
 
+mod json;
+mod scan;
+
 use prost::Message;
 use proto::{DeviceReading, ReadingBatch};
 use serde::Deserialize;
@@ -171,22 +174,6 @@ impl Default for Limits {
 /// (device_id, stream, value, event_time_ms) as decoded, before validation.
 type RawReading = (Option<String>, Option<String>, Option<f64>, Option<i64>);
 
-#[derive(Deserialize)]
-struct JsonReading {
-    device_id: Option<String>,
-    stream: Option<String>,
-    value: Option<serde_json::Value>,
-    event_time_ms: Option<i64>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum JsonPayload {
-    Batch { readings: Vec<JsonReading> },
-    List(Vec<JsonReading>),
-    One(JsonReading),
-}
-
 /// Decodes and validates messages against the declared streams.
 #[derive(Debug, Clone)]
 pub struct Decoder {
@@ -252,20 +239,30 @@ impl Decoder {
                 self.check_count(1)?;
                 return Ok(vec![self.validate(0, raw)?]);
             }
-            Format::ProtobufBatch => ReadingBatch::decode(payload)
-                .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
-                .readings
-                .into_iter()
-                .map(|r| (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms))
-                .collect(),
+            Format::ProtobufBatch => {
+                // Counted from the framing first: nothing is materialised
+                // for a batch over the limit.
+                if let Some(n) = scan::batch_readings(payload) {
+                    self.check_count(n)?;
+                }
+                ReadingBatch::decode(payload)
+                    .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
+                    .readings
+                    .into_iter()
+                    .map(|r| (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms))
+                    .collect()
+            }
             Format::Json => {
-                let p: JsonPayload = serde_json::from_slice(payload).map_err(|e| {
-                    Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
+                let max = self.limits.max_readings_per_message;
+                let list = json::parse(payload, max).map_err(|e| match e {
+                    json::JsonError::TooMany => Rejection::new(
+                        Reason::BatchSize,
+                        format!("more than {max} readings; allowed 1 to {max}"),
+                    ),
+                    json::JsonError::Syntax(e) => {
+                        Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
+                    }
                 })?;
-                let list = match p {
-                    JsonPayload::Batch { readings } | JsonPayload::List(readings) => readings,
-                    JsonPayload::One(r) => vec![r],
-                };
                 let mut out = Vec::with_capacity(list.len());
                 for (i, r) in list.into_iter().enumerate() {
                     let value = match r.value {

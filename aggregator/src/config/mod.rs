@@ -233,6 +233,11 @@ pub struct LimitsConfig {
     /// message timestamp (or before 1970) is dead-lettered (`future`).
     #[serde(default = "default_skew")]
     pub max_clock_skew: String,
+    /// Most devices one (stream, input partition) counts at a time; readings
+    /// of further devices are dropped (`device_limit`) until a horizon ends.
+    /// Each counted device takes 20–60 bytes.
+    #[serde(default = "default_max_devices")]
+    pub max_devices_per_lane: usize,
 }
 
 impl Default for LimitsConfig {
@@ -242,6 +247,7 @@ impl Default for LimitsConfig {
             max_readings_per_message: default_max_readings(),
             max_lateness: default_lateness(),
             max_clock_skew: default_skew(),
+            max_devices_per_lane: default_max_devices(),
         }
     }
 }
@@ -252,6 +258,11 @@ fn default_max_bytes() -> usize {
 fn default_max_readings() -> usize {
     10_000
 }
+fn default_max_devices() -> usize {
+    10_000_000
+}
+/// The largest `limits.max_devices_per_lane` (60 GB of counts per lane).
+pub const MAX_DEVICES_PER_LANE: usize = 1_000_000_000;
 fn default_lateness() -> String {
     "1h".into()
 }
@@ -370,6 +381,12 @@ impl Config {
         }
         if self.limits.max_message_bytes == 0 {
             bail!("limits.max_message_bytes: must be > 0");
+        }
+        if !(1..=MAX_DEVICES_PER_LANE).contains(&self.limits.max_devices_per_lane) {
+            bail!(
+                "limits.max_devices_per_lane: must be in [1, {MAX_DEVICES_PER_LANE}], got {}",
+                self.limits.max_devices_per_lane
+            );
         }
         if self.limits.max_readings_per_message == 0 {
             bail!("limits.max_readings_per_message: must be > 0");

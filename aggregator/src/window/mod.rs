@@ -34,11 +34,12 @@ impl Windower {
             .map_or(0, |l| l.devices.len())
     }
 }
+mod counts;
 mod types;
 
 pub use types::*;
 
-use crate::devices::DeviceTable;
+use counts::{DeviceCounts, Layout};
 
 #[derive(Debug, Default)]
 struct Open {
@@ -65,7 +66,7 @@ struct Lane {
     /// Each device's windows in its current horizon. Kept per lane: a
     /// device stays on one partition (checked upstream), so a lane's counts
     /// are complete, and dropping a revoked partition drops exactly them.
-    devices: DeviceTable<DeviceHorizon>,
+    devices: DeviceCounts,
     /// Windows whose charges are still needed: (seq, latest horizon
     /// charged, state records holding them).
     live: Vec<(u64, i64, u32)>,
@@ -110,6 +111,22 @@ pub struct Windower {
     lanes: FastMap<(usize, i32), Lane>,
     /// Per stream: windows opened so far (a public count).
     opened: Vec<u64>,
+    /// Most devices a lane counts ([`Admission::DroppedDeviceLimit`]).
+    device_limit: usize,
+    /// How lanes pack their device counts.
+    layout: Layout,
+}
+
+/// The lane `key`, made if new.
+fn lane_mut(
+    lanes: &mut FastMap<(usize, i32), Lane>,
+    key: (usize, i32),
+    layout: Layout,
+) -> &mut Lane {
+    lanes.entry(key).or_insert_with(|| Lane {
+        devices: DeviceCounts::with_layout(layout),
+        ..Lane::default()
+    })
 }
 
 impl Windower {
@@ -127,7 +144,24 @@ impl Windower {
             lateness_ms,
             last_accepted_seq: 0,
             lanes: FastMap::default(),
+            device_limit: usize::MAX,
+            layout: Layout::DEFAULT,
         }
+    }
+
+    /// Count at most `limit` devices per lane; readings of further devices
+    /// are dropped ([`Admission::DroppedDeviceLimit`]) until a horizon
+    /// sweep makes room.
+    pub fn with_device_limit(mut self, limit: usize) -> Self {
+        self.device_limit = limit;
+        self
+    }
+
+    /// Devices counted in each lane and the bytes their counts hold.
+    pub fn lane_devices(&self) -> impl Iterator<Item = ((usize, i32), usize, usize)> + '_ {
+        self.lanes
+            .iter()
+            .map(|(k, l)| (*k, l.devices.len(), l.devices.bytes()))
     }
 
     /// The seq of the window the last [`Admission::Accepted`] reading joined.
@@ -142,7 +176,7 @@ impl Windower {
     pub fn start_time_lanes(&mut self, partition: i32, now_ms: i64) {
         for (s, r) in self.rules.iter().enumerate() {
             let Some(len) = r.window_ms else { continue };
-            let lane = self.lanes.entry((s, partition)).or_default();
+            let lane = lane_mut(&mut self.lanes, (s, partition), self.layout);
             if !lane.started {
                 lane.started = true;
                 lane.next_seq = first_open_window(now_ms, len, self.lateness_ms);
@@ -201,7 +235,7 @@ impl Windower {
 
     /// Continue a (stream, partition) after its last released window.
     pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
-        let lane = self.lanes.entry((stream, partition)).or_default();
+        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.next_seq = r.last_seq + 1;
         lane.resume_after = Some((r.last_offset, r.last_index));
         lane.reference_event_ms = Some(r.reference_event_ms);
@@ -221,20 +255,29 @@ impl Windower {
         partition: i32,
         windows: &[(u64, Vec<(u64, i64)>)],
     ) {
-        let mut restored: DeviceTable<DeviceHorizon> = DeviceTable::default();
+        let horizon_base = windows
+            .iter()
+            .flat_map(|(_, c)| c.iter().map(|x| x.1))
+            .min()
+            .unwrap_or(0);
+        let first_seq = windows.first().map_or(0, |w| w.0);
+        let mut restored = DeviceCounts::starting_at(self.layout, horizon_base, first_seq);
         for (seq, charges) in windows {
             for &(dk, h) in charges {
-                let e = restored.get_or_insert(dk, DeviceHorizon::fresh(h));
-                if h > e.horizon {
-                    *e = DeviceHorizon::fresh(h);
-                }
-                if h == e.horizon && e.last_seq != *seq {
-                    e.windows += 1;
-                    e.last_seq = *seq;
-                }
+                // Every restored device is kept, whatever the device limit:
+                // refusing one would hand it fresh caps.
+                restored.update(dk, DeviceHorizon::fresh(h), *seq, usize::MAX, |e| {
+                    if h > e.horizon {
+                        *e = DeviceHorizon::fresh(h);
+                    }
+                    if h == e.horizon && e.last_seq != *seq {
+                        e.windows += 1;
+                        e.last_seq = *seq;
+                    }
+                });
             }
         }
-        let lane = self.lanes.entry((stream, partition)).or_default();
+        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.devices = restored;
         lane.live = windows
             .iter()
@@ -314,7 +357,7 @@ impl Windower {
         closed: &mut Vec<ClosedWindow>,
     ) -> Admission {
         let rules = &self.rules[stream];
-        let lane = self.lanes.entry((stream, partition)).or_default();
+        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         let seq = match rules.window_ms {
             None => {
                 if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
@@ -370,72 +413,89 @@ impl Windower {
         if horizon < lane.swept_before {
             return Admission::DroppedLate;
         }
-        let entry = lane
-            .devices
-            .get_or_insert(dk, DeviceHorizon::fresh(horizon));
-        if entry.last_seq != u64::MAX && seq < entry.last_seq {
-            // Time windows only (count seqs never go back): a device's
-            // window counts are kept for its latest window.
-            return Admission::DroppedOutOfOrder;
-        }
-        let in_window = if entry.last_seq == seq {
-            entry.in_window
-        } else {
-            0
-        };
-        if in_window >= rules.max_readings_per_device {
-            return Admission::DroppedWindowCap;
-        }
-        if horizon < entry.horizon {
-            // An older horizon whose count is no longer kept: dropping is
-            // the only choice that cannot exceed W (alternating event
-            // times must not reset the count).
-            return Admission::DroppedHorizonCap;
-        }
-        let open = match rules.window_ms {
-            None => &mut lane.open,
-            Some(_) => {
-                let o = lane.timed.entry(seq).or_default();
-                if o.values.len() >= MAX_TIME_WINDOW_READINGS {
-                    return Admission::DroppedWindowFull;
-                }
-                o
+        let open_from = lane.next_seq;
+        let Lane {
+            devices,
+            open: count_open,
+            timed,
+            ..
+        } = &mut *lane;
+        let opened = &mut self.opened[stream];
+        let last_accepted_seq = &mut self.last_accepted_seq;
+        let fresh = DeviceHorizon::fresh(horizon);
+        let judged = devices.update(dk, fresh, open_from, self.device_limit, |entry| {
+            if entry.last_seq != u64::MAX && seq < entry.last_seq {
+                // Time windows only (count seqs never go back): a device's
+                // window counts are kept for its latest window.
+                return Admission::DroppedOutOfOrder;
             }
-        };
-        if horizon > entry.horizon {
-            // A newer horizon: its count starts with this window, which is
-            // charged to it — also when the device already holds readings
-            // of an older horizon here (that one stays charged too).
-            *entry = DeviceHorizon {
-                horizon,
-                windows: 1,
-                in_window,
-                last_seq: seq,
+            let in_window = if entry.last_seq == seq {
+                entry.in_window
+            } else {
+                0
             };
-            open.charges.push((dk, horizon));
-        } else if in_window == 0 {
-            // First reading of this device in this window: charge a window.
-            if entry.windows >= rules.max_windows_per_device {
+            if in_window >= rules.max_readings_per_device {
+                return Admission::DroppedWindowCap;
+            }
+            if horizon < entry.horizon {
+                // An older horizon whose count is no longer kept: dropping is
+                // the only choice that cannot exceed W (alternating event
+                // times must not reset the count).
                 return Admission::DroppedHorizonCap;
             }
-            entry.windows += 1;
-            entry.last_seq = seq;
-            open.charges.push((dk, horizon));
-        }
-        entry.in_window = in_window + 1;
-        if open.values.is_empty() {
-            self.opened[stream] += 1;
-            open.first_offset = offset;
-            open.first_event_ms = event_ms;
-            (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
-        }
-        open.last_offset = offset;
-        open.last_index = index;
-        open.min_event_ms = open.min_event_ms.min(event_ms);
-        open.max_event_ms = open.max_event_ms.max(event_ms);
-        open.values.push(units);
-        self.last_accepted_seq = seq;
-        if rules.window_ms.is_none() && open.values.len() >= rules.window_size {
+            let open = match rules.window_ms {
+                None => count_open,
+                Some(_) => {
+                    let o = timed.entry(seq).or_default();
+                    if o.values.len() >= MAX_TIME_WINDOW_READINGS {
+                        return Admission::DroppedWindowFull;
+                    }
+                    o
+                }
+            };
+            if horizon > entry.horizon {
+                // A newer horizon: its count starts with this window, which is
+                // charged to it — also when the device already holds readings
+                // of an older horizon here (that one stays charged too).
+                *entry = DeviceHorizon {
+                    horizon,
+                    windows: 1,
+                    in_window,
+                    last_seq: seq,
+                };
+                open.charges.push((dk, horizon));
+            } else if in_window == 0 {
+                // First reading of this device in this window: charge a window.
+                if entry.windows >= rules.max_windows_per_device {
+                    return Admission::DroppedHorizonCap;
+                }
+                entry.windows += 1;
+                entry.last_seq = seq;
+                open.charges.push((dk, horizon));
+            }
+            entry.in_window = in_window + 1;
+            if open.values.is_empty() {
+                *opened += 1;
+                open.first_offset = offset;
+                open.first_event_ms = event_ms;
+                (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
+            }
+            open.last_offset = offset;
+            open.last_index = index;
+            open.min_event_ms = open.min_event_ms.min(event_ms);
+            open.max_event_ms = open.max_event_ms.max(event_ms);
+            open.values.push(units);
+            *last_accepted_seq = seq;
+            Admission::Accepted
+        });
+        // A new device in a lane that holds `device_limit` devices.
+        let Some(judged) = judged else {
+            return Admission::DroppedDeviceLimit;
+        };
+        if judged == Admission::Accepted
+            && rules.window_ms.is_none()
+            && lane.open.values.len() >= rules.window_size
+        {
             closed.push(close_count_window(
                 lane,
                 rules,
@@ -444,7 +504,7 @@ impl Windower {
                 self.lateness_ms,
             ));
         }
-        Admission::Accepted
+        judged
     }
 
     /// Start fetching the table slot of `device` in its lane (a hint for a
@@ -554,8 +614,10 @@ fn close(
     // older than `oldest_accepted`, so no device in them is dropped.
     let oldest_horizon = oldest_accepted.div_euclid(horizon_ms);
     if oldest_horizon > lane.swept_before {
-        lane.devices
-            .retain(|d| (d.horizon + 1).saturating_mul(horizon_ms) > oldest_accepted);
+        // Every window but those after `seq` is closed now.
+        lane.devices.rebase(oldest_horizon, seq + 1, |d| {
+            (d.horizon + 1).saturating_mul(horizon_ms) > oldest_accepted
+        });
         lane.swept_before = oldest_horizon;
     }
     let mut values = open.values;

@@ -439,3 +439,70 @@ fn a_reading_of_a_swept_horizon_is_not_charged_again() {
         Admission::DroppedLate
     );
 }
+
+/// The packed device counts change no decision: a random workload (count
+/// and time windows, several horizons, straddling windows, a restore)
+/// gives the same admissions and windows with field widths so small that
+/// most entries spill and the bases move all the time.
+#[test]
+fn packed_counts_decide_as_whole_values() {
+    use rand::{Rng, SeedableRng};
+    for (seed, timed_len) in [(1u64, None), (2, Some(100i64)), (3, None), (4, Some(250))] {
+        let make = |layout| {
+            let r = rules(7, 2, 3, Some(400), timed_len);
+            let mut w = Windower::new(r, 1000, 300);
+            w.layout = layout;
+            w
+        };
+        let (mut wide, mut tiny) = (make(Layout::DEFAULT), make(Layout::TINY));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut now = 0i64;
+        for off in 0..6_000i64 {
+            now += rng.gen_range(0..12);
+            let ev = (now - rng.gen_range(0..350)).max(0);
+            let dk = rng.gen_range(0..60u64);
+            let got: Vec<Admission> = [&mut wide, &mut tiny]
+                .into_iter()
+                .zip([&mut a, &mut b])
+                .map(|(w, out)| w.admit(0, 0, off, dk, off % 90, ev, now, out))
+                .collect();
+            assert_eq!(got[0], got[1], "reading {off}");
+            if off % 17 == 0 {
+                wide.close_due(now, |_| now, 100, &mut a);
+                tiny.close_due(now, |_| now, 100, &mut b);
+            }
+            if off == 3_000 {
+                // Restart: both restore the charges of their released windows.
+                for (w, out) in [(&mut wide, &a), (&mut tiny, &b)] {
+                    let charges: Vec<_> = out.iter().map(|c| (c.seq, c.charges.clone())).collect();
+                    w.restore_charges(0, 0, &charges);
+                }
+            }
+        }
+        assert_eq!(a, b, "seed {seed}");
+        assert!(a.len() > 50, "{} windows", a.len());
+    }
+}
+
+/// A lane counts at most `device_limit` devices: a further device is
+/// dropped (counted devices keep being served) until a horizon sweep
+/// makes room.
+#[test]
+fn the_device_limit_drops_new_devices_until_a_sweep() {
+    // Horizon 1 s, lateness 0, windows of 2.
+    let mut w = Windower::new(rules(2, 1, 5, None, None), 1000, 0).with_device_limit(3);
+    let mut closed = Vec::new();
+    let mut admit =
+        |w: &mut Windower, off: i64, d: u64, ev: i64| w.admit(0, 0, off, d, 1, ev, ev, &mut closed);
+    for d in 1..=3 {
+        assert_eq!(admit(&mut w, d as i64, d, 100), Admission::Accepted);
+    }
+    assert_eq!(admit(&mut w, 4, 4, 110), Admission::DroppedDeviceLimit);
+    assert_eq!(admit(&mut w, 5, 2, 120), Admission::Accepted);
+    assert_eq!(w.devices_in(0, 0), 3);
+    // Horizon 1: the close of a window with its readings sweeps horizon 0.
+    assert_eq!(admit(&mut w, 6, 1, 1100), Admission::Accepted);
+    assert_eq!(admit(&mut w, 7, 3, 1200), Admission::Accepted);
+    assert_eq!(admit(&mut w, 8, 4, 1300), Admission::Accepted);
+}
