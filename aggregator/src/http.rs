@@ -181,7 +181,8 @@ fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<F
     }
     match path {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
-            let text = st.metrics.render();
+            let mut text = st.metrics.render();
+            text.push_str(&crate::telemetry::render_partition_gauges());
             if st.config.config.http.hide_exact_counts {
                 crate::telemetry::without_exact_counts(&text)
             } else {

@@ -293,6 +293,9 @@ impl Processor {
         for (s, m) in self.metrics.iter_mut().enumerate() {
             m.flush(&self.counters, self.windower.windows_opened(s));
         }
+        for ((s, p), devices, _) in self.windower.lane_devices() {
+            self.metrics[s].lane_devices(p, devices);
+        }
     }
 }
 

@@ -139,12 +139,12 @@ impl StatusBoard {
     pub fn record_release(&self, r: &proto::WindowRelease) {
         let mut b = self.lock();
         b.releases += 1;
-        let part = r.partition.to_string();
-        telemetry::release_position(&r.stream, &part, r.window_seq, r.released_at_ms);
+        let part = r.partition;
+        telemetry::release_position(&r.stream, part, r.window_seq, r.released_at_ms);
         for s in &r.statistics {
             for (i, label) in labels(s).into_iter().enumerate() {
                 let value = s.values[i];
-                telemetry::release_value(&r.stream, &part, &label, value, s.half_width);
+                telemetry::release_value(&r.stream, part, &label, value, s.half_width);
                 let q = b.series.entry((r.stream.clone(), label)).or_default();
                 q.push_back(Point {
                     partition: r.partition,
@@ -165,7 +165,7 @@ impl StatusBoard {
                 } else {
                     format!("running_{}", t.name)
                 };
-                telemetry::release_value(&r.stream, &part, &label, *v, Some(1.96 * t.std));
+                telemetry::release_value(&r.stream, part, &label, *v, Some(1.96 * t.std));
             }
         }
     }

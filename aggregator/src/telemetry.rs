@@ -36,6 +36,7 @@ pub mod name {
     pub const COMMIT_ERRORS: &str = "fleetdp_commit_errors_total";
     pub const PRODUCE_ERRORS: &str = "fleetdp_produce_errors_total";
     pub const RESTORE_SKIPPED: &str = "fleetdp_restore_skipped_records_total";
+    pub const LANE_DEVICES: &str = "fleetdp_lane_devices";
 }
 
 /// Every metric the service exports.
@@ -61,6 +62,7 @@ pub const METRICS: &[&str] = &[
     name::COMMIT_ERRORS,
     name::PRODUCE_ERRORS,
     name::RESTORE_SKIPPED,
+    name::LANE_DEVICES,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -75,6 +77,7 @@ pub const EXACT_COUNT_METRICS: &[&str] = &[
     name::DEAD_LETTERS,
     name::CONSUMER_LAG,
     name::RELEASE_LATENCY,
+    name::LANE_DEVICES,
 ];
 
 /// Release-latency histogram buckets (seconds), 1 ms to 10 s.
@@ -179,7 +182,74 @@ pub(crate) fn produce_failed(topic: &str) {
 
 /// The lag probe measured `partition`.
 pub(crate) fn lag(partition: i32, lag: i64) {
-    metrics::gauge!(name::CONSUMER_LAG, "partition" => partition.to_string()).set(lag as f64);
+    partition_gauge(name::CONSUMER_LAG, &[], partition, lag as f64);
+}
+
+/// A lane (stream, partition) counts `devices` devices.
+pub(crate) fn lane_devices(stream: &str, partition: i32, devices: usize) {
+    partition_gauge(
+        name::LANE_DEVICES,
+        &[("stream", stream)],
+        partition,
+        devices as f64,
+    );
+}
+
+/// Gauges labelled by input partition. The `metrics` recorder cannot remove
+/// a series, and a revoked partition's lag, lane and release gauges must
+/// go (another instance reports that partition now): they live in this
+/// table shared by the consuming loop, the release tasks and the lag probe,
+/// and `/metrics` renders it after the recorder's text
+/// ([`render_partition_gauges`]). Key: (metric, rendered labels).
+type PartitionGauges = dashmap::DashMap<(&'static str, String), (i32, f64)>;
+
+fn partition_gauges() -> &'static PartitionGauges {
+    static TABLE: std::sync::OnceLock<PartitionGauges> = std::sync::OnceLock::new();
+    TABLE.get_or_init(Default::default)
+}
+
+fn partition_gauge(metric: &'static str, labels: &[(&str, &str)], partition: i32, value: f64) {
+    use std::fmt::Write;
+    let mut rendered = String::new();
+    for (k, v) in labels {
+        let v = v
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n");
+        let _ = write!(rendered, "{k}=\"{v}\",");
+    }
+    let _ = write!(rendered, "partition=\"{partition}\"");
+    partition_gauges().insert((metric, rendered), (partition, value));
+}
+
+/// Remove every gauge of `partition` (revoked).
+pub(crate) fn forget_partition(partition: i32) {
+    partition_gauges().retain(|_, v| v.0 != partition);
+}
+
+/// The partition-labelled gauges in Prometheus' text format, by metric.
+pub fn render_partition_gauges() -> String {
+    use std::fmt::Write;
+    let mut rows: Vec<(&'static str, String, f64)> = partition_gauges()
+        .iter()
+        .map(|e| (e.key().0, e.key().1.clone(), e.value().1))
+        .collect();
+    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut out = String::new();
+    let mut last = "";
+    for (metric, labels, value) in rows {
+        if metric != last {
+            let _ = writeln!(out, "# TYPE {metric} gauge");
+            last = metric;
+        }
+        let value = match value {
+            v if v == f64::INFINITY => "+Inf".to_string(),
+            v if v == f64::NEG_INFINITY => "-Inf".to_string(),
+            v => v.to_string(),
+        };
+        let _ = writeln!(out, "{metric}{{{labels}}} {value}");
+    }
+    out
 }
 
 /// The build, as a constant-1 gauge with labels.
@@ -197,28 +267,26 @@ pub(crate) fn build_info() {
 /// `histogram[3]`, `running_sum`…).
 pub(crate) fn release_value(
     stream: &str,
-    partition: &str,
+    partition: i32,
     label: &str,
     value: f64,
     half_width: Option<f64>,
 ) {
-    let labels = |l: &str| {
-        [
-            ("stream", stream.to_string()),
-            ("statistic", l.to_string()),
-            ("partition", partition.to_string()),
-        ]
-    };
-    metrics::gauge!(name::RELEASE_VALUE, &labels(label)).set(value);
+    let labels = [("stream", stream), ("statistic", label)];
+    partition_gauge(name::RELEASE_VALUE, &labels, partition, value);
     if let Some(h) = half_width {
-        metrics::gauge!(name::RELEASE_HALF_WIDTH, &labels(label)).set(h);
+        partition_gauge(name::RELEASE_HALF_WIDTH, &labels, partition, h);
     }
 }
 
 /// Gauges of a release's position.
-pub(crate) fn release_position(stream: &str, partition: &str, window_seq: u64, at_ms: i64) {
-    metrics::gauge!(name::RELEASE_WINDOW_SEQ, "stream" => stream.to_string(), "partition" => partition.to_string())
-        .set(window_seq as f64);
+pub(crate) fn release_position(stream: &str, partition: i32, window_seq: u64, at_ms: i64) {
+    partition_gauge(
+        name::RELEASE_WINDOW_SEQ,
+        &[("stream", stream)],
+        partition,
+        window_seq as f64,
+    );
     metrics::gauge!(name::LAST_RELEASE_TIMESTAMP, "stream" => stream.to_string())
         .set(at_ms as f64 / 1e3);
 }
@@ -289,6 +357,11 @@ impl StreamMetrics {
             opened_seen: 0,
             pending: Tally::default(),
         }
+    }
+
+    /// The lane of this stream on `partition` counts `devices` devices.
+    pub fn lane_devices(&self, partition: i32, devices: usize) {
+        lane_devices(&self.stream, partition, devices);
     }
 
     /// Add the pending tally to `c` and Prometheus; `opened` is the
@@ -395,6 +468,28 @@ fleetdp_messages_total_other 1\n";
             without_exact_counts(text),
             "# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
         );
+    }
+
+    /// A revoked partition's gauges leave `/metrics`; the others stay.
+    #[test]
+    fn partition_gauges_are_removed_with_their_partition() {
+        lane_devices("gauge-test", 9_001, 5);
+        lane_devices("gauge-test", 9_002, 7);
+        release_value("gauge-test", 9_002, "q\"x", f64::INFINITY, None);
+        let text = render_partition_gauges();
+        assert!(
+            text.contains("# TYPE fleetdp_lane_devices gauge\n"),
+            "{text}"
+        );
+        assert!(text.contains("fleetdp_lane_devices{stream=\"gauge-test\",partition=\"9001\"} 5\n"));
+        assert!(text.contains(
+            "fleetdp_release_value{stream=\"gauge-test\",statistic=\"q\\\"x\",partition=\"9002\"} +Inf\n"
+        ), "{text}");
+        forget_partition(9_002);
+        let text = render_partition_gauges();
+        assert!(text.contains("partition=\"9001\""));
+        assert!(!text.contains("partition=\"9002\""), "{text}");
+        assert_eq!(text.matches("# TYPE fleetdp_lane_devices gauge").count(), 1);
     }
 
     #[test]

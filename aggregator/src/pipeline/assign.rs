@@ -25,6 +25,7 @@ impl Consuming<'_> {
             self.offsets.forget(p);
             self.running.retain(|&(_, q), _| q != p);
             self.appended_until.remove(&p);
+            crate::telemetry::forget_partition(p);
         }
         self.p.board.rebalanced(&changes.assigned, &changes.revoked);
         if !changes.revoked.is_empty() {
