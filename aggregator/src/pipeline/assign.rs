@@ -37,7 +37,7 @@ impl Consuming<'_> {
         }
         let Restored {
             resume: ledger,
-            charges,
+            mut charges,
             running,
             window_plans,
             lane_plans,
@@ -85,12 +85,11 @@ impl Consuming<'_> {
             // Only released windows count; later ones are charged again by
             // replay; windows charged under another plan only with the switch.
             let mut windows: Vec<(u64, Vec<(u64, i64)>)> = Vec::new();
-            for (seq, c) in charges
-                .get(&lane)
-                .into_iter()
-                .flat_map(|m| m.range(..=r.last_seq))
-            {
-                if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, *seq))) {
+            // Moved, not copied: restore holds each charge once.
+            let mut lane_charges = charges.remove(&lane).unwrap_or_default();
+            let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
+            for (seq, c) in lane_charges {
+                if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, seq))) {
                     if !self.opts.allow_plan_change {
                         anyhow::bail!(
                             "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
@@ -99,14 +98,14 @@ impl Consuming<'_> {
                             ch.describe()
                         );
                     }
-                    dropped.push((stream.clone(), *partition, *seq, charge_records(c.len())));
+                    dropped.push((stream.clone(), *partition, seq, charge_records(c.len())));
                     continue;
                 }
-                windows.push((*seq, c.clone()));
+                windows.push((seq, c));
             }
             self.processor
                 .windower_mut()
-                .restore_charges(i, *partition, &windows);
+                .restore_charges(i, *partition, windows);
             if self.p.v.plan.streams[i].running.is_some() {
                 let lane = (stream.clone(), *partition, r.last_seq);
                 let state = match running.get(&lane) {

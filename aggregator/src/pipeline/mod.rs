@@ -69,6 +69,10 @@ pub struct Pipeline {
 /// Default `message.timeout.ms` of the service's producer.
 pub const MESSAGE_TIMEOUT_MS: &str = "30000";
 
+/// The consumer's `max.poll.interval.ms` (30 min; `kafka.consumer_properties`
+/// may set it).
+pub const MAX_POLL_INTERVAL_MS: &str = "1800000";
+
 impl Pipeline {
     pub fn new(v: Validated, key: ReleaseKey) -> Self {
         let board = Arc::new(StatusBoard::new(
@@ -197,7 +201,12 @@ impl Pipeline {
             // local queue is over `queued.min.messages`; its default (1 s)
             // leaves a consumer faster than the broker idle most of the time
             // while it catches up (seen: 130 k vs 330 k readings/s on tansu).
-            .set("fetch.queue.backoff.ms", "20");
+            .set("fetch.queue.backoff.ms", "20")
+            // Restoring a newly assigned partition's state runs between two
+            // polls; librdkafka's default (5 min) would make a long restore
+            // leave the group and start over. A wedged loop is caught by
+            // the liveness probe (`http.stall_timeout`) instead.
+            .set("max.poll.interval.ms", MAX_POLL_INTERVAL_MS);
         for (k, val) in &kc.consumer_properties {
             cc.set(k, val);
         }

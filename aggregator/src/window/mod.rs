@@ -253,7 +253,7 @@ impl Windower {
         &mut self,
         stream: usize,
         partition: i32,
-        windows: &[(u64, Vec<(u64, i64)>)],
+        windows: Vec<(u64, Vec<(u64, i64)>)>,
     ) {
         let horizon_base = windows
             .iter()
@@ -262,33 +262,32 @@ impl Windower {
             .unwrap_or(0);
         let first_seq = windows.first().map_or(0, |w| w.0);
         let mut restored = DeviceCounts::starting_at(self.layout, horizon_base, first_seq);
+        let mut live = Vec::with_capacity(windows.len());
+        // Each window's charges are freed once counted: the charges and the
+        // table are never both whole in memory.
         for (seq, charges) in windows {
-            for &(dk, h) in charges {
+            for &(dk, h) in &charges {
                 // Every restored device is kept, whatever the device limit:
                 // refusing one would hand it fresh caps.
-                restored.update(dk, DeviceHorizon::fresh(h), *seq, usize::MAX, |e| {
+                restored.update(dk, DeviceHorizon::fresh(h), seq, usize::MAX, |e| {
                     if h > e.horizon {
                         *e = DeviceHorizon::fresh(h);
                     }
-                    if h == e.horizon && e.last_seq != *seq {
+                    if h == e.horizon && e.last_seq != seq {
                         e.windows += 1;
-                        e.last_seq = *seq;
+                        e.last_seq = seq;
                     }
                 });
             }
+            live.push((
+                seq,
+                charges.iter().map(|x| x.1).max().unwrap_or(i64::MIN),
+                charge_records(charges.len()),
+            ));
         }
         let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.devices = restored;
-        lane.live = windows
-            .iter()
-            .map(|(seq, c)| {
-                (
-                    *seq,
-                    c.iter().map(|x| x.1).max().unwrap_or(i64::MIN),
-                    charge_records(c.len()),
-                )
-            })
-            .collect();
+        lane.live = live;
     }
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).

@@ -149,8 +149,8 @@ fn restored_charges_keep_the_cap_across_a_restart() {
             reference_event_ms: 0,
         },
     );
-    w2.restore_charges(0, 0, &charges);
-    w2.restore_charges(0, 0, &charges); // idempotent
+    w2.restore_charges(0, 0, charges.clone());
+    w2.restore_charges(0, 0, charges.clone()); // idempotent
     let mut closed2 = Vec::new();
     assert_eq!(
         w2.admit(0, 0, 2, device_key("a"), 1, 0, 0, &mut closed2),
@@ -243,7 +243,7 @@ fn a_window_straddling_a_horizon_is_charged_to_both() {
     // Restored from those charges, horizon 1 is used up too.
     let charges: Vec<_> = closed.iter().map(|c| (c.seq, c.charges.clone())).collect();
     let mut w2 = windower(2, 2, 1, None);
-    w2.restore_charges(0, 0, &charges);
+    w2.restore_charges(0, 0, charges.clone());
     let mut c2 = Vec::new();
     assert_eq!(
         w2.admit(0, 0, 9, a, 1, 1500, 1500, &mut c2),
@@ -476,7 +476,7 @@ fn packed_counts_decide_as_whole_values() {
                 // Restart: both restore the charges of their released windows.
                 for (w, out) in [(&mut wide, &a), (&mut tiny, &b)] {
                     let charges: Vec<_> = out.iter().map(|c| (c.seq, c.charges.clone())).collect();
-                    w.restore_charges(0, 0, &charges);
+                    w.restore_charges(0, 0, charges);
                 }
             }
         }
