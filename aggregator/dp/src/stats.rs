@@ -56,7 +56,9 @@ pub enum Statistic {
     CentredSumSq,
     /// Counts over declared bins, as a vector.
     Histogram,
-    /// Quantile utility `−|rank(c) − q·n|` for every candidate `c`.
+    /// Quantile utility (distance of `q·n` to the ranks of `c`, negated) for
+    /// every candidate `c`; its level-free bound `k` (the tight one per
+    /// level: [`QuantileLevel::utility_sensitivity`]).
     QuantileUtility,
 }
 
@@ -168,19 +170,92 @@ impl QuantileLevel {
     pub fn as_f64(&self) -> f64 {
         self.num as f64 / self.den as f64
     }
+
+    /// The sensitivity of [`quantile_utilities`] at this level, in its
+    /// units of `1/den`. Change-one (`n` fixed): `#{x < c}` and `#{x ≤ c}`
+    /// each move by at most `k`, so each term by at most `k·den`.
+    /// Add-remove: one record moves `num·n` by `num` and each count by 0 or
+    /// 1 (`den`), so `den·#{x < c} − num·n` moves by `−num` or `den − num`
+    /// and `num·n − den·#{x ≤ c}` by `num` or `num − den`: at most
+    /// `max(num, den − num)` each, `k` times that for `k` records; the
+    /// maximum with 0 moves by no more than its terms. (`k·den` for every
+    /// level was loose by up to 2× at the median.)
+    pub fn utility_sensitivity(&self, nb: Neighbouring) -> u64 {
+        let k = u64::from(nb.k);
+        let (num, den) = (self.num as u64, self.den as u64);
+        match nb.relation {
+            Relation::ChangeOne => k * den,
+            Relation::AddRemove => k * num.max(den - num),
+        }
+    }
 }
 
-/// Utilities `−|den·rank(c) − num·n|` (in units of `1/den`) of each candidate
-/// `c`, where `rank(c) = #{x ≤ c}`; `sorted` must be sorted ascending.
-/// Sensitivity in these units is `k·den` ([`Statistic::QuantileUtility`] × den).
+/// Utilities (in units of `1/den`) of each candidate `c`: minus the distance
+/// from the target rank `q·n` to the ranks `c` can take,
+/// `−max(0, den·#{x < c} − num·n, num·n − den·#{x ≤ c})`. Every candidate
+/// whose tie block contains the target rank scores 0, so ties on the grid
+/// never push the choice below the quantile (`−|#{x ≤ c} − q·n|` did).
+/// `sorted` must be sorted ascending. Sensitivity in these units:
+/// [`QuantileLevel::utility_sensitivity`].
 pub fn quantile_utilities(sorted: &[i64], candidates: &[i64], q: QuantileLevel) -> Vec<i128> {
     let n = sorted.len() as i128;
-    let target = q.num as i128 * n;
+    let (num, den) = (q.num as i128, q.den as i128);
+    let target = num * n;
     candidates
         .iter()
         .map(|&c| {
-            let rank = sorted.partition_point(|&x| x <= c) as i128;
-            -(q.den as i128 * rank - target).abs()
+            let below = sorted.partition_point(|&x| x < c) as i128;
+            let at_most = below + sorted[below as usize..].partition_point(|&x| x == c) as i128;
+            -(den * below - target).max(target - den * at_most).max(0)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// On data with ties on the grid, every candidate of top utility is a
+    /// true `q`-quantile: the target rank `q·n` lies within its tie block
+    /// or between it and its neighbour. (`−|#{x ≤ c} − q·n|` preferred the
+    /// grid point below the quantile whenever the block straddled `q·n`.)
+    #[test]
+    fn the_best_candidates_are_exact_quantiles() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let candidates: Vec<i64> = (0..=20).collect();
+        let mut old_misses = 0;
+        for _ in 0..2_000 {
+            let n = rng.gen_range(1..40);
+            let mut d: Vec<i64> = (0..n).map(|_| rng.gen_range(0..=6) * 3).collect();
+            d.sort_unstable();
+            let q = QuantileLevel::new([0.1, 0.25, 0.5, 0.9][rng.gen_range(0..4)]).unwrap();
+            let u = quantile_utilities(&d, &candidates, q);
+            let best = *u.iter().max().unwrap();
+            assert_eq!(best, 0, "some candidate holds rank q·n");
+            let target = q.num as i128 * n as i128;
+            for (c, _) in candidates.iter().zip(&u).filter(|(_, &v)| v == best) {
+                let below = d.iter().filter(|&&x| x < *c).count() as i128 * q.den as i128;
+                let at_most = d.iter().filter(|&&x| x <= *c).count() as i128 * q.den as i128;
+                assert!(
+                    below <= target && target <= at_most,
+                    "{c} is not a quantile of {d:?}"
+                );
+            }
+            // The old utility's noiseless choice (smallest best candidate).
+            let old: Vec<i128> = candidates
+                .iter()
+                .map(|&c| {
+                    let rank = d.iter().filter(|&&x| x <= c).count() as i128;
+                    -(q.den as i128 * rank - target).abs()
+                })
+                .collect();
+            let old_best = *old.iter().max().unwrap();
+            let c = candidates[old.iter().position(|&v| v == old_best).unwrap()];
+            let below = d.iter().filter(|&&x| x < c).count() as i128 * q.den as i128;
+            let at_most = d.iter().filter(|&&x| x <= c).count() as i128 * q.den as i128;
+            old_misses += usize::from(!(below <= target && target <= at_most));
+        }
+        assert!(old_misses > 100, "the old utility missed only {old_misses}");
+    }
 }

@@ -193,6 +193,9 @@ fn evaluate(stat: Statistic, d: &[i64], c: &Case, level: QuantileLevel) -> Vec<B
 
 fn check(stat: Statistic, relation: Relation, tight_when: impl Fn(&Case, usize, u32) -> bool) {
     let mut checked = 0usize;
+    // Quantile utilities: per (k, level) the largest change seen and the bound.
+    let mut quantile_reached = std::collections::BTreeMap::new();
+    let mut quantile_bound = std::collections::BTreeMap::new();
     for c in cases() {
         let values: Vec<i64> = (c.universe.lower()..=c.universe.upper()).collect();
         assert!(values.len() <= 6);
@@ -241,12 +244,24 @@ fn check(stat: Statistic, relation: Relation, tight_when: impl Fn(&Case, usize, 
                         level.as_f64()
                     );
                     if stat == Statistic::QuantileUtility {
-                        assert!(
-                            analytic.l1 >= linf,
-                            "{ctx}: analytic {} < empirical {}",
-                            analytic.l1,
-                            linf
+                        // The level's own bound (rank units), which the plan uses.
+                        let per_level = BigRational::new(
+                            BigInt::from(level.utility_sensitivity(nb)),
+                            BigInt::from(level.den),
                         );
+                        assert!(analytic.l1 >= per_level, "{ctx}: level bound above k");
+                        assert!(
+                            per_level >= linf,
+                            "{ctx}: analytic {per_level} < empirical {linf}"
+                        );
+                        // Tight: some neighbours of some window reach it.
+                        let best = quantile_reached
+                            .entry((k, level.num))
+                            .or_insert_with(|| rat(0));
+                        if linf > *best {
+                            *best = linf.clone();
+                        }
+                        quantile_bound.insert((k, level.num), per_level);
                         continue;
                     }
                     assert!(
@@ -269,6 +284,12 @@ fn check(stat: Statistic, relation: Relation, tight_when: impl Fn(&Case, usize, 
         }
     }
     assert!(checked > 10_000, "only {checked} pairs checked");
+    for (key, bound) in &quantile_bound {
+        assert_eq!(
+            &quantile_reached[key], bound,
+            "{relation:?} (k, level·10⁶) = {key:?}: the bound is never reached"
+        );
+    }
 }
 
 #[test]

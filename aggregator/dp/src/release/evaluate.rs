@@ -514,7 +514,7 @@ impl StreamPlan {
         let m = &self.measurements[i];
         match &m.measurement {
             Measurement::Quantile { level, .. } => Sensitivity::scalar(BigRational::from_integer(
-                (self.spec.max_readings_per_device as u64 * level.den as u64).into(),
+                level.utility_sensitivity(self.neighbouring).into(),
             )),
             _ => m.sensitivity.clone(),
         }

@@ -232,7 +232,13 @@ pub(super) fn sensitivity_of(
         Measurement::CentredSum => Statistic::CentredSum,
         Measurement::CentredSumSq => Statistic::CentredSumSq,
         Measurement::Histogram { .. } => Statistic::Histogram,
-        Measurement::Quantile { .. } => Statistic::QuantileUtility,
+        Measurement::Quantile { level, .. } => {
+            // Rank units (the utilities' 1/den units divided out).
+            return Sensitivity::scalar(BigRational::new(
+                level.utility_sensitivity(nb).into(),
+                level.den.into(),
+            ));
+        }
     };
     stat.sensitivity(nb, u, n)
 }
@@ -313,8 +319,8 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             let sensitivity = sensitivity_of(&m, nb, &u, spec.window_size);
             let (mechanism, spent) = match &m {
                 Measurement::Quantile { level, .. } => {
-                    // Utilities are in units of 1/den: scale the sensitivity.
-                    let du = spec.max_readings_per_device as u64 * level.den as u64;
+                    // Utilities are in units of 1/den.
+                    let du = level.utility_sensitivity(nb);
                     let (sel, spent) = Selection::calibrate(measure, du, budget);
                     (Mechanism::Select(sel), spent)
                 }
