@@ -322,6 +322,9 @@ pub(crate) struct Tally {
     pub dropped_device_limit: u64,
 }
 
+/// At most one device-limit log line per stream this often.
+const DEVICE_LIMIT_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One stream's Prometheus handles, registered once.
 pub(crate) struct StreamMetrics {
     accepted: metrics::Counter,
@@ -403,7 +406,7 @@ impl StreamMetrics {
             let now = std::time::Instant::now();
             if self
                 .device_limit_logged
-                .is_none_or(|at| now.duration_since(at) >= crate::kafka::LOG_EVERY)
+                .is_none_or(|at| now.duration_since(at) >= DEVICE_LIMIT_LOG_EVERY)
             {
                 self.device_limit_logged = Some(now);
                 tracing::warn!(
