@@ -75,6 +75,6 @@ pub use partitioner::Partitioner;
 pub use process::{decoder, Processor};
 pub use status::StatusBoard;
 pub use window::{
-    device_key, Admission, ClosedWindow, PublishedWindow, Resume, StreamRules, Windower,
-    DEVICE_KEY_SCHEME,
+    device_key, Admission, ClosedWindow, PublishedWindow, RestoredLane, Resume, StreamRules,
+    Windower, DEVICE_KEY_SCHEME,
 };

@@ -10,8 +10,9 @@ use crate::dp::continual::RunningState;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
 use crate::state::{self, PlanChange, Restored};
-use crate::window::charge_records;
+use crate::window::RestoredLane;
 use anyhow::{Context as _, Result};
+use std::collections::HashMap;
 use std::time::Duration;
 
 impl Consuming<'_> {
@@ -48,6 +49,11 @@ impl Consuming<'_> {
         let mut resumed = 0;
         // Windows of an old plan dropped with --allow-plan-change.
         let mut dropped = Vec::new();
+        // The device counts being rebuilt per lane, and the charges records
+        // they need: (state partition, offset) → (stream, partition, seq,
+        // records of that window).
+        let mut lanes = HashMap::new();
+        let mut wanted = HashMap::new();
         for ((stream, partition), r) in &ledger {
             let (true, Some(i)) = (
                 assigned.contains(partition),
@@ -83,12 +89,12 @@ impl Consuming<'_> {
             }
             self.processor.windower_mut().resume(i, *partition, *r);
             // Only released windows count; later ones are charged again by
-            // replay; windows charged under another plan only with the switch.
-            let mut windows: Vec<(u64, Vec<(u64, i64)>)> = Vec::new();
-            // Moved, not copied: restore holds each charge once.
+            // replay; windows charged under another plan only with the
+            // switch. Their records are read below, one at a time.
             let mut lane_charges = charges.remove(&lane).unwrap_or_default();
             let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
-            for (seq, c) in lane_charges {
+            let mut restorer = self.processor.windower().restorer();
+            for (seq, at) in lane_charges {
                 if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, seq))) {
                     if !self.opts.allow_plan_change {
                         anyhow::bail!(
@@ -98,14 +104,16 @@ impl Consuming<'_> {
                             ch.describe()
                         );
                     }
-                    dropped.push((stream.clone(), *partition, seq, charge_records(c.len())));
+                    dropped.push((stream.clone(), *partition, seq, at.records));
                     continue;
                 }
-                windows.push((seq, c));
+                // Live now; its records add their charges as they are read.
+                restorer.add(seq, at.records, &[]);
+                for pos in at.found {
+                    wanted.insert(pos, (i, *partition, seq, at.records));
+                }
             }
-            self.processor
-                .windower_mut()
-                .restore_charges(i, *partition, windows);
+            lanes.insert((i, *partition), restorer);
             if self.p.v.plan.streams[i].running.is_some() {
                 let lane = (stream.clone(), *partition, r.last_seq);
                 let state = match running.get(&lane) {
@@ -126,6 +134,12 @@ impl Consuming<'_> {
                 self.running.insert((i, *partition), state);
             }
             resumed += 1;
+        }
+        let lanes = self.read_charges(lanes, wanted).await?;
+        for ((i, partition), restorer) in lanes {
+            self.processor
+                .windower_mut()
+                .install_restored(i, partition, restorer);
         }
         if !dropped.is_empty() {
             // So later restarts do not meet them again.
@@ -156,25 +170,68 @@ impl Consuming<'_> {
         Ok(())
     }
 
-    /// The release ledger and the charges of `assigned`, retried with
-    /// backoff while the broker is unreachable (a rebalance can land while
-    /// it flaps); an error after the retries is fatal.
+    /// The release ledger and where the charges of `assigned` are.
     async fn read_state(&self, assigned: &[i32]) -> Result<Restored> {
+        let kc = &self.p.v.config.kafka;
+        let (base, output, state_topic, parts) = (
+            self.p.client_config(),
+            kc.output_topic.clone(),
+            kc.state_topic(),
+            assigned.to_vec(),
+        );
+        self.retrying(move |stop| {
+            state::restore(&base, &output, &state_topic, &parts, stop)
+                .context("restoring state (kafka.state_topic, kafka.output_topic)")
+        })
+        .await
+    }
+
+    /// Rebuild the lanes' device counts from the `wanted` charges records,
+    /// each counted as it is read.
+    async fn read_charges(
+        &self,
+        lanes: HashMap<(usize, i32), RestoredLane>,
+        wanted: HashMap<(i32, i64), (usize, i32, u64, u32)>,
+    ) -> Result<HashMap<(usize, i32), RestoredLane>> {
+        if wanted.is_empty() {
+            return Ok(lanes);
+        }
+        let (base, state_topic) = (self.p.client_config(), self.p.v.config.kafka.state_topic());
+        let (wanted, start) = (std::sync::Arc::new(wanted), std::sync::Arc::new(lanes));
+        self.retrying(move |stop| {
+            // A retry starts again from the lanes as they were.
+            let mut lanes: HashMap<(usize, i32), RestoredLane> = (*start).clone();
+            state::read_charges(
+                &base,
+                &state_topic,
+                &wanted,
+                stop,
+                |(i, p, seq, records), c| {
+                    if let Some(l) = lanes.get_mut(&(i, p)) {
+                        l.add(seq, records, &c);
+                    }
+                },
+            )
+            .context("restoring charges (kafka.state_topic)")?;
+            Ok(lanes)
+        })
+        .await
+    }
+
+    /// Run the blocking read `f` off the loop, which keeps beating while it
+    /// runs; retried with backoff while the broker is unreachable (a
+    /// rebalance can land while it flaps); an error after the retries is
+    /// fatal, and a stop ends it promptly.
+    async fn retrying<T: Send + 'static>(
+        &self,
+        f: impl Fn(&tokio::sync::watch::Receiver<bool>) -> Result<T> + Send + Sync + 'static,
+    ) -> Result<T> {
+        let f = std::sync::Arc::new(f);
         let mut backoff = Duration::from_millis(500);
         let mut attempt = 1;
         loop {
-            let kc = &self.p.v.config.kafka;
-            let (base, output, state_topic, parts) = (
-                self.p.client_config(),
-                kc.output_topic.clone(),
-                kc.state_topic(),
-                assigned.to_vec(),
-            );
-            let stop = self.stop.clone();
-            let mut task = tokio::task::spawn_blocking(move || -> Result<_> {
-                state::restore(&base, &output, &state_topic, &parts, &stop)
-                    .context("restoring state (kafka.state_topic, kafka.output_topic)")
-            });
+            let (stop, f) = (self.stop.clone(), f.clone());
+            let mut task = tokio::task::spawn_blocking(move || f(&stop));
             // Restoring is progress: the loop stays live while it runs.
             let mut beat = tokio::time::interval(Duration::from_secs(1));
             let r = loop {

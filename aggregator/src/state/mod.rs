@@ -24,7 +24,7 @@ mod fingerprint;
 mod restore;
 
 pub use fingerprint::{fingerprint, PlanChange};
-pub use restore::{restore, Charges, Restored};
+pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Producer;

@@ -2,6 +2,13 @@
 //! topic (ledger entries, live charges, running-total state) and from the
 //! output topic (releases acknowledged after their ledger entry), read back
 //! in the format [`super`] writes.
+//!
+//! Charges are the bulk (one per device per window) and are read twice:
+//! [`restore`] notes where each live charges record is (and what is there
+//! besides), the caller decides which windows count (released, same plan),
+//! and [`read_charges`] reads just those records again and hands each to
+//! the caller as it arrives, so no more than one record's charges is held
+//! beside the device table being rebuilt.
 
 use super::{CHARGES, LEDGER, RECORD_KIND};
 use crate::kafka::{decode_release, header, read_topic, CONTENT_TYPE};
@@ -12,9 +19,18 @@ use rdkafka::config::ClientConfig;
 use rdkafka::message::Message;
 use std::collections::{BTreeMap, HashMap};
 
-/// Charges recorded in the state topic for the given input partitions:
-/// per (stream, partition), `(seq, [(device key, horizon)])` by seq.
-pub type Charges = HashMap<(String, i32), BTreeMap<u64, Vec<(u64, i64)>>>;
+/// Where the live charges of the given input partitions are: per (stream,
+/// partition), by seq, each window's records.
+pub type Charges = HashMap<(String, i32), BTreeMap<u64, WindowAt>>;
+
+/// A window's charges records in the state topic.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WindowAt {
+    /// Records the window declares.
+    pub records: u32,
+    /// Each record found: (state partition, offset) of its latest version.
+    pub found: Vec<(i32, i64)>,
+}
 
 /// What a newly assigned partition restores.
 #[derive(Debug, Default)]
@@ -35,8 +51,8 @@ pub struct Restored {
 }
 
 /// A window's charges records as read: the count it declares, and each
-/// record's (device key, horizon) charges by record number.
-type WindowRecords = (u32, BTreeMap<u32, Vec<(u64, i64)>>);
+/// record's position (state partition, offset) by record number.
+type WindowRecords = (u32, BTreeMap<u32, (i32, i64)>);
 
 /// Log a record restore skips; `at` names its topic, partition and offset.
 fn skip(skipped: &mut u64, at: String, why: &str) {
@@ -157,9 +173,7 @@ pub fn restore(
                     }
                     let entry = records.entry(window.clone()).or_default();
                     entry.0 = c.records.max(1);
-                    entry
-                        .1
-                        .insert(record, c.device_keys.into_iter().zip(c.horizons).collect());
+                    entry.1.insert(record, (msg.partition(), msg.offset()));
                     if record == 0 {
                         window_last.insert(window.clone(), (c.last_offset, c.last_index));
                         match c.plan {
@@ -174,9 +188,9 @@ pub fn restore(
         },
     )?;
 
-    // A window's charges, reassembled from its records. A partial set (a
-    // crash while retiring it) keeps what is there: charges that remain
-    // can only drop more readings, never fewer.
+    // A window's charges records. A partial set (a crash while retiring
+    // it) keeps what is there: charges that remain can only drop more
+    // readings, never fewer.
     let mut charges: Charges = HashMap::new();
     for ((stream, partition, seq), (declared, parts)) in records {
         if parts.len() as u32 != declared {
@@ -189,10 +203,13 @@ pub fn restore(
                 "a window's charges are incomplete in the state topic; keeping the records found"
             );
         }
-        charges
-            .entry((stream, partition))
-            .or_default()
-            .insert(seq, parts.into_values().flatten().collect());
+        charges.entry((stream, partition)).or_default().insert(
+            seq,
+            WindowAt {
+                records: declared,
+                found: parts.into_values().collect(),
+            },
+        );
     }
 
     // Releases after the recorded ones.
@@ -282,4 +299,54 @@ pub fn restore(
         lane_plans,
         skipped,
     })
+}
+
+/// Read the charges records at `wanted` (state partition, offset → the
+/// window it belongs to, as the caller names it) and hand each to `apply`
+/// as it is read: `(window, its charges)`. A record that is no longer at
+/// its position (compacted away since [`restore`] read it: a newer version
+/// then follows, which is not wanted) is not seen; every wanted record
+/// that is read decodes, as it did before.
+pub fn read_charges<W: Clone>(
+    config: &ClientConfig,
+    state_topic: &str,
+    wanted: &HashMap<(i32, i64), W>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    mut apply: impl FnMut(W, Vec<(u64, i64)>),
+) -> Result<()> {
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut from: HashMap<i32, i64> = HashMap::new();
+    for &(p, o) in wanted.keys() {
+        let f = from.entry(p).or_insert(o);
+        *f = (*f).min(o);
+    }
+    read_topic(
+        config,
+        state_topic,
+        // Partitions with nothing wanted are not read.
+        |p, low| from.get(&p).map(|&o| o.max(low)),
+        stop,
+        |msg| {
+            let Some(w) = wanted.get(&(msg.partition(), msg.offset())) else {
+                return Ok(());
+            };
+            let c = msg
+                .payload()
+                .and_then(|p| proto::v1::WindowCharges::decode(p).ok())
+                .ok_or_else(|| {
+                    anyhow!(
+                        "state at {state_topic}/{}@{}: a charges record changed between two reads",
+                        msg.partition(),
+                        msg.offset()
+                    )
+                })?;
+            apply(
+                w.clone(),
+                c.device_keys.into_iter().zip(c.horizons).collect(),
+            );
+            Ok(())
+        },
+    )
 }

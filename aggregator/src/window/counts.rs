@@ -85,17 +85,6 @@ impl DeviceCounts {
         }
     }
 
-    /// Start empty counts at these bases (a restore, which knows them).
-    pub(super) fn starting_at(layout: Layout, horizon_base: i64, open_from: u64) -> Self {
-        Self {
-            bases: Some(Bases {
-                horizon: horizon_base,
-                seq: open_from,
-            }),
-            ..Self::with_layout(layout)
-        }
-    }
-
     /// Devices held.
     pub(super) fn len(&self) -> usize {
         self.table.len()

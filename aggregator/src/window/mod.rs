@@ -100,6 +100,43 @@ impl DeviceHorizon {
     }
 }
 
+/// A lane's device counts rebuilt from the charges of its released
+/// windows, one state record at a time (the records of a window in any
+/// order, windows in any order: a device's count per horizon is the number
+/// of windows charging it, its latest horizon wins), so restore never holds
+/// all charges at once. Built off the consuming loop, then
+/// [`Windower::install_restored`].
+#[derive(Debug, Clone)]
+pub struct RestoredLane {
+    devices: DeviceCounts,
+    /// Per window: (latest horizon charged, state records declared).
+    live: std::collections::BTreeMap<u64, (i64, u32)>,
+}
+
+impl RestoredLane {
+    /// Count one state record of window `seq` (which has `records` in all).
+    /// Each device is charged once per window and horizon.
+    pub fn add(&mut self, seq: u64, records: u32, charges: &[(u64, i64)]) {
+        for &(dk, h) in charges {
+            // Every restored device is kept, whatever the device limit:
+            // refusing one would hand it fresh caps.
+            self.devices
+                .update(dk, DeviceHorizon::fresh(h), seq, usize::MAX, |e| {
+                    if h > e.horizon {
+                        *e = DeviceHorizon::fresh(h);
+                    }
+                    if h == e.horizon && e.last_seq != seq {
+                        e.windows += 1;
+                        e.last_seq = seq;
+                    }
+                });
+        }
+        let newest = charges.iter().map(|x| x.1).max().unwrap_or(i64::MIN);
+        let w = self.live.entry(seq).or_insert((i64::MIN, records));
+        w.0 = w.0.max(newest);
+    }
+}
+
 /// All windows of one process.
 #[derive(Debug)]
 pub struct Windower {
@@ -245,49 +282,40 @@ impl Windower {
     }
 
     /// Restore the per-device window counts of a (stream, partition) from
-    /// the charges of its released windows (`seq ≤ last released`), in seq
-    /// order. The lane's counts are replaced, so a restore after a hand-over
-    /// never counts a window twice; windows after the last release are
-    /// charged again when the input is replayed.
+    /// the charges of its released windows (`seq ≤ last released`). The
+    /// lane's counts are replaced, so a restore after a hand-over never
+    /// counts a window twice; windows after the last release are charged
+    /// again when the input is replayed.
     pub fn restore_charges(
         &mut self,
         stream: usize,
         partition: i32,
         windows: Vec<(u64, Vec<(u64, i64)>)>,
     ) {
-        let horizon_base = windows
-            .iter()
-            .flat_map(|(_, c)| c.iter().map(|x| x.1))
-            .min()
-            .unwrap_or(0);
-        let first_seq = windows.first().map_or(0, |w| w.0);
-        let mut restored = DeviceCounts::starting_at(self.layout, horizon_base, first_seq);
-        let mut live = Vec::with_capacity(windows.len());
-        // Each window's charges are freed once counted: the charges and the
-        // table are never both whole in memory.
+        let mut r = self.restorer();
         for (seq, charges) in windows {
-            for &(dk, h) in &charges {
-                // Every restored device is kept, whatever the device limit:
-                // refusing one would hand it fresh caps.
-                restored.update(dk, DeviceHorizon::fresh(h), seq, usize::MAX, |e| {
-                    if h > e.horizon {
-                        *e = DeviceHorizon::fresh(h);
-                    }
-                    if h == e.horizon && e.last_seq != seq {
-                        e.windows += 1;
-                        e.last_seq = seq;
-                    }
-                });
-            }
-            live.push((
-                seq,
-                charges.iter().map(|x| x.1).max().unwrap_or(i64::MIN),
-                charge_records(charges.len()),
-            ));
+            r.add(seq, charge_records(charges.len()), &charges);
         }
+        self.install_restored(stream, partition, r);
+    }
+
+    /// An empty [`RestoredLane`] for this windower.
+    pub fn restorer(&self) -> RestoredLane {
+        RestoredLane {
+            devices: DeviceCounts::with_layout(self.layout),
+            live: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Replace a lane's device counts with restored ones.
+    pub fn install_restored(&mut self, stream: usize, partition: i32, r: RestoredLane) {
         let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
-        lane.devices = restored;
-        lane.live = live;
+        lane.devices = r.devices;
+        lane.live = r
+            .live
+            .into_iter()
+            .map(|(seq, (h, records))| (seq, h, records))
+            .collect();
     }
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).
