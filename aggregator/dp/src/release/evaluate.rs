@@ -107,6 +107,7 @@ impl StreamPlan {
                 Measurement::CentredSum => {
                     Measured::Scalar(stats::centred_sum(values, u) + noise(&mp.mechanism))
                 }
+                Measurement::Sum => Measured::Scalar(stats::sum(values) + noise(&mp.mechanism)),
                 Measurement::CentredSumSq => {
                     Measured::Scalar(stats::centred_sum_sq(values, u) + noise(&mp.mechanism))
                 }
@@ -229,6 +230,7 @@ impl StreamPlan {
             (s, m)
         });
         let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
+        let direct_sum = self.find(|m| *m == Measurement::Sum);
         let variance = sum.zip(sum_sq).map(|((s, m1), (j, m2))| {
             let mean_c = (2.0 * s - n_hat * (lo + hi)) / n_hat; // half units
             let var_c = scalar(j) / n_hat - mean_c * mean_c; // quarter units²
@@ -271,6 +273,19 @@ impl StreamPlan {
                         half_width: Some(0.0),
                     }),
                 },
+                StatKind::Sum if direct_sum.is_some() => {
+                    let (i, m) = direct_sum.expect("matched");
+                    // n is not public: only the sign of the universe bounds
+                    // the sum (Σx ≥ 0 when lower ≥ 0, ≤ 0 when upper ≤ 0).
+                    let mut v = scalar(i);
+                    if lo >= 0.0 {
+                        v = v.max(0.0);
+                    }
+                    if hi <= 0.0 {
+                        v = v.min(0.0);
+                    }
+                    out.push(stat("sum", vec![v * res], &[m], res, hw(m, res)));
+                }
                 StatKind::Sum => {
                     let (s, m) = sum.expect("planned");
                     let h = if change_one { hw(m, res / 2.0) } else { None };
@@ -316,14 +331,15 @@ impl StreamPlan {
                         unreachable!("histogram is a vector")
                     };
                     let raw: Vec<f64> = raw.iter().map(|&c| c as f64).collect();
-                    let counts = project_to_simplex(&raw, n_hat.round());
-                    out.push(stat(
-                        "histogram",
-                        counts,
-                        &with_count(&[m]),
-                        1.0,
-                        hw(m, 1.0),
-                    ));
+                    // Onto the window size: n (change-one), the noisy count
+                    // where one is measured, else the bins' own noisy total.
+                    let (total, spent_with) = match count {
+                        Some(_) => (n_hat.round(), with_count(&[m])),
+                        None if change_one => (n_hat.round(), vec![m]),
+                        None => (raw.iter().sum::<f64>().max(0.0).round(), vec![m]),
+                    };
+                    let counts = project_to_simplex(&raw, total);
+                    out.push(stat("histogram", counts, &spent_with, 1.0, hw(m, 1.0)));
                 }
                 StatKind::Quantiles => {
                     let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
@@ -495,6 +511,7 @@ impl StreamPlan {
             .map(|mp| match &mp.measurement {
                 Measurement::Count => vec![values.len() as i128],
                 Measurement::CentredSum => vec![stats::centred_sum(values, &self.universe)],
+                Measurement::Sum => vec![stats::sum(values)],
                 Measurement::CentredSumSq => vec![stats::centred_sum_sq(values, &self.universe)],
                 Measurement::Histogram { edges } => stats::histogram(values, edges)
                     .into_iter()

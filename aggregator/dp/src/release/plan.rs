@@ -21,6 +21,11 @@ pub enum Measurement {
     Count,
     /// `Σ(2x − L − U)`, half units.
     CentredSum,
+    /// `Σx`, units: the sum under add-remove when no statistic needs the
+    /// count (derived from the count and `CentredSum` it would split the
+    /// budget in two; with the count measured anyway, that derivation is
+    /// the more accurate one).
+    Sum,
     /// `Σ(2x − L − U)²`, quarter units².
     CentredSumSq,
     /// Counts over bins with these edges (units).
@@ -37,6 +42,7 @@ impl Measurement {
         match self {
             Measurement::Count => "count",
             Measurement::CentredSum => "centred_sum",
+            Measurement::Sum => "sum",
             Measurement::CentredSumSq => "centred_sum_sq",
             Measurement::Histogram { .. } => "histogram",
             Measurement::Quantile { .. } => "quantile",
@@ -115,15 +121,18 @@ pub(super) fn measurements_for(
         ));
     }
     let mut out = Vec::new();
-    if relation == Relation::AddRemove
-        && [Count, Sum, Mean, Variance, Std, Histogram]
-            .iter()
-            .any(|&k| has(k))
-    {
+    // Add-remove: a noisy count only for statistics that divide by it (or
+    // ask for it); a histogram projects onto its own noisy total, a lone
+    // sum is measured directly.
+    let moments = [Mean, Variance, Std].iter().any(|&k| has(k));
+    let count = relation == Relation::AddRemove && (has(Count) || moments);
+    if count {
         out.push(Measurement::Count);
     }
-    if [Sum, Mean, Variance, Std].iter().any(|&k| has(k)) {
+    if moments || (has(Sum) && (count || relation == Relation::ChangeOne)) {
         out.push(Measurement::CentredSum);
+    } else if has(Sum) {
+        out.push(Measurement::Sum);
     }
     if has(Variance) || has(Std) {
         out.push(Measurement::CentredSumSq);
@@ -230,6 +239,7 @@ pub(super) fn sensitivity_of(
     let stat = match m {
         Measurement::Count => Statistic::Count,
         Measurement::CentredSum => Statistic::CentredSum,
+        Measurement::Sum => Statistic::Sum,
         Measurement::CentredSumSq => Statistic::CentredSumSq,
         Measurement::Histogram { .. } => Statistic::Histogram,
         Measurement::Quantile { level, .. } => {
