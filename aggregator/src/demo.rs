@@ -75,16 +75,28 @@ fn print_release(started: Instant, e: &ReleaseEvent) {
         r.n,
         stats.join(" · ")
     );
-    // The running mean since the start (post-processing of the running sum).
+    // The running mean since the start (post-processing of the running
+    // sum), beside the summed windows and the combination of both.
     if let Some(sum) = r.running.iter().find(|t| t.name == "sum") {
         let count = sum.count.max(1) as f64;
-        println!(
-            "{:>9} running mean over {} windows: {:.2} ± {:.2} (1 std)",
-            "",
+        let mut line = format!(
+            "running mean over {} windows: {:.2} ± {:.2} (1 std)",
             sum.windows,
             sum.values[0] / count,
             sum.std / count
         );
+        if let (Some(s), Some(ss), Some(c), Some(cs)) =
+            (sum.summed, sum.summed_std, sum.combined, sum.combined_std)
+        {
+            line += &format!(
+                "; summed windows {:.2} ± {:.2}; combined {:.2} ± {:.2}",
+                s / count,
+                ss / count,
+                c / count,
+                cs / count
+            );
+        }
+        println!("{:>9} {line}", "");
     }
 }
 

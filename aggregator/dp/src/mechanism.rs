@@ -98,6 +98,20 @@ impl Noise {
         }
     }
 
+    /// Variance of one draw, in the measurement's units²: the discrete
+    /// Laplace's `2p/(1 − p)²` with `p = e^(−1/scale)`, the discrete
+    /// Gaussian's `σ²` (its exact variance is slightly below: an upper bound).
+    pub fn variance(&self) -> f64 {
+        match self {
+            Noise::Exact => 0.0,
+            Noise::Laplace(d) => {
+                let p = (-1.0 / d.scale_f64()).exp();
+                2.0 * p / ((1.0 - p) * (1.0 - p))
+            }
+            Noise::Gaussian(g) => g.sigma_f64().powi(2),
+        }
+    }
+
     /// Laplace scale or Gaussian σ, in the measurement's units.
     pub fn scale_f64(&self) -> f64 {
         match self {

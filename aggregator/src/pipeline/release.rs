@@ -102,6 +102,10 @@ pub fn build_release(
                 } else {
                     vec![]
                 },
+                summed: r.summed.map(|s| s.0),
+                summed_std: r.summed.map(|s| s.1),
+                combined: r.combined.map(|c| c.0),
+                combined_std: r.combined.map(|c| c.1),
             })
             .collect(),
     }

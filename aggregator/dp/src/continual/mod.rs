@@ -281,6 +281,9 @@ impl RunningPlan {
 pub struct RunningState {
     pub steps: u64,
     pub groups: Vec<GroupState>,
+    /// The windows' released sums so far (units; noisy, so public).
+    #[serde(default)]
+    pub summed: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -308,6 +311,7 @@ impl RunningState {
                     tree: TreeState::default(),
                 })
                 .collect(),
+            summed: 0.0,
         }
     }
 }
