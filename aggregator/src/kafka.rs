@@ -203,6 +203,11 @@ pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<prot
 /// position moving) before it fails.
 pub(crate) const READ_STALL: Duration = Duration::from_secs(60);
 
+/// How far a topic read is: (topic, messages read, offsets to read in all —
+/// an upper bound, compaction leaves holes), about once a second and at
+/// the end.
+pub type ReadProgress<'a> = &'a (dyn Fn(&str, u64, u64) + Sync);
+
 /// Read a topic up to its current high watermarks, each partition from
 /// `start(partition, low watermark)` (`None`: skip it), calling `f` on every
 /// message. Fails after [`READ_STALL`] without progress (however long the
@@ -213,6 +218,7 @@ pub fn read_topic(
     topic: &str,
     start: impl Fn(i32, i64) -> Option<i64>,
     stop: &tokio::sync::watch::Receiver<bool>,
+    progress: ReadProgress<'_>,
     mut f: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
 ) -> Result<()> {
     let mut c = config.clone();
@@ -227,6 +233,7 @@ pub fn read_topic(
     let parts = partition_count(&consumer, topic, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
     let mut remaining = HashMap::new();
+    let mut expected = 0u64;
     for p in 0..parts as i32 {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(10))
@@ -235,6 +242,7 @@ pub fn read_topic(
             if high > from {
                 tpl.add_partition_offset(topic, p, Offset::Offset(from))?;
                 remaining.insert(p, high);
+                expected += (high - from) as u64;
             }
         }
     }
@@ -242,8 +250,14 @@ pub fn read_topic(
         return Ok(());
     }
     consumer.assign(&tpl)?;
-    let mut progress = Instant::now();
+    let (mut read, mut reported) = (0u64, Instant::now());
+    progress(topic, 0, expected);
+    let mut moved = Instant::now();
     while !remaining.is_empty() {
+        if reported.elapsed() >= Duration::from_secs(1) {
+            progress(topic, read, expected);
+            reported = Instant::now();
+        }
         if *stop.borrow() {
             return Err(Stopped(topic.to_string()).into());
         }
@@ -263,8 +277,8 @@ pub fn read_topic(
                 }
             }
             if remaining.len() < before {
-                progress = Instant::now();
-            } else if progress.elapsed() > READ_STALL {
+                moved = Instant::now();
+            } else if moved.elapsed() > READ_STALL {
                 return Err(anyhow!(
                     "reading {topic}: no progress for {} s ({} partitions unfinished)",
                     READ_STALL.as_secs(),
@@ -274,7 +288,8 @@ pub fn read_topic(
             continue;
         };
         let msg = msg.with_context(|| format!("reading {topic}"))?;
-        progress = Instant::now();
+        moved = Instant::now();
+        read += 1;
         f(&msg)?;
         if remaining
             .get(&msg.partition())
@@ -283,6 +298,7 @@ pub fn read_topic(
             remaining.remove(&msg.partition());
         }
     }
+    progress(topic, read, expected);
     Ok(())
 }
 

@@ -71,6 +71,8 @@ struct Board {
     read_until: BTreeMap<i32, i64>,
     assigned: Vec<i32>,
     releases: u64,
+    /// What restoring newly assigned partitions has read so far, while it runs.
+    restoring: Option<String>,
 }
 
 /// Shared between the pipeline (writer) and the HTTP handlers (readers).
@@ -228,8 +230,17 @@ impl StatusBoard {
         self.ready_locked(&self.lock())
     }
 
+    /// Restoring state for newly assigned partitions (`Some`: how far it
+    /// is) or done (`None`). Not ready while it runs.
+    pub fn restoring(&self, progress: Option<String>) {
+        self.lock().restoring = progress;
+    }
+
     fn ready_locked(&self, b: &Board) -> Result<(), String> {
         self.health(crate::clock::now_ms())?;
+        if let Some(r) = &b.restoring {
+            return Err(format!("restoring state: {r}"));
+        }
         if b.assigned.is_empty() {
             return Err("no partitions assigned".into());
         }
@@ -324,6 +335,26 @@ mod tests {
         b.beat(crate::clock::now_ms() - 10_000);
         assert!(b.ready().unwrap_err().contains("not moved"));
         b.beat(crate::clock::now_ms());
+        assert_eq!(b.ready(), Ok(()));
+    }
+
+    /// Restoring state is not ready, whatever the lag, and says how far it is.
+    #[test]
+    fn restoring_is_not_ready_and_shows_its_progress() {
+        let b = StatusBoard::new(10, Duration::from_secs(5));
+        b.rebalanced(&[0], &[]);
+        b.set_lag(0, 0, 1_000_000);
+        b.beat(crate::clock::now_ms());
+        assert_eq!(b.ready(), Ok(()));
+        b.restoring(Some(
+            "counting device charges: 40 of at most 90 records of s".into(),
+        ));
+        let why = b.ready().unwrap_err();
+        assert!(
+            why.contains("restoring state: counting device charges: 40 of at most 90"),
+            "{why}"
+        );
+        b.restoring(None);
         assert_eq!(b.ready(), Ok(()));
     }
 }

@@ -15,6 +15,9 @@ use anyhow::{Context as _, Result};
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// A shared [`crate::kafka::ReadProgress`] callback.
+type Progress = std::sync::Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
+
 impl Consuming<'_> {
     /// Apply the rebalance events received so far (none: nothing to do).
     pub(super) async fn apply_rebalance(&mut self) -> Result<()> {
@@ -43,7 +46,10 @@ impl Consuming<'_> {
             window_plans,
             lane_plans,
             skipped,
-        } = self.read_state(&assigned).await?;
+        } = {
+            self.p.board.restoring(Some("starting".into()));
+            self.read_state(&assigned).await?
+        };
         self.p.counters.restore_skipped(skipped);
         crash_point(CrashPoint::DuringRebalance);
         let mut resumed = 0;
@@ -136,6 +142,7 @@ impl Consuming<'_> {
             resumed += 1;
         }
         let lanes = self.read_charges(lanes, wanted).await?;
+        self.p.board.restoring(None);
         for ((i, partition), restorer) in lanes {
             self.processor
                 .windower_mut()
@@ -179,8 +186,9 @@ impl Consuming<'_> {
             kc.state_topic(),
             assigned.to_vec(),
         );
+        let progress = self.progress("reading the ledger and releases");
         self.retrying(move |stop| {
-            state::restore(&base, &output, &state_topic, &parts, stop)
+            state::restore(&base, &output, &state_topic, &parts, stop, &*progress)
                 .context("restoring state (kafka.state_topic, kafka.output_topic)")
         })
         .await
@@ -198,24 +206,37 @@ impl Consuming<'_> {
         }
         let (base, state_topic) = (self.p.client_config(), self.p.v.config.kafka.state_topic());
         let (wanted, start) = (std::sync::Arc::new(wanted), std::sync::Arc::new(lanes));
+        let progress = self.progress("counting device charges");
         self.retrying(move |stop| {
             // A retry starts again from the lanes as they were.
             let mut lanes: HashMap<(usize, i32), RestoredLane> = (*start).clone();
-            state::read_charges(
-                &base,
-                &state_topic,
-                &wanted,
-                stop,
-                |(i, p, seq, records), c| {
-                    if let Some(l) = lanes.get_mut(&(i, p)) {
-                        l.add(seq, records, &c);
-                    }
-                },
-            )
-            .context("restoring charges (kafka.state_topic)")?;
+            let apply = |(i, p, seq, records), c: Vec<(u64, i64)>| {
+                if let Some(l) = lanes.get_mut(&(i, p)) {
+                    l.add(seq, records, &c);
+                }
+            };
+            state::read_charges(&base, &state_topic, &wanted, stop, &*progress, apply)
+                .context("restoring charges (kafka.state_topic)")?;
             Ok(lanes)
         })
         .await
+    }
+
+    /// A progress report for one step of restoring: shown in `/readyz`'s
+    /// body while it runs and logged every 10 s.
+    fn progress(&self, step: &'static str) -> Progress {
+        let board = self.p.board.clone();
+        let logged = std::sync::Mutex::new(None::<std::time::Instant>);
+        std::sync::Arc::new(move |topic: &str, read: u64, expected: u64| {
+            let mut last = logged.lock().unwrap_or_else(|e| e.into_inner());
+            if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                *last = Some(std::time::Instant::now());
+                tracing::info!(step, topic, read, expected, "restoring state");
+            }
+            board.restoring(Some(format!(
+                "{step}: {read} of at most {expected} records of {topic}"
+            )));
+        })
     }
 
     /// Run the blocking read `f` off the loop, which keeps beating while it

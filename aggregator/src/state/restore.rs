@@ -11,7 +11,7 @@
 //! beside the device table being rebuilt.
 
 use super::{CHARGES, LEDGER, RECORD_KIND};
-use crate::kafka::{decode_release, header, read_topic, CONTENT_TYPE};
+use crate::kafka::{decode_release, header, read_topic, ReadProgress, CONTENT_TYPE};
 use crate::window::{Resume, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Result};
 use prost::Message as _;
@@ -73,6 +73,7 @@ pub fn restore(
     state_topic: &str,
     partitions: &[i32],
     stop: &tokio::sync::watch::Receiver<bool>,
+    progress: ReadProgress<'_>,
 ) -> Result<Restored> {
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     // Per window: the record count it declares and the records read.
@@ -87,6 +88,7 @@ pub fn restore(
         state_topic,
         |_, low| Some(low),
         stop,
+        progress,
         |msg| {
             let at = || {
                 format!(
@@ -224,6 +226,7 @@ pub fn restore(
         output_topic,
         |p, low| Some(from.get(&p).copied().unwrap_or(low)),
         stop,
+        progress,
         |msg| {
             if let Some(payload) = msg.payload() {
                 let Ok(r) = decode_release(payload, header(msg, CONTENT_TYPE)) else {
@@ -312,6 +315,7 @@ pub fn read_charges<W: Clone>(
     state_topic: &str,
     wanted: &HashMap<(i32, i64), W>,
     stop: &tokio::sync::watch::Receiver<bool>,
+    progress: ReadProgress<'_>,
     mut apply: impl FnMut(W, Vec<(u64, i64)>),
 ) -> Result<()> {
     if wanted.is_empty() {
@@ -328,6 +332,7 @@ pub fn read_charges<W: Clone>(
         // Partitions with nothing wanted are not read.
         |p, low| from.get(&p).map(|&o| o.max(low)),
         stop,
+        progress,
         |msg| {
             let Some(w) = wanted.get(&(msg.partition(), msg.offset())) else {
                 return Ok(());
