@@ -11,6 +11,11 @@
 //! device are measured against that count: the most devices counted in
 //! the last horizon's worth of readings.
 //!
+//! A second part (in a child process, so its peak memory is its own)
+//! restores a lane's counts from state records as a restart does — 10⁶
+//! devices charged in 24 windows each, records of 40,000 charges — and
+//! prints the peak memory against the restored table's.
+//!
 //!   cargo bench -p fleetdp --bench churn
 //! FLEETDP_CHURN_DEVICES (default 10⁶ per horizon) and FLEETDP_CHURN_HORIZONS
 //! (default 12) change the size.
@@ -46,7 +51,63 @@ fn splitmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
+/// Restore a lane from generated state records, one at a time; print the
+/// memory figures (the child process's part).
+fn restore_part() {
+    let devices = env("FLEETDP_CHURN_DEVICES", 1_000_000);
+    const WINDOWS: u64 = 240;
+    const PER_WINDOW: u64 = 100_000;
+    const PER_RECORD: u64 = fleetdp::MAX_CHARGES_PER_RECORD as u64;
+    let rules = StreamRules {
+        name: "restore".into(),
+        window_size: PER_WINDOW as usize,
+        max_readings_per_device: 1,
+        max_windows_per_device: 24,
+        midpoint: 0,
+        timeout_ms: None,
+        window_ms: None,
+    };
+    let mut w = Windower::new(vec![rules], 3_600_000, 60_000);
+    let (start, _) = rss_kb();
+    let started = std::time::Instant::now();
+    let mut r = w.restorer();
+    let records = PER_WINDOW.div_ceil(PER_RECORD) as u32;
+    for seq in 0..WINDOWS {
+        for rec in 0..records as u64 {
+            let from = rec * PER_RECORD;
+            let charges: Vec<(u64, i64)> = (from..(from + PER_RECORD).min(PER_WINDOW))
+                .map(|j| (splitmix((seq * PER_WINDOW + j) % devices), 0))
+                .collect();
+            r.add(seq, records, &charges);
+        }
+    }
+    w.install_restored(0, 0, r);
+    let took = started.elapsed();
+    let (steady, peak) = rss_kb();
+    let (n, bytes) = w
+        .lane_devices()
+        .fold((0, 0), |(n, b), (_, d, by)| (n + d, b + by));
+    println!(
+        "restore: {n} devices from {} records of ≤ {PER_RECORD} charges in {:.2} s; table {:.1} \
+         MiB ({:.1} B/device); RSS above start: {:.1} MiB restored, {:.1} MiB at peak ({:.2}×)",
+        WINDOWS * records as u64,
+        took.as_secs_f64(),
+        bytes as f64 / 1048576.0,
+        bytes as f64 / n as f64,
+        (steady - start) as f64 / 1024.0,
+        (peak - start) as f64 / 1024.0,
+        (peak - start) as f64 / (steady - start).max(1) as f64
+    );
+}
+
 fn main() {
+    if std::env::var_os("FLEETDP_CHURN_RESTORE_PART").is_some() {
+        return restore_part();
+    }
+    let child = std::process::Command::new(std::env::current_exe().expect("this bench"))
+        .env("FLEETDP_CHURN_RESTORE_PART", "1")
+        .status();
+    assert!(child.is_ok_and(|s| s.success()), "the restore part failed");
     let per_horizon = env("FLEETDP_CHURN_DEVICES", 1_000_000);
     let horizons = env("FLEETDP_CHURN_HORIZONS", 12) as i64;
     const HORIZON_MS: i64 = 3_600_000;

@@ -76,5 +76,5 @@ pub use process::{decoder, Processor};
 pub use status::StatusBoard;
 pub use window::{
     device_key, Admission, ClosedWindow, PublishedWindow, RestoredLane, Resume, StreamRules,
-    Windower, DEVICE_KEY_SCHEME,
+    Windower, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD,
 };

@@ -11,10 +11,12 @@
 
 mod evaluate;
 mod plan;
+mod running;
 mod spec;
 #[cfg(test)]
 mod tests;
 
 pub use evaluate::*;
 pub use plan::*;
+pub use running::*;
 pub use spec::*;

@@ -1,0 +1,140 @@
+//! Running totals as a window's release carries them: the stream's running
+//! sum (and histogram) after each window, beside the sum of the windows'
+//! own released sums and the inverse-variance combination of the two.
+//!
+//! Privacy argument: the running totals' noise is calibrated in
+//! [`crate::continual`]; the window sums are the window's released sums,
+//! recomputed with the window's own keyed draws (the same bits as its
+//! release); adding them up and combining are post-processing of released
+//! values, so nothing here spends budget.
+
+use super::*;
+use crate::continual::RunningState;
+use crate::rational;
+use crate::rng::{running_rng, window_digest, window_rng, ReleaseKey, WindowId};
+use crate::stats;
+use rand::Rng;
+
+/// A running total after one window (metric units).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningValue {
+    pub name: &'static str,
+    pub windows: u64,
+    pub count: u64,
+    pub values: Vec<f64>,
+    pub std: f64,
+    pub mechanism: &'static str,
+    pub spent: f64,
+    /// The sum of the windows' released estimates so far and its noise
+    /// std (the `sum` total of a stream that releases a per-window sum).
+    pub summed: Option<(f64, f64)>,
+    /// The inverse-variance combination of `values` and `summed` and its
+    /// std: never less accurate than either (post-processing, free).
+    pub combined: Option<(f64, f64)>,
+}
+
+impl StreamPlan {
+    /// Advance this lane's running totals by window `seq` (noise keyed like
+    /// the window's, in its own domain); `None` without running totals or
+    /// past a pure-DP tree's lifetime.
+    pub fn running_step(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        state: &mut RunningState,
+    ) -> Option<Vec<RunningValue>> {
+        let plan = self.running.as_ref()?;
+        let mut window = vec![vec![stats::sum(values)]];
+        if plan.groups.len() > 1 {
+            let edges = self.histogram_edges_units();
+            window.push(
+                stats::histogram(values, &edges)
+                    .into_iter()
+                    .map(|c| c as i128)
+                    .collect(),
+            );
+        }
+        let digest = window_digest(values);
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        // The window's released sum (the same keyed draws as its release),
+        // summed over the windows so far: a second estimate of the sum
+        // total, combined with the running total below.
+        let window_sum = self.window_sum(values, &mut window_rng(key, id, &digest));
+        let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
+        let t = state.steps;
+        let res = plan.resolution;
+        let summed = window_sum.map(|(s, var)| {
+            state.summed += s;
+            (state.summed * res, (t as f64 * var).sqrt() * res)
+        });
+        Some(
+            plan.groups
+                .iter()
+                .zip(noisy)
+                .map(|(g, v)| {
+                    let scale = if g.name == "sum" {
+                        plan.resolution
+                    } else {
+                        1.0
+                    };
+                    let values: Vec<f64> = v.into_iter().map(|x| x * scale).collect();
+                    let std = g.noise.std_after(t).unwrap_or(f64::NAN) * scale;
+                    let summed = summed.filter(|_| g.name == "sum");
+                    let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
+                    RunningValue {
+                        name: g.name,
+                        windows: t,
+                        count: t * self.spec.window_size,
+                        values,
+                        std,
+                        mechanism: g.noise.name(),
+                        spent: rational::to_f64(&g.spent),
+                        summed,
+                        combined,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// The window's released sum in units, unrounded as post-processing
+    /// leaves it, and its noise variance (units²), from the window's keyed
+    /// generator: `None` without a centred-sum measurement.
+    fn window_sum<R: Rng + ?Sized>(&self, values: &[i64], rng: &mut R) -> Option<(f64, f64)> {
+        let (i, m) = self.find(|m| *m == Measurement::CentredSum)?;
+        let Mechanism::Additive(noise) = &m.mechanism else {
+            return None;
+        };
+        let Measured::Scalar(c) = self.measure_first(values, Some(rng), i + 1)[i] else {
+            unreachable!("a centred sum is a scalar")
+        };
+        let (lo, hi) = (self.universe.lower() as f64, self.universe.upper() as f64);
+        let n = values.len() as f64;
+        // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
+        let s = ((c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
+        Some((s, noise.variance() / 4.0))
+    }
+}
+
+/// Inverse-variance combination of two independent estimates `(value, std)`:
+/// the weighted mean and its std, `1/√(1/a² + 1/b²)`, at most either std.
+/// An estimate with std 0 or not finite is taken alone (or left out).
+pub fn combine(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
+    let usable = |(_, s): (f64, f64)| s.is_finite() && s >= 0.0;
+    match (usable(a), usable(b)) {
+        (true, true) if a.1 == 0.0 => a,
+        (true, true) if b.1 == 0.0 => b,
+        (true, true) => {
+            let (wa, wb) = (1.0 / (a.1 * a.1), 1.0 / (b.1 * b.1));
+            ((a.0 * wa + b.0 * wb) / (wa + wb), (1.0 / (wa + wb)).sqrt())
+        }
+        (true, false) => a,
+        _ => b,
+    }
+}
