@@ -6,6 +6,7 @@ use crate::config::{Config, Validated};
 use crate::dp::rng::ReleaseKey;
 use crate::kafka;
 use crate::pipeline::{Options, Pipeline, ReleaseEvent};
+use crate::show;
 use crate::sim::{Fleet, FleetSpec};
 use anyhow::{Context, Result};
 use rdkafka::mocking::MockCluster;
@@ -34,70 +35,9 @@ pub fn demo_config(brokers: &str) -> Result<Validated> {
     c.validate()
 }
 
-fn fmt_stat(r: &proto::Statistic, truth: Option<&crate::dp::release::ReleasedStatistic>) -> String {
-    let name = match r.level {
-        Some(q) => format!("p{}", (q * 100.0).round()),
-        None => r.name.clone(),
-    };
-    if r.name == "histogram" {
-        let v: Vec<String> = r.values.iter().map(|x| format!("{x:.0}")).collect();
-        let t: Vec<String> = truth
-            .map(|t| t.values.iter().map(|x| format!("{x:.0}")).collect())
-            .unwrap_or_default();
-        return format!("hist [{}] (true [{}])", v.join(" "), t.join(" "));
-    }
-    let v = r.values.first().copied().unwrap_or(f64::NAN);
-    let hw = r
-        .half_width
-        .map(|h| format!(" ± {h:.2}"))
-        .unwrap_or_default();
-    let t = truth
-        .and_then(|t| t.values.first())
-        .map(|x| format!(" (true {x:.2})"))
-        .unwrap_or_default();
-    format!("{name} {v:.2}{hw}{t}")
-}
-
 fn print_release(started: Instant, e: &ReleaseEvent) {
-    let r = &e.release;
-    let stats: Vec<String> = r
-        .statistics
-        .iter()
-        .enumerate()
-        .map(|(i, s)| fmt_stat(s, e.truth.as_ref().and_then(|t| t.get(i))))
-        .collect();
-    println!(
-        "[{:>5.1}s] {:<13} p{} #{:<3} n={} {}",
-        started.elapsed().as_secs_f64(),
-        r.stream,
-        r.partition,
-        r.window_seq,
-        r.n,
-        stats.join(" · ")
-    );
-    // The running mean since the start (post-processing of the running
-    // sum), beside the summed windows and the combination of both.
-    if let Some(sum) = r.running.iter().find(|t| t.name == "sum") {
-        let count = sum.count.max(1) as f64;
-        let mut line = format!(
-            "running mean over {} windows: {:.2} ± {:.2} (1 std)",
-            sum.windows,
-            sum.values[0] / count,
-            sum.std / count
-        );
-        if let (Some(s), Some(ss), Some(c), Some(cs)) =
-            (sum.summed, sum.summed_std, sum.combined, sum.combined_std)
-        {
-            line += &format!(
-                "; summed windows {:.2} ± {:.2}; combined {:.2} ± {:.2}",
-                s / count,
-                ss / count,
-                c / count,
-                cs / count
-            );
-        }
-        println!("{:>9} {line}", "");
-    }
+    let at = format!("[{:>5.1}s]", started.elapsed().as_secs_f64());
+    println!("{}", show::release(&at, &e.release, e.truth.as_deref()));
 }
 
 /// Run the demo; blocks until it ends.

@@ -61,12 +61,14 @@ pub mod pipeline;
 pub mod report;
 pub mod sim;
 pub mod state;
+pub mod tail;
 pub mod telemetry;
 
 mod clock;
 mod devices;
 mod partitioner;
 mod process;
+mod show;
 mod status;
 mod window;
 

@@ -71,6 +71,24 @@ enum Command {
     },
     /// Produce a simulated fleet's readings to a Kafka topic (load generator).
     Simulate(SimulateArgs),
+    /// Print the output topic's releases as they land (as the demo does, or
+    /// one JSON document per line). Never commits offsets.
+    Tail {
+        /// The service's TOML configuration (brokers, output topic).
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long, value_enum, default_value_t = TailFormatArg::Table)]
+        format: TailFormatArg,
+        /// Start from the oldest release kept instead of from now.
+        #[arg(long)]
+        from_beginning: bool,
+        /// Stop after this many releases.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Stop after this long without a release (e.g. 30s).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        idle: Option<Duration>,
+    },
     /// Write a new random release key (64 hex digits) to a file.
     Keygen {
         #[arg(long)]
@@ -111,6 +129,12 @@ struct SimulateArgs {
         default_value = "cabin_temp_c,battery_v,speed_kmh"
     )]
     streams: Vec<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TailFormatArg {
+    Table,
+    Json,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -200,6 +224,16 @@ fn main() -> ExitCode {
             init_logging(cli.log_json, "warn");
             simulate(args)
         }
+        Command::Tail {
+            config,
+            format,
+            from_beginning,
+            max,
+            idle,
+        } => {
+            init_logging(cli.log_json, "warn");
+            tail(config, format, from_beginning, max, idle)
+        }
         Command::Keygen { out } => keygen(out),
     };
     match result {
@@ -209,6 +243,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn tail(
+    path: PathBuf,
+    format: TailFormatArg,
+    from_beginning: bool,
+    max: Option<u64>,
+    idle: Option<Duration>,
+) -> Result<()> {
+    let v = Config::load(&path)?.validate()?;
+    let opts = fleetdp::tail::TailOptions {
+        format: match format {
+            TailFormatArg::Table => fleetdp::tail::TailFormat::Table,
+            TailFormatArg::Json => fleetdp::tail::TailFormat::Json,
+        },
+        from_beginning,
+        max,
+        idle,
+    };
+    fleetdp::tail::run(&v, &opts, &mut std::io::stdout().lock())?;
+    Ok(())
 }
 
 fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Result<()> {
