@@ -72,3 +72,57 @@ fn tail_prints_every_release_as_json_and_as_a_table() {
         assert!(text.contains(" ± "), "intervals shown:\n{text}");
     });
 }
+
+/// The JSON Schema shipped for consumers (`proto/schema/`) accepts every
+/// JSON release the pipeline writes — every statistic, the guarantee,
+/// running totals with their summed and combined estimates — and refuses a
+/// release with a field it does not describe (so a new field cannot ship
+/// without the schema).
+#[test]
+fn json_releases_match_the_shipped_schema() {
+    let schema: serde_json::Value = serde_json::from_str(include_str!(
+        "../../proto/schema/window_release.schema.json"
+    ))
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("schema");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let mut v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 4.0\nhorizon = \"24h\"",
+            "",
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\n\
+             max_windows_per_device = 10\nrunning_share = 0.2\n\
+             statistics = [\"count\", \"sum\", \"mean\", \"variance\", \"std\", \"histogram\", \"quantiles\"]\n\
+             histogram_edges = [-20.0, 0.0, 20.0, 40.0, 60.0]\nquantiles = [0.5, 0.9]",
+        );
+        v.config.kafka.output_format = fleetdp::config::OutputFormat::Json;
+        let base = now_ms() - 60_000;
+        let msgs: Vec<Out> = (0..15)
+            .map(|i| temp_reading(Some(0), &format!("d{i}"), 15.0 + i as f64, base + i))
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, [4; 32]);
+        assert!(wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await);
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        let raw = tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        assert_eq!(raw.len(), 3);
+        for r in &raw {
+            assert_eq!(r.headers["content-type"], "application/json");
+            let doc: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+            let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{errors:?} in {doc}");
+            assert!(doc["running"][0]["combined"].is_number(), "{doc}");
+        }
+        let mut drifted: serde_json::Value = serde_json::from_slice(&raw[0].payload).unwrap();
+        drifted["statistics"][0]["new_field"] = 1.into();
+        assert!(!validator.is_valid(&drifted));
+    });
+}
