@@ -223,6 +223,14 @@ fn bad_input_goes_to_the_dead_letter_topic_with_its_reason() {
             assert_eq!(m.headers["fleetdp-source-partition"], "0");
             assert!(m.headers.contains_key("fleetdp-detail"));
             assert!(!m.headers["fleetdp-detail"].contains("20."), "no values in the detail");
+            // Kafka Connect's dead-letter context, for Connect-style tooling.
+            let connect = |k: &str| m.headers[&format!("__connect.errors.{k}")].clone();
+            assert_eq!(connect("topic"), t.input);
+            assert_eq!(connect("partition"), "0");
+            assert_eq!(connect("offset"), m.headers["fleetdp-source-offset"]);
+            assert_eq!(connect("exception.class.name"), m.headers["fleetdp-reason"]);
+            assert_eq!(connect("exception.message"), m.headers["fleetdp-detail"]);
+            assert_eq!(connect("connector.name"), "fleetdp");
         }
     });
 }

@@ -87,27 +87,31 @@ fn fleetdp_headers(
         source.2.to_string(),
         original_size.to_string(),
     );
-    let mut h = base
-        .insert(Header {
-            key: "fleetdp-reason",
-            value: Some(rejection.reason.as_str()),
+    let (reason, detail) = (
+        rejection.reason.as_str(),
+        clip(&rejection.detail, MAX_DETAIL),
+    );
+    let pairs = [
+        ("fleetdp-reason", reason),
+        ("fleetdp-detail", detail),
+        ("fleetdp-source-topic", source.0),
+        ("fleetdp-source-partition", partition.as_str()),
+        ("fleetdp-source-offset", offset.as_str()),
+        // The same in Kafka Connect's dead-letter context headers, which
+        // Connect-style DLQ consumers and UIs read.
+        ("__connect.errors.topic", source.0),
+        ("__connect.errors.partition", partition.as_str()),
+        ("__connect.errors.offset", offset.as_str()),
+        ("__connect.errors.connector.name", "fleetdp"),
+        ("__connect.errors.exception.class.name", reason),
+        ("__connect.errors.exception.message", detail),
+    ];
+    let mut h = pairs.into_iter().fold(base, |h, (key, value)| {
+        h.insert(Header {
+            key,
+            value: Some(value),
         })
-        .insert(Header {
-            key: "fleetdp-detail",
-            value: Some(clip(&rejection.detail, MAX_DETAIL)),
-        })
-        .insert(Header {
-            key: "fleetdp-source-topic",
-            value: Some(source.0),
-        })
-        .insert(Header {
-            key: "fleetdp-source-partition",
-            value: Some(partition.as_str()),
-        })
-        .insert(Header {
-            key: "fleetdp-source-offset",
-            value: Some(offset.as_str()),
-        });
+    });
     if form != Form::Whole {
         h = h
             .insert(Header {
