@@ -30,6 +30,16 @@ if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
 fi
 export FLEETDP_REQUIRE_BROWSER=1
 
+# Debian's prometheus (server and promtool) for the alert-rule and scrape tests.
+if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/promtool ]; then
+  echo "== installing Debian's prometheus (alert rules, scrape)"
+  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  mkdir -p "$tools"
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus; } \
+    > "$tools/apt-prometheus.log" 2>&1 || { echo "installing prometheus failed; see .tools/apt-prometheus.log" >&2; exit 1; }
+fi
+export FLEETDP_REQUIRE_PROMETHEUS=1
+
 if [ -z "${KAFKA_BROKERS:-}" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   echo "== starting tansu on 127.0.0.1:$port"
