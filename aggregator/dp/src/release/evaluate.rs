@@ -225,6 +225,10 @@ impl StreamPlan {
             Some((i, _)) => scalar(i).max(1.0),
             None => values.len() as f64,
         };
+        // The divisor of reported sensitivities and scales: `n` where it is
+        // public, else 1 (never the noisy count: metadata that varied with
+        // it would look like data).
+        let n_public = if change_one { n_hat } else { 1.0 };
         let sum = self.find(|m| *m == Measurement::CentredSum).map(|(i, m)| {
             // Σx = (C1 + n(L+U))/2, clamped to [nL, nU].
             let s = ((scalar(i) + n_hat * (lo + hi)) / 2.0).clamp(n_hat * lo, n_hat * hi);
@@ -294,7 +298,10 @@ impl StreamPlan {
                 }
                 StatKind::Mean => {
                     let (s, m) = sum.expect("planned");
-                    let per = res / 2.0 / n_hat;
+                    // Metadata from public quantities only: under add-remove
+                    // `n` is not public, so the mean states the sensitivity
+                    // and scale of the centred sum it divides (stream units).
+                    let per = res / 2.0 / n_public;
                     let h = if change_one { hw(m, per) } else { None };
                     out.push(stat(
                         "mean",
@@ -310,7 +317,7 @@ impl StreamPlan {
                         "variance",
                         vec![v * res * res],
                         &with_count(&ms),
-                        res * res / 4.0 / n_hat,
+                        res * res / 4.0 / n_public,
                         None,
                     ));
                 }
@@ -320,7 +327,7 @@ impl StreamPlan {
                         "std",
                         vec![v.sqrt() * res],
                         &with_count(&ms),
-                        res * res / 4.0 / n_hat,
+                        res * res / 4.0 / n_public,
                         None,
                     ));
                 }

@@ -526,3 +526,28 @@ fn running_sums_combine_with_the_summed_windows() {
         }
     }
 }
+
+/// Under add-remove every statistic's reported sensitivity and scale come
+/// from public quantities: the same for windows of any size (they used to
+/// be divided by the window's noisy count).
+#[test]
+fn add_remove_metadata_does_not_depend_on_the_window() {
+    let mut sp = spec_for(Relation::AddRemove);
+    sp.statistics = vec![StatKind::Mean, StatKind::Variance, StatKind::Std];
+    sp.histogram_edges.clear();
+    sp.quantiles.clear();
+    let p = plan(&privacy(Measure::Pure, Relation::AddRemove), &[sp]).unwrap();
+    let s = &p.streams[0];
+    let key = ReleaseKey::from_bytes([8; 32]);
+    let meta = |n: i64, seq: u64| {
+        let values: Vec<i64> = (0..n).map(|i| 100 + i % 50).collect();
+        s.release(&key, 0, seq, &values)
+            .into_iter()
+            .map(|r| (r.name, r.sensitivity, r.scale))
+            .collect::<Vec<_>>()
+    };
+    let first = meta(10, 0);
+    for (n, seq) in [(500, 1), (37, 2), (2000, 3)] {
+        assert_eq!(meta(n, seq), first, "n = {n}");
+    }
+}
