@@ -30,20 +30,41 @@ pub const LAPLACE_CLOSED_FORM_SCALE: f64 = 1e9;
 /// `h = ⌈t·ln 20·(1 + 10⁻¹²)⌉ + 1` covers that with room for f64 rounding
 /// (it may exceed the smallest such `h` by a relative 10⁻¹²).
 pub fn laplace_half_width(d: &DiscreteLaplace) -> u128 {
+    laplace_half_width_at(d, LEVEL)
+}
+
+/// [`laplace_half_width`] at coverage `level` (the closed form with
+/// `ln(1/(1 − level))` for `ln 20`).
+fn laplace_half_width_at(d: &DiscreteLaplace, level: f64) -> u128 {
     let t = d.scale_f64();
     if t > LAPLACE_CLOSED_FORM_SCALE {
-        return (t * 20f64.ln() * (1.0 + 1e-12)).ceil() as u128 + 1;
+        return (t * (1.0 / (1.0 - level)).ln() * (1.0 + 1e-12)).ceil() as u128 + 1;
     }
     let r = (-1.0 / t).exp();
-    let guess = (((1.0 - LEVEL) / 2.0 * (1.0 + r)).ln() * -t).ceil() - 1.0;
+    let guess = (((1.0 - level) / 2.0 * (1.0 + r)).ln() * -t).ceil() - 1.0;
     let mut h = guess.max(0.0) as u128;
-    while h > 0 && laplace_tail(d, h - 1) <= 1.0 - LEVEL {
+    while h > 0 && laplace_tail(d, h - 1) <= 1.0 - level {
         h -= 1;
     }
-    while laplace_tail(d, h) > 1.0 - LEVEL {
+    while laplace_tail(d, h) > 1.0 - level {
         h += 1;
     }
     h
+}
+
+/// The standard normal's two-sided quantile: `z` with `erf(z/√2) = level`
+/// (bisection; to 10⁻¹²).
+fn normal_two_sided(level: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0f64, 10.0f64);
+    while hi - lo > 1e-12 {
+        let mid = (lo + hi) / 2.0;
+        if libm::erf(mid / std::f64::consts::SQRT_2) < level {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
 }
 
 /// Above this σ the discrete Gaussian's central mass is computed in closed
@@ -62,16 +83,24 @@ pub const GAUSSIAN_CLOSED_FORM_SIGMA: f64 = 1000.0;
 /// more. Above [`LAPLACE_CLOSED_FORM_SCALE`], where f64 no longer resolves
 /// single units, the same bound in closed form.
 pub fn gaussian_half_width(g: &DiscreteGaussian) -> u128 {
+    gaussian_half_width_at(g, LEVEL)
+}
+
+/// [`gaussian_half_width`] at coverage `level` (the normal quantiles from
+/// [`normal_two_sided`]; at 0.95 they are 1.959964 and, for the closed form's
+/// 0.95 + 10⁻⁶, 1.959973).
+fn gaussian_half_width_at(g: &DiscreteGaussian, level: f64) -> u128 {
     let sigma = g.sigma_f64();
     if sigma > LAPLACE_CLOSED_FORM_SCALE {
-        // f64 no longer resolves single units: `(h + ½)/σ ≥ 1.959973` (the
-        // normal quantile of 0.95 + 10⁻⁶, rounded up) with a relative margin.
-        return (1.959_973 * sigma * (1.0 + 1e-12)).ceil() as u128;
+        // f64 no longer resolves single units: `(h + ½)/σ ≥ z(level + 10⁻⁶)`
+        // with a relative margin.
+        let z = normal_two_sided(level + 1e-6);
+        return (z * sigma * (1.0 + 1e-12)).ceil() as u128;
     }
     if sigma > GAUSSIAN_CLOSED_FORM_SIGMA {
         let mass = |h: f64| libm::erf((h + 0.5) / (sigma * std::f64::consts::SQRT_2));
-        let target = LEVEL + 1e-6;
-        let mut h = (1.959_964 * sigma - 0.5).ceil().max(0.0);
+        let target = level + 1e-6;
+        let mut h = (normal_two_sided(level) * sigma - 0.5).ceil().max(0.0);
         while h > 0.0 && mass(h - 1.0) >= target {
             h -= 1.0;
         }
@@ -83,7 +112,7 @@ pub fn gaussian_half_width(g: &DiscreteGaussian) -> u128 {
     let norm = g.normaliser();
     let mut mass = g.weight(0) / norm;
     let mut h = 0u128;
-    while mass < LEVEL {
+    while mass < level {
         h += 1;
         mass += 2.0 * g.weight(h as i128) / norm;
     }
@@ -92,10 +121,17 @@ pub fn gaussian_half_width(g: &DiscreteGaussian) -> u128 {
 
 /// Half-width for any additive noise (0 for exact values).
 pub fn half_width(noise: &Noise) -> u128 {
+    half_width_at(noise, LEVEL)
+}
+
+/// The smallest `h` with `P(|Z| ≤ h) ≥ level` (intervals that combine two
+/// measurements ask each for `1 − (1 − 0.95)/2` and add the bounds: by the
+/// union bound both hold together with probability ≥ 95%).
+pub fn half_width_at(noise: &Noise, level: f64) -> u128 {
     match noise {
         Noise::Exact => 0,
-        Noise::Laplace(d) => laplace_half_width(d),
-        Noise::Gaussian(g) => gaussian_half_width(g),
+        Noise::Laplace(d) => laplace_half_width_at(d, level),
+        Noise::Gaussian(g) => gaussian_half_width_at(g, level),
     }
 }
 

@@ -236,11 +236,22 @@ impl StreamPlan {
         });
         let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
         let direct_sum = self.find(|m| *m == Measurement::Sum);
+        // Variance and std: with noise and a public n, bias-corrected with a
+        // 95% interval (moments.rs); otherwise the plain moment estimate.
         let variance = sum.zip(sum_sq).map(|((s, m1), (j, m2))| {
-            let mean_c = (2.0 * s - n_hat * (lo + hi)) / n_hat; // half units
-            let var_c = scalar(j) / n_hat - mean_c * mean_c; // quarter units²
+            let s1 = 2.0 * s - n_hat * (lo + hi); // clamped Σc, half units
             let w = u.width() as f64;
-            ((var_c / 4.0).clamp(0.0, w * w / 4.0), [m2, m1])
+            let spread = match (&m1.mechanism, &m2.mechanism) {
+                (Mechanism::Additive(e1), Mechanism::Additive(e2)) if noisy && change_one => {
+                    Some(super::moments::spread(s1, scalar(j), n_hat, e1, e2, w))
+                }
+                _ => None,
+            };
+            let plain = || {
+                let mean_c = s1 / n_hat;
+                ((scalar(j) / n_hat - mean_c * mean_c) / 4.0).clamp(0.0, w * w / 4.0)
+            };
+            (spread.map_or_else(plain, |s| s.variance), spread, [m2, m1])
         });
 
         // Under add-remove these statistics are post-processed with the
@@ -312,23 +323,23 @@ impl StreamPlan {
                     ));
                 }
                 StatKind::Variance => {
-                    let (v, ms) = variance.expect("planned");
+                    let (v, spread, ms) = variance.expect("planned");
                     out.push(stat(
                         "variance",
                         vec![v * res * res],
                         &with_count(&ms),
                         res * res / 4.0 / n_public,
-                        None,
+                        spread.map(|s| s.variance_half_width() * res * res),
                     ));
                 }
                 StatKind::Std => {
-                    let (v, ms) = variance.expect("planned");
+                    let (v, spread, ms) = variance.expect("planned");
                     out.push(stat(
                         "std",
                         vec![v.sqrt() * res],
                         &with_count(&ms),
                         res * res / 4.0 / n_public,
-                        None,
+                        spread.map(|s| s.std_half_width() * res),
                     ));
                 }
                 StatKind::Histogram => {

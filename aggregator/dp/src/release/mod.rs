@@ -10,6 +10,7 @@
 //! measurements and public parameters, so it costs nothing more.
 
 mod evaluate;
+mod moments;
 mod plan;
 mod running;
 mod spec;
