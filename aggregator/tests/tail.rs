@@ -15,10 +15,7 @@ fn tail_prints_every_release_as_json_and_as_a_table() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
-        let t = Topics::new("tail");
-        broker
-            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
-            .await;
+        let t = Topics::created(&broker, "tail", 1).await;
         let v = config(
             &broker,
             &t,
@@ -88,10 +85,7 @@ fn json_releases_match_the_shipped_schema() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
-        let t = Topics::new("schema");
-        broker
-            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
-            .await;
+        let t = Topics::created(&broker, "schema", 1).await;
         let mut v = config(
             &broker,
             &t,

@@ -113,6 +113,21 @@ impl Topics {
         }
     }
 
+    /// New topics named after `name`, created on `broker`: the input with
+    /// `partitions`, the others with one.
+    pub async fn created(broker: &Broker, name: &str, partitions: i32) -> Topics {
+        let t = Topics::new(name);
+        broker
+            .create_topics(&[
+                (&t.input, partitions),
+                (&t.output, 1),
+                (&t.dlq, 1),
+                (&t.state, 1),
+            ])
+            .await;
+        t
+    }
+
     pub fn new(name: &str) -> Topics {
         Topics {
             input: unique(&format!("{name}-in")),

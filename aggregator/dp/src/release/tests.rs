@@ -43,6 +43,19 @@ pub(crate) fn spec_for(relation: Relation) -> StreamSpec {
     s
 }
 
+/// [`spec_for`] with only `statistics` (and the settings they need).
+fn only(relation: Relation, statistics: Vec<StatKind>) -> StreamSpec {
+    let mut s = spec_for(relation);
+    if !statistics.contains(&StatKind::Histogram) {
+        s.histogram_edges.clear();
+    }
+    if !statistics.contains(&StatKind::Quantiles) {
+        s.quantiles.clear();
+    }
+    s.statistics = statistics;
+    s
+}
+
 pub(crate) fn privacy(measure: Measure, relation: Relation) -> PrivacySpec {
     PrivacySpec {
         relation,
@@ -335,12 +348,7 @@ fn every_stated_spend_covers_what_its_value_depends_on() {
 fn add_remove_measures_the_count_only_where_needed() {
     use StatKind::*;
     let names = |stats: Vec<StatKind>| {
-        let mut sp = spec_for(Relation::AddRemove);
-        if !stats.contains(&Histogram) {
-            sp.histogram_edges.clear();
-        }
-        sp.quantiles.clear();
-        sp.statistics = stats;
+        let sp = only(Relation::AddRemove, stats);
         let p = plan(&privacy(Measure::Pure, Relation::AddRemove), &[sp]).unwrap();
         p.streams[0]
             .measurements
@@ -358,10 +366,7 @@ fn add_remove_measures_the_count_only_where_needed() {
         ["count", "centred_sum", "centred_sum_sq"]
     );
     // Change-one keeps the exact count: the sum stays centred (2kΔ over n known).
-    let mut sp = spec();
-    sp.statistics = vec![Sum];
-    sp.histogram_edges.clear();
-    sp.quantiles.clear();
+    let sp = only(Relation::ChangeOne, vec![Sum]);
     let p = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[sp]).unwrap();
     assert_eq!(
         p.streams[0].measurements[0].measurement.name(),
@@ -376,10 +381,7 @@ fn add_remove_measures_the_count_only_where_needed() {
 /// replaces (both measured here on the same data).
 #[test]
 fn the_add_remove_sum_is_direct_and_tighter() {
-    let mut direct = spec_for(Relation::AddRemove);
-    direct.statistics = vec![StatKind::Sum];
-    direct.histogram_edges.clear();
-    direct.quantiles.clear();
+    let mut direct = only(Relation::AddRemove, vec![StatKind::Sum]);
     direct.max_windows_per_device = 1;
     let mut derived = direct.clone();
     derived.statistics = vec![StatKind::Sum, StatKind::Count];
@@ -426,9 +428,7 @@ fn the_add_remove_sum_is_direct_and_tighter() {
 /// the same histogram beside a noisy count (half the budget each).
 #[test]
 fn an_add_remove_histogram_alone_needs_no_count() {
-    let mut alone = spec_for(Relation::AddRemove);
-    alone.statistics = vec![StatKind::Histogram];
-    alone.quantiles.clear();
+    let alone = only(Relation::AddRemove, vec![StatKind::Histogram]);
     let mut with_count = alone.clone();
     with_count.statistics = vec![StatKind::Histogram, StatKind::Count];
     let pv = privacy(Measure::Pure, Relation::AddRemove);
@@ -465,10 +465,7 @@ fn an_add_remove_histogram_alone_needs_no_count() {
 #[test]
 fn running_sums_combine_with_the_summed_windows() {
     for measure in [Measure::Pure, Measure::Zcdp] {
-        let mut sp = spec();
-        sp.statistics = vec![StatKind::Sum];
-        sp.histogram_edges.clear();
-        sp.quantiles.clear();
+        let mut sp = only(Relation::ChangeOne, vec![StatKind::Sum]);
         sp.window_size = 50;
         // One window per device per horizon: noise small enough that the
         // release's clamp to [nL, nU] (which the stated std ignores) is rare.
@@ -532,10 +529,10 @@ fn running_sums_combine_with_the_summed_windows() {
 /// be divided by the window's noisy count).
 #[test]
 fn add_remove_metadata_does_not_depend_on_the_window() {
-    let mut sp = spec_for(Relation::AddRemove);
-    sp.statistics = vec![StatKind::Mean, StatKind::Variance, StatKind::Std];
-    sp.histogram_edges.clear();
-    sp.quantiles.clear();
+    let sp = only(
+        Relation::AddRemove,
+        vec![StatKind::Mean, StatKind::Variance, StatKind::Std],
+    );
     let p = plan(&privacy(Measure::Pure, Relation::AddRemove), &[sp]).unwrap();
     let s = &p.streams[0];
     let key = ReleaseKey::from_bytes([8; 32]);
@@ -560,10 +557,7 @@ fn add_remove_metadata_does_not_depend_on_the_window() {
 #[test]
 fn variance_and_std_have_intervals_and_no_bias() {
     for measure in [Measure::Pure, Measure::Zcdp] {
-        let mut sp = spec();
-        sp.statistics = vec![StatKind::Variance, StatKind::Std];
-        sp.histogram_edges.clear();
-        sp.quantiles.clear();
+        let mut sp = only(Relation::ChangeOne, vec![StatKind::Variance, StatKind::Std]);
         sp.window_size = 2000;
         sp.max_windows_per_device = 1;
         let p = plan(&privacy(measure, Relation::ChangeOne), &[sp]).unwrap();
