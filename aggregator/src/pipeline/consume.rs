@@ -239,7 +239,11 @@ impl<'a> Consuming<'a> {
         while let Some(done) = self.dead_letters.join_next().await {
             self.finish_dead_letter(done??);
         }
-        self.commit(consumer, CommitMode::Sync);
+        // Asynchronous: leaving the group waits for outstanding commits,
+        // and that wait is bounded (`close`, CONSUMER_CLOSE_TIMEOUT). A
+        // synchronous commit waited forever for a coordinator that did not
+        // answer after a broker outage (seen on tansu), and the stop hung.
+        self.commit(consumer, CommitMode::Async);
         use rdkafka::producer::Producer;
         self.producer
             .flush(Timeout::After(Duration::from_secs(30)))
