@@ -70,7 +70,10 @@ fn restore_part() {
     let mut w = Windower::new(vec![rules], 3_600_000, 60_000);
     let (start, _) = rss_kb();
     let started = std::time::Instant::now();
-    let mut r = w.restorer();
+    // Sized as restore sizes it: from its first pass's estimate.
+    let mut sketch = fleetdp::state::Distinct::default();
+    (0..devices).for_each(|d| sketch.add(splitmix(d)));
+    let mut r = w.restorer(sketch.estimate() as usize);
     let records = PER_WINDOW.div_ceil(PER_RECORD) as u32;
     for seq in 0..WINDOWS {
         for rec in 0..records as u64 {

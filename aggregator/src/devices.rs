@@ -59,6 +59,20 @@ const SHRINK_NUM: usize = 2;
 const MIN_SLOTS: usize = 16;
 
 impl<V: Copy + Default> DeviceTable<V> {
+    /// An empty table that holds `entries` without growing.
+    pub(crate) fn with_capacity(entries: usize) -> Self {
+        if entries == 0 {
+            return Self::default();
+        }
+        let size = (entries.saturating_mul(LOAD_DEN) / LOAD_NUM + 1)
+            .next_power_of_two()
+            .max(MIN_SLOTS);
+        Self {
+            slots: vec![Slot::default(); size],
+            ..Self::default()
+        }
+    }
+
     /// Entries held.
     pub(crate) fn len(&self) -> usize {
         self.used + usize::from(self.zero.is_some())
@@ -360,6 +374,26 @@ mod tests {
         assert!(t.get_or_insert_if(0, 1, |len| len < 5).is_none());
         assert_eq!(t.len(), 5);
         assert_eq!(t.get_or_insert_if(3, 9, |_| false).copied(), Some(1));
+    }
+
+    /// A table made for `n` entries takes them without growing, and at
+    /// most the size growth would have reached.
+    #[test]
+    fn with_capacity_holds_its_entries() {
+        for n in [1usize, 16, 1000, 838_860, 838_861, 1_000_000] {
+            let mut t: DeviceTable<u64> = DeviceTable::with_capacity(n);
+            let before = t.slots.len();
+            let mut grown: DeviceTable<u64> = DeviceTable::default();
+            for k in 1..=n as u64 {
+                t.get_or_insert(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+                grown.get_or_insert(k.wrapping_mul(0x9E37_79B9_7F4A_7C15), k);
+            }
+            assert_eq!(t.slots.len(), before, "{n}: grew");
+            assert!(
+                t.slots.len() <= grown.slots.len(),
+                "{n}: larger than growth gives"
+            );
+        }
     }
 
     /// Bytes per entry stay within the documented bounds as the table

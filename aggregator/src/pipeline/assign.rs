@@ -46,6 +46,7 @@ impl Consuming<'_> {
             window_plans,
             lane_plans,
             skipped,
+            devices,
         } = {
             self.p.board.restoring(Some("starting".into()));
             self.read_state(&assigned).await?
@@ -99,7 +100,8 @@ impl Consuming<'_> {
             // switch. Their records are read below, one at a time.
             let mut lane_charges = charges.remove(&lane).unwrap_or_default();
             let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
-            let mut restorer = self.processor.windower().restorer();
+            let expected = devices.get(&lane).map_or(0, |d| d.estimate());
+            let mut restorer = self.processor.windower().restorer(expected as usize);
             for (seq, at) in lane_charges {
                 if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, seq))) {
                     if !self.opts.allow_plan_change {

@@ -20,9 +20,11 @@
 //! Restore ([`restore`]) reads both topics back: a crash between any two
 //! steps resumes at the last released window and replays the rest.
 
+mod distinct;
 mod fingerprint;
 mod restore;
 
+pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, PlanChange};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 

@@ -48,6 +48,9 @@ pub struct Restored {
     /// Records of the state or output topic that are not FleetDP's or do
     /// not decode: skipped (each logged with its position).
     pub skipped: u64,
+    /// Per (stream, partition): distinct devices in its live charges
+    /// (estimated; sizes the table the second pass fills).
+    pub devices: HashMap<(String, i32), super::Distinct>,
 }
 
 /// A window's charges records as read: the count it declares, and each
@@ -83,6 +86,7 @@ pub fn restore(
     // Per window: its last reading's (offset, index in its message).
     let mut window_last: HashMap<(String, i32, u64), (i64, u32)> = HashMap::new();
     let mut skipped = 0u64;
+    let mut devices: HashMap<(String, i32), super::Distinct> = HashMap::new();
     read_topic(
         config,
         state_topic,
@@ -176,6 +180,8 @@ pub fn restore(
                     let entry = records.entry(window.clone()).or_default();
                     entry.0 = c.records.max(1);
                     entry.1.insert(record, (msg.partition(), msg.offset()));
+                    let sketch = devices.entry((window.0.clone(), window.1)).or_default();
+                    c.device_keys.iter().for_each(|&k| sketch.add(k));
                     if record == 0 {
                         window_last.insert(window.clone(), (c.last_offset, c.last_index));
                         match c.plan {
@@ -301,6 +307,7 @@ pub fn restore(
         window_plans,
         lane_plans,
         skipped,
+        devices,
     })
 }
 

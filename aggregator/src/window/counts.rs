@@ -85,6 +85,14 @@ impl DeviceCounts {
         }
     }
 
+    /// Empty counts whose table holds `devices` without growing.
+    pub(super) fn with_capacity(layout: Layout, devices: usize) -> Self {
+        Self {
+            table: DeviceTable::with_capacity(devices),
+            ..Self::with_layout(layout)
+        }
+    }
+
     /// Devices held.
     pub(super) fn len(&self) -> usize {
         self.table.len()

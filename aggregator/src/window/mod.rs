@@ -292,17 +292,18 @@ impl Windower {
         partition: i32,
         windows: Vec<(u64, Vec<(u64, i64)>)>,
     ) {
-        let mut r = self.restorer();
+        let mut r = self.restorer(0);
         for (seq, charges) in windows {
             r.add(seq, charge_records(charges.len()), &charges);
         }
         self.install_restored(stream, partition, r);
     }
 
-    /// An empty [`RestoredLane`] for this windower.
-    pub fn restorer(&self) -> RestoredLane {
+    /// An empty [`RestoredLane`] for this windower, its table sized for
+    /// about `devices` devices (a hint: it grows past it as needed).
+    pub fn restorer(&self, devices: usize) -> RestoredLane {
         RestoredLane {
-            devices: DeviceCounts::with_layout(self.layout),
+            devices: DeviceCounts::with_capacity(self.layout, devices),
             live: std::collections::BTreeMap::new(),
         }
     }
