@@ -124,9 +124,16 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
     tokio::pin!(deadline);
     let c = pipeline.counters.clone();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    let mut summary = show::Summary::default();
+    let mut landed = |e: ReleaseEvent| {
+        print_release(started, &e);
+        if let Some(t) = &e.truth {
+            summary.add(&e.release, t);
+        }
+    };
     loop {
         tokio::select! {
-            Some(e) = ev_rx.recv() => print_release(started, &e),
+            Some(e) = ev_rx.recv() => landed(e),
             _ = progress.tick() => println!(
                 "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by caps, {} windows released",
                 started.elapsed().as_secs_f64(),
@@ -144,8 +151,9 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
     producer.await??;
     service.await??;
     while let Ok(e) = ev_rx.try_recv() {
-        print_release(started, &e);
+        landed(e);
     }
+    print!("{}", summary.to_text());
     println!(
         "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
         c.messages.load(Ordering::Relaxed),

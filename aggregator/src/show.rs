@@ -74,3 +74,139 @@ pub(crate) fn release(
     }
     out
 }
+
+/// How the demo's releases compared with the truth, per stream and
+/// statistic: releases, how often the 95% interval held the true value,
+/// the median |error| and the spend per window (ε or ρ).
+#[derive(Debug, Default)]
+pub(crate) struct Summary {
+    rows: std::collections::BTreeMap<(String, String), Row>,
+}
+
+#[derive(Debug, Default)]
+struct Row {
+    values: u64,
+    with_interval: u64,
+    covered: u64,
+    errors: Vec<f64>,
+    spent: f64,
+}
+
+impl Summary {
+    /// Count one release against its noise-free statistics.
+    pub fn add(&mut self, r: &proto::WindowRelease, truth: &[ReleasedStatistic]) {
+        for (s, t) in r.statistics.iter().zip(truth) {
+            let label = match s.level {
+                Some(q) => format!("p{}", (q * 100.0).round()),
+                None => s.name.clone(),
+            };
+            let row = self.rows.entry((r.stream.clone(), label)).or_default();
+            row.spent = s.spent;
+            // Histograms: every bin counts as a value.
+            for (v, tv) in s.values.iter().zip(&t.values) {
+                let err = (v - tv).abs();
+                row.values += 1;
+                row.errors.push(err);
+                if let Some(h) = s.half_width {
+                    row.with_interval += 1;
+                    row.covered += u64::from(err <= h + 1e-9);
+                }
+            }
+        }
+    }
+
+    /// The summary as text, one line per stream and statistic.
+    pub fn to_text(&self) -> String {
+        let mut out =
+            String::from("Summary (every released value against the truth the demo knows):\n");
+        for ((stream, stat), row) in &self.rows {
+            let mut errors = row.errors.clone();
+            errors.sort_by(f64::total_cmp);
+            let median = errors.get(errors.len() / 2).copied().unwrap_or(f64::NAN);
+            let coverage = if row.with_interval > 0 {
+                format!(
+                    "interval held the truth {}/{} ({:.0}%)",
+                    row.covered,
+                    row.with_interval,
+                    100.0 * row.covered as f64 / row.with_interval as f64
+                )
+            } else {
+                "no interval".into()
+            };
+            out += &format!(
+                "  {stream:<13} {stat:<10} {:>5} values · {coverage} · median |error| {median:.2} · spent {:.4} per window\n",
+                row.values, row.spent
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(
+        name: &str,
+        level: Option<f64>,
+        values: Vec<f64>,
+        half_width: Option<f64>,
+    ) -> proto::Statistic {
+        proto::Statistic {
+            name: name.into(),
+            values,
+            level,
+            half_width,
+            spent: 0.25,
+            ..Default::default()
+        }
+    }
+
+    fn truth(name: &str, values: Vec<f64>) -> ReleasedStatistic {
+        ReleasedStatistic {
+            name: name.into(),
+            level: None,
+            values,
+            mechanism: "none".into(),
+            sensitivity: 0.0,
+            scale: 0.0,
+            spent: 0.0,
+            half_width: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_coverage_and_median_errors() {
+        let mut s = Summary::default();
+        for (v, h) in [(20.5, 1.0), (22.0, 1.0), (19.9, 0.05)] {
+            let r = proto::WindowRelease {
+                stream: "temp".into(),
+                statistics: vec![
+                    stat("mean", None, vec![v], Some(h)),
+                    stat("quantile", Some(0.9), vec![v + 3.0], None),
+                    stat("histogram", None, vec![4.0, 6.0], Some(1.5)),
+                ],
+                ..Default::default()
+            };
+            s.add(
+                &r,
+                &[
+                    truth("mean", vec![20.0]),
+                    truth("quantile", vec![23.0]),
+                    truth("histogram", vec![5.0, 5.0]),
+                ],
+            );
+        }
+        let text = s.to_text();
+        // Mean: errors 0.5 (held), 2.0 (missed), 0.1 (missed by 0.05).
+        assert!(text.contains("temp          mean           3 values · interval held the truth 1/3 (33%) · median |error| 0.50"), "{text}");
+        assert!(
+            text.contains("p90            3 values · no interval"),
+            "{text}"
+        );
+        assert!(
+            text.contains("histogram      6 values · interval held the truth 6/6 (100%)"),
+            "{text}"
+        );
+    }
+}
