@@ -97,6 +97,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
             StatKind::Variance,
             StatKind::Histogram,
             StatKind::Quantiles,
+            StatKind::Clamped,
         ],
         histogram_edges: vec![0.0, 1.0, 2.0],
         quantiles: vec![0.5],

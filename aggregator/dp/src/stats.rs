@@ -56,6 +56,10 @@ pub enum Statistic {
     CentredSumSq,
     /// Counts over declared bins, as a vector.
     Histogram,
+    /// Readings at the universe's bounds (`x = L` or `x = U` after
+    /// top-coding): changing, adding or removing one reading moves it by at
+    /// most 1, so `k` for `k` readings under both relations.
+    BoundaryCount,
     /// Quantile utility (distance of `q·n` to the ranks of `c`, negated) for
     /// every candidate `c`; its level-free bound `k` (the tight one per
     /// level: [`QuantileLevel::utility_sensitivity`]).
@@ -103,9 +107,17 @@ impl Statistic {
                     }
                 }
             }
-            Statistic::QuantileUtility => Sensitivity::scalar(int(k)),
+            Statistic::QuantileUtility | Statistic::BoundaryCount => Sensitivity::scalar(int(k)),
         }
     }
+}
+
+/// Readings at the universe's bounds (units), exact.
+pub fn boundary_count(values: &[i64], u: &Universe) -> i128 {
+    values
+        .iter()
+        .filter(|&&x| x == u.lower() || x == u.upper())
+        .count() as i128
 }
 
 /// `Σ x`, exact.

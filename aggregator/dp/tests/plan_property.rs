@@ -78,6 +78,13 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     if s.statistics.is_empty() {
         s.statistics.push(StatKind::Mean);
     }
+    // `clamped` in half the streams, drawn from the stream's own generator
+    // so the other fields' draws stay as they were.
+    if ChaCha8Rng::seed_from_u64(s.resolution.to_bits() ^ i as u64 ^ rng.clone().gen::<u64>())
+        .gen_bool(0.5)
+    {
+        s.statistics.push(StatKind::Clamped);
+    }
     if !s.statistics.contains(&StatKind::Histogram) {
         s.histogram_edges.clear();
     }

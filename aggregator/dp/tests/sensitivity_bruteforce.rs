@@ -176,6 +176,7 @@ fn evaluate(stat: Statistic, d: &[i64], c: &Case, level: QuantileLevel) -> Vec<B
         )],
         Statistic::CentredSum => vec![rat(stats::centred_sum(d, u))],
         Statistic::CentredSumSq => vec![rat(stats::centred_sum_sq(d, u))],
+        Statistic::BoundaryCount => vec![rat(stats::boundary_count(d, u))],
         Statistic::Histogram => stats::histogram(d, &c.edges)
             .into_iter()
             .map(|x| rat(x as i128))
@@ -333,6 +334,18 @@ fn histogram_l1_and_l2() {
         n >= k as usize && c.edges.len() > 2
     });
     check(Statistic::Histogram, Relation::AddRemove, |_, _, _| true);
+}
+
+#[test]
+fn boundary_count() {
+    // Reached whenever a window holds k readings that can move onto or
+    // off a bound: a universe with interior values.
+    check(Statistic::BoundaryCount, Relation::ChangeOne, |c, n, k| {
+        n >= k as usize && c.universe.width() >= 2
+    });
+    check(Statistic::BoundaryCount, Relation::AddRemove, |_, _, _| {
+        true
+    });
 }
 
 #[test]

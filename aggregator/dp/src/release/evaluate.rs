@@ -106,6 +106,9 @@ impl StreamPlan {
                     Measured::Scalar(stats::centred_sum(values, u) + noise(&mp.mechanism))
                 }
                 Measurement::Sum => Measured::Scalar(stats::sum(values) + noise(&mp.mechanism)),
+                Measurement::Boundary => {
+                    Measured::Scalar(stats::boundary_count(values, u) + noise(&mp.mechanism))
+                }
                 Measurement::CentredSumSq => {
                     Measured::Scalar(stats::centred_sum_sq(values, u) + noise(&mp.mechanism))
                 }
@@ -342,6 +345,20 @@ impl StreamPlan {
                         spread.map(|s| s.std_half_width() * res),
                     ));
                 }
+                StatKind::Clamped => {
+                    let (i, m) = self.find(|m| *m == Measurement::Boundary).expect("planned");
+                    // A share of the window: divided by n (change-one) or
+                    // the noisy count (add-remove, whose spend it states).
+                    let share = (scalar(i) / n_hat).clamp(0.0, 1.0);
+                    let h = if change_one { hw(m, 1.0 / n_hat) } else { None };
+                    out.push(stat(
+                        "clamped",
+                        vec![share],
+                        &with_count(&[m]),
+                        1.0 / n_public,
+                        h,
+                    ));
+                }
                 StatKind::Histogram => {
                     let (i, m) = self
                         .find(|m| matches!(m, Measurement::Histogram { .. }))
@@ -477,6 +494,7 @@ impl StreamPlan {
                 Measurement::Count => vec![values.len() as i128],
                 Measurement::CentredSum => vec![stats::centred_sum(values, &self.universe)],
                 Measurement::Sum => vec![stats::sum(values)],
+                Measurement::Boundary => vec![stats::boundary_count(values, &self.universe)],
                 Measurement::CentredSumSq => vec![stats::centred_sum_sq(values, &self.universe)],
                 Measurement::Histogram { edges } => stats::histogram(values, edges)
                     .into_iter()

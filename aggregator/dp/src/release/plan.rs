@@ -30,6 +30,8 @@ pub enum Measurement {
     CentredSumSq,
     /// Counts over bins with these edges (units).
     Histogram { edges: Vec<i64> },
+    /// Readings at the universe's bounds.
+    Boundary,
     /// Selection of a candidate (units) for one level.
     Quantile {
         level: QuantileLevel,
@@ -45,6 +47,7 @@ impl Measurement {
             Measurement::Sum => "sum",
             Measurement::CentredSumSq => "centred_sum_sq",
             Measurement::Histogram { .. } => "histogram",
+            Measurement::Boundary => "boundary_count",
             Measurement::Quantile { .. } => "quantile",
         }
     }
@@ -124,12 +127,14 @@ pub(super) fn measurements_for(
     // Add-remove: a noisy count only for statistics that divide by it (or
     // ask for it); a histogram projects onto its own noisy total, a lone
     // sum is measured directly.
-    let moments = [Mean, Variance, Std].iter().any(|&k| has(k));
+    // The clamped share divides by the count as the moments do.
+    let moments = [Mean, Variance, Std, Clamped].iter().any(|&k| has(k));
     let count = relation == Relation::AddRemove && (has(Count) || moments);
     if count {
         out.push(Measurement::Count);
     }
-    if moments || (has(Sum) && (count || relation == Relation::ChangeOne)) {
+    let sums = [Mean, Variance, Std].iter().any(|&k| has(k));
+    if sums || (has(Sum) && (count || relation == Relation::ChangeOne)) {
         out.push(Measurement::CentredSum);
     } else if has(Sum) {
         out.push(Measurement::Sum);
@@ -175,6 +180,9 @@ pub(super) fn measurements_for(
             "histogram_edges",
             "given but \"histogram\" is not among the statistics",
         ));
+    }
+    if has(Clamped) {
+        out.push(Measurement::Boundary);
     }
     if has(Quantiles) {
         if spec.quantiles.is_empty() {
@@ -242,6 +250,7 @@ pub(super) fn sensitivity_of(
         Measurement::Sum => Statistic::Sum,
         Measurement::CentredSumSq => Statistic::CentredSumSq,
         Measurement::Histogram { .. } => Statistic::Histogram,
+        Measurement::Boundary => Statistic::BoundaryCount,
         Measurement::Quantile { level, .. } => {
             // Rank units (the utilities' 1/den units divided out).
             return Sensitivity::scalar(BigRational::new(

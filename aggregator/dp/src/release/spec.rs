@@ -19,6 +19,9 @@ pub enum StatKind {
     Std,
     Histogram,
     Quantiles,
+    /// The share of readings at the universe's bounds: top-coded, or on a
+    /// bound already (a universe gone stale shows here first).
+    Clamped,
 }
 
 impl StatKind {
@@ -31,6 +34,7 @@ impl StatKind {
             StatKind::Std => "std",
             StatKind::Histogram => "histogram",
             StatKind::Quantiles => "quantiles",
+            StatKind::Clamped => "clamped",
         }
     }
 }

@@ -602,3 +602,53 @@ fn variance_and_std_have_intervals_and_no_bias() {
         }
     }
 }
+
+/// `clamped`: the share of a window's readings at the universe's bounds,
+/// a DP statistic with its own measurement (sensitivity `k`); under
+/// change-one its interval covers the true share in ≥ 95% of windows, under
+/// add-remove it divides by the noisy count and states that spend too.
+#[test]
+fn the_clamped_share_is_a_dp_statistic() {
+    let u_lo = -400; // -40.0 °C at 0.1
+    let values: Vec<i64> = (0..1000)
+        .map(|i| match i % 10 {
+            0 => u_lo,
+            1 => 850,
+            _ => 100 + i % 300,
+        })
+        .collect();
+    let sp = only(Relation::ChangeOne, vec![StatKind::Clamped]);
+    let mut sp = sp;
+    sp.window_size = 1000;
+    let p = plan(&privacy(Measure::Pure, Relation::ChangeOne), &[sp]).unwrap();
+    let s = &p.streams[0];
+    assert_eq!(s.measurements[0].measurement.name(), "boundary_count");
+    assert_eq!(s.truth(&values)[0].values, vec![0.2]);
+    let key = ReleaseKey::from_bytes([2; 32]);
+    let mut covered = 0;
+    for seq in 0..2000u64 {
+        let r = &s.release(&key, 0, seq, &values)[0];
+        assert_eq!(r.name, "clamped");
+        assert!((0.0..=1.0).contains(&r.values[0]));
+        covered += usize::from((r.values[0] - 0.2).abs() <= r.half_width.unwrap() + 1e-12);
+    }
+    assert!(covered as f64 / 2000.0 >= 0.95, "coverage {covered}/2000");
+    let ar = only(Relation::AddRemove, vec![StatKind::Clamped]);
+    let p = plan(&privacy(Measure::Pure, Relation::AddRemove), &[ar]).unwrap();
+    let names: Vec<&str> = p.streams[0]
+        .measurements
+        .iter()
+        .map(|m| m.measurement.name())
+        .collect();
+    assert_eq!(names, ["count", "boundary_count"]);
+    let r = &p.streams[0].release(&key, 0, 0, &values)[0];
+    let both: f64 = p.streams[0]
+        .measurements
+        .iter()
+        .map(|m| rational::to_f64(&m.spent))
+        .sum();
+    assert!(
+        (r.spent - both).abs() < 1e-12,
+        "states the count's spend too"
+    );
+}
