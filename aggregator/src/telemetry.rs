@@ -409,9 +409,11 @@ impl StreamMetrics {
                 .is_none_or(|at| now.duration_since(at) >= DEVICE_LIMIT_LOG_EVERY)
             {
                 self.device_limit_logged = Some(now);
+                // No count in the line: under add-remove an exact count of
+                // readings reveals presence (the metric is an exact count too,
+                // hidden with `http.hide_exact_counts`).
                 tracing::warn!(
                     stream = %self.stream,
-                    dropped = t.dropped_device_limit,
                     "a lane of this stream counts limits.max_devices_per_lane devices: readings of \
                      further devices are dropped (reason device_limit) until its horizon is swept; \
                      raise the limit or add input partitions (see the README, Limits)"
