@@ -44,6 +44,7 @@ fn stream() -> StreamPlan {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,

@@ -751,14 +751,16 @@ fn readings_on_the_wrong_partition_are_dead_lettered() {
 }
 
 #[test]
-fn running_totals_continue_across_a_restart_with_the_same_noise() {
+fn running_totals_and_quantile_tracks_continue_across_a_restart_with_the_same_noise() {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
         let n = 10u64;
-        let stream = temp_stream(n, 1, 100_000, "\"mean\", \"histogram\"").replace(
+        // Adaptive quantile candidates chain windows too: their track must
+        // be restored for the statistics to match.
+        let stream = temp_stream(n, 1, 100_000, "\"mean\", \"histogram\", \"quantiles\"").replace(
             "statistics",
-            "running_share = 0.5\nrunning_lifetime = 1024\nstatistics",
+            "running_share = 0.5\nrunning_lifetime = 1024\nadaptive_quantiles = true\nstatistics",
         );
         let privacy = "measure = \"zcdp\"\nrho_per_device = 1.0\ndelta = 1e-6\nhorizon = \"24h\"";
         let msgs = temp_messages(40, 30);
@@ -816,6 +818,10 @@ fn running_totals_continue_across_a_restart_with_the_same_noise() {
             assert_eq!(
                 ra.running, rb.running,
                 "{p}#{seq}: the restart changed the running totals"
+            );
+            assert_eq!(
+                ra.statistics, rb.statistics,
+                "{p}#{seq}: the restart changed the statistics"
             );
             assert_eq!(ra.running.len(), 2, "sum and histogram");
             let sum = &ra.running[0];

@@ -102,6 +102,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         histogram_edges: vec![0.0, 1.0, 2.0],
         quantiles: vec![0.5],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,

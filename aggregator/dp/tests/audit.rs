@@ -33,6 +33,7 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         window_ms: None,
         running_share: 0.0,

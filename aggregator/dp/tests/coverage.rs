@@ -27,6 +27,7 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         histogram_edges: vec![],
         quantiles: vec![],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         window_ms: None,
         running_share: 0.0,

@@ -27,6 +27,7 @@ fn stream() -> StreamSpec {
         histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         window_ms: None,
         running_share: 0.0,

@@ -9,7 +9,7 @@
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, PlanError, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::release::{plan, PlanError, PrivacySpec, QuantileTrack, StatKind, StreamSpec};
 use fleetdp_dp::rng::ReleaseKey;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -71,6 +71,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         histogram_edges: vec![-40.0, 0.0, 20.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         running_share: pick(rng, &[0.0, 0.0, 0.2]),
         running_lifetime: 1 << 16,
@@ -80,11 +81,13 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     }
     // `clamped` in half the streams, drawn from the stream's own generator
     // so the other fields' draws stay as they were.
-    if ChaCha8Rng::seed_from_u64(s.resolution.to_bits() ^ i as u64 ^ rng.clone().gen::<u64>())
-        .gen_bool(0.5)
-    {
+    let mut side =
+        ChaCha8Rng::seed_from_u64(s.resolution.to_bits() ^ i as u64 ^ rng.clone().gen::<u64>());
+    if side.gen_bool(0.5) {
         s.statistics.push(StatKind::Clamped);
     }
+    // Adaptive quantile candidates in half the quantile streams.
+    s.adaptive_quantiles = s.statistics.contains(&StatKind::Quantiles) && side.gen_bool(0.5);
     if !s.statistics.contains(&StatKind::Histogram) {
         s.histogram_edges.clear();
     }
@@ -256,6 +259,13 @@ fn every_declaration_is_planned_or_refused_quickly() {
                 let values: Vec<i64> = (0..n).map(|i| (lower + i).min(upper)).collect();
                 let r = std::panic::catch_unwind(|| s.release(&key, 0, c, &values));
                 assert!(r.is_ok(), "release panicked on {}", what());
+                // A second window after the first one's quantiles.
+                let r = std::panic::catch_unwind(|| {
+                    let mut track = QuantileTrack::default();
+                    s.track_step(&key, 0, c, &values, &mut track);
+                    s.release_after(&key, 0, c + 1, &values, &track)
+                });
+                assert!(r.is_ok(), "release after a track panicked on {}", what());
             }
             total += started.elapsed();
         }

@@ -37,6 +37,10 @@ pub struct StreamConfig {
     pub quantiles: Vec<f64>,
     #[serde(default)]
     pub quantile_candidates: Option<Vec<f64>>,
+    /// Draw each window's quantile candidates from the lane's previous
+    /// release (a band and an escape grid) instead of every candidate.
+    #[serde(default)]
+    pub adaptive_quantiles: bool,
     /// Count windows: pad and close a window after this much event time.
     #[serde(default)]
     pub window_timeout: Option<String>,
@@ -96,6 +100,7 @@ impl StreamConfig {
             histogram_edges: self.histogram_edges.clone(),
             quantiles: self.quantiles.clone(),
             quantile_candidates: self.quantile_candidates.clone(),
+            adaptive_quantiles: self.adaptive_quantiles,
             window_timeout_ms,
             running_share: self.running_share,
             running_lifetime: self.running_lifetime,

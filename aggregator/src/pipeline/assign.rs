@@ -7,6 +7,7 @@
 use super::consume::Consuming;
 use super::now_ms;
 use crate::dp::continual::RunningState;
+use crate::dp::release::QuantileTrack;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
 use crate::state::{self, PlanChange, Restored};
@@ -28,6 +29,7 @@ impl Consuming<'_> {
             self.processor.windower_mut().drop_partition(p);
             self.offsets.forget(p);
             self.running.retain(|&(_, q), _| q != p);
+            self.tracks.retain(|&(_, q), _| q != p);
             self.appended_until.remove(&p);
             crate::telemetry::forget_partition(p);
         }
@@ -42,7 +44,7 @@ impl Consuming<'_> {
         let Restored {
             resume: ledger,
             mut charges,
-            running,
+            lanes: lane_states,
             window_plans,
             lane_plans,
             skipped,
@@ -122,9 +124,10 @@ impl Consuming<'_> {
                 }
             }
             lanes.insert((i, *partition), restorer);
+            let lane = (stream.clone(), *partition, r.last_seq);
+            let recorded = lane_states.get(&lane);
             if self.p.v.plan.streams[i].running.is_some() {
-                let lane = (stream.clone(), *partition, r.last_seq);
-                let state = match running.get(&lane) {
+                let state = match recorded.map(|l| &l.running) {
                     // Running totals start with this window's successor.
                     Some(b) if b.is_empty() => RunningState::default(),
                     Some(b) => serde_json::from_slice(b).with_context(|| {
@@ -140,6 +143,20 @@ impl Consuming<'_> {
                     ),
                 };
                 self.running.insert((i, *partition), state);
+            }
+            if self.p.v.plan.streams[i].spec.adaptive_quantiles {
+                // Without a record (or from before adaptation was on), the
+                // next window uses every declared candidate.
+                let track = match recorded.map(|l| &l.quantile_track) {
+                    Some(b) if !b.is_empty() => serde_json::from_slice(b).with_context(|| {
+                        format!(
+                            "adaptive quantile track of {stream}/{partition}#{} is not readable",
+                            r.last_seq
+                        )
+                    })?,
+                    _ => QuantileTrack::default(),
+                };
+                self.tracks.insert((i, *partition), track);
             }
             resumed += 1;
         }

@@ -8,6 +8,7 @@ use super::rebalance::{self, Events};
 use super::release::Released;
 use super::{now_ms, Options, Pipeline};
 use crate::dp::continual::RunningState;
+use crate::dp::release::QuantileTrack;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Producer;
 use crate::kafka::{self, Stopped, CONTENT_TYPE};
@@ -52,6 +53,9 @@ pub(crate) struct Consuming<'a> {
     /// Per (stream, partition): running-total state after its last closed
     /// window (restored on assignment, dropped on revoke).
     pub(super) running: BTreeMap<(usize, i32), RunningState>,
+    /// Per (stream, partition) of streams with adaptive quantile
+    /// candidates: the quantiles released for its last closed window.
+    pub(super) tracks: BTreeMap<(usize, i32), QuantileTrack>,
     /// Time windows: per input partition, the latest broker-assigned
     /// (LogAppendTime) message timestamp received: every message appended
     /// before it has been received, as offsets follow append order.
@@ -87,6 +91,7 @@ impl<'a> Consuming<'a> {
             events,
             offsets: Offsets::default(),
             running: BTreeMap::new(),
+            tracks: BTreeMap::new(),
             appended_until: BTreeMap::new(),
             releases: JoinSet::new(),
             dead_letters: JoinSet::new(),

@@ -8,9 +8,9 @@ use super::{now_ms, ReleaseEvent};
 use crate::config::{OutputFormat, Validated};
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
-use crate::dp::release::{ReleasedStatistic, RunningValue, StatKind, StreamPlan};
+use crate::dp::release::{QuantileTrack, ReleasedStatistic, RunningValue, StatKind, StreamPlan};
 use crate::kafka::Stopped;
-use crate::state::{self, ReleaseRecord, WindowRecords};
+use crate::state::{self, LaneState, ReleaseRecord, WindowRecords};
 use crate::window::ClosedWindow;
 use anyhow::{Context as _, Result};
 use prost::Message as _;
@@ -132,19 +132,31 @@ impl Consuming<'_> {
         let started = Instant::now();
         let v = self.p.v.clone();
         let stream = &v.plan.streams[w.stream];
-        // Running totals chain window to window: stepped here, in order.
-        let (running, running_state) = match &stream.running {
+        // Running totals and adaptive quantile candidates chain window to
+        // window: stepped here, in order.
+        let lane_key = (w.stream, w.partition);
+        let mut lane = LaneState::default();
+        let running = match &stream.running {
             Some(_) => {
-                let state = self.running.entry((w.stream, w.partition)).or_default();
+                let state = self.running.entry(lane_key).or_default();
                 let r = stream
                     .running_step(&self.p.key, w.partition, w.seq, &w.values, state)
                     .unwrap_or_default();
-                (
-                    r,
-                    serde_json::to_vec(state).expect("running state serialises"),
-                )
+                lane.running = serde_json::to_vec(state).expect("running state serialises");
+                r
             }
-            None => (vec![], vec![]),
+            None => vec![],
+        };
+        // This window's candidates come from the track before it.
+        let track = match stream.spec.adaptive_quantiles {
+            true => {
+                let track = self.tracks.entry(lane_key).or_default();
+                let before = track.clone();
+                stream.track_step(&self.p.key, w.partition, w.seq, &w.values, track);
+                lane.quantile_track = serde_json::to_vec(track).expect("a track serialises");
+                before
+            }
+            false => QuantileTrack::default(),
         };
         // An empty time window holds back no input offset.
         let holds = (!w.values.is_empty()).then_some(w.first_offset);
@@ -161,12 +173,12 @@ impl Consuming<'_> {
         // loop would first run on the loop's own thread.
         let computed = tokio::task::spawn_blocking(move || {
             let stream = &v.plan.streams[w.stream];
-            let stats = stream.release(&release_key, w.partition, w.seq, &w.values);
+            let stats = stream.release_after(&release_key, w.partition, w.seq, &w.values, &track);
             let release = build_release(&v, stream, &w, &stats, &running);
             let (payload, ct) = encode_release(&release, v.config.kafka.output_format);
             let truth = with_truth.then(|| stream.truth(&w.values));
             let plan = state::fingerprint(&v, w.stream, input_partitions);
-            let records = WindowRecords::new(&stream.spec.name, &w, running_state, &plan);
+            let records = WindowRecords::new(&stream.spec.name, &w, lane, &plan);
             (v, release, payload, ct, truth, records, w.timed)
         });
         self.releases.spawn(async move {

@@ -5,7 +5,8 @@
 //! - [`CHARGES`], key `stream/partition/seq` (the release key) and, for a
 //!   window of more than [`MAX_CHARGES_PER_RECORD`] devices, further records
 //!   `stream/partition/seq/i`: the devices a window charged (keyed device
-//!   ids and horizons) and the running-total state after it; tombstones (no
+//!   ids and horizons) and the lane's state after it ([`LaneState`]: running
+//!   totals, adaptive quantile track); tombstones (no
 //!   payload) once no accepted reading can be charged against it any more;
 //! - [`LEDGER`], key `stream/partition`: the lane's last released window
 //!   (seq, last input offset, lateness reference, where its release is).
@@ -73,6 +74,17 @@ pub(crate) fn parse_charges_key(key: &str) -> Option<(String, i32, u64, u32)> {
     ))
 }
 
+/// A lane's state after a window, kept in the window's first charges
+/// record: what its next window continues from (serialised JSON; each empty
+/// when the stream has no such state).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaneState {
+    /// `dp::continual::RunningState` (running totals).
+    pub running: Vec<u8>,
+    /// `dp::release::QuantileTrack` (adaptive quantile candidates).
+    pub quantile_track: Vec<u8>,
+}
+
 /// The state records of one closed window, ready to write.
 pub(crate) struct WindowRecords {
     /// The release's key, also its first charges record's key.
@@ -88,16 +100,16 @@ pub(crate) struct WindowRecords {
 }
 
 impl WindowRecords {
-    /// Records of window `w` of `stream`, with the running-total state
-    /// after it (empty: the stream has none) and the plan it ran under.
+    /// Records of window `w` of `stream`, with the lane's state after it
+    /// and the plan it ran under.
     pub fn new(
         stream: &str,
         w: &ClosedWindow,
-        running_state: Vec<u8>,
+        lane: LaneState,
         plan: &proto::v1::PlanFingerprint,
     ) -> Self {
         let records = charge_records(w.charges.len());
-        let mut running_state = Some(running_state);
+        let mut lane = Some(lane);
         let charges = (0..records)
             .map(|r| {
                 let chunk = w
@@ -105,13 +117,16 @@ impl WindowRecords {
                     .chunks(MAX_CHARGES_PER_RECORD)
                     .nth(r as usize)
                     .unwrap_or(&[]);
+                // Record 0 holds the lane's state.
+                let lane_state = lane.take().unwrap_or_default();
                 let payload = proto::v1::WindowCharges {
                     stream: stream.to_string(),
                     partition: w.partition,
                     window_seq: w.seq,
                     device_keys: chunk.iter().map(|c| c.0).collect(),
                     horizons: chunk.iter().map(|c| c.1).collect(),
-                    running_state: running_state.take().unwrap_or_default(),
+                    running_state: lane_state.running,
+                    quantile_track: lane_state.quantile_track,
                     device_key_scheme: DEVICE_KEY_SCHEME.into(),
                     plan: Some(plan.clone()),
                     record: r,

@@ -1,5 +1,5 @@
 //! Restore: what a newly assigned input partition needs from the state
-//! topic (ledger entries, live charges, running-total state) and from the
+//! topic (ledger entries, live charges, lane state) and from the
 //! output topic (releases acknowledged after their ledger entry), read back
 //! in the format [`super`] writes.
 //!
@@ -10,7 +10,7 @@
 //! the caller as it arrives, so no more than one record's charges is held
 //! beside the device table being rebuilt.
 
-use super::{CHARGES, LEDGER, RECORD_KIND};
+use super::{LaneState, CHARGES, LEDGER, RECORD_KIND};
 use crate::kafka::{decode_release, header, read_topic, ReadProgress, CONTENT_TYPE};
 use crate::window::{Resume, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Result};
@@ -39,8 +39,8 @@ pub struct Restored {
     pub resume: HashMap<(String, i32), Resume>,
     /// The live charges of the assigned partitions.
     pub charges: Charges,
-    /// Running-total state recorded with each live window (empty: none).
-    pub running: HashMap<(String, i32, u64), Vec<u8>>,
+    /// The lane's state recorded with each live window.
+    pub lanes: HashMap<(String, i32, u64), LaneState>,
     /// The plan each live window was charged under, where recorded.
     pub window_plans: HashMap<(String, i32, u64), proto::v1::PlanFingerprint>,
     /// The plan of each lane's latest ledger entry, where recorded.
@@ -81,7 +81,7 @@ pub fn restore(
     let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
     // Per window: the record count it declares and the records read.
     let mut records: HashMap<(String, i32, u64), WindowRecords> = HashMap::new();
-    let mut running = HashMap::new();
+    let mut lanes = HashMap::new();
     let mut window_plans = HashMap::new();
     // Per window: its last reading's (offset, index in its message).
     let mut window_last: HashMap<(String, i32, u64), (i64, u32)> = HashMap::new();
@@ -152,7 +152,7 @@ pub fn restore(
                     }
                     if record == 0 {
                         window_plans.remove(&window);
-                        running.remove(&window);
+                        lanes.remove(&window);
                     }
                 }
                 Some(payload) => {
@@ -188,7 +188,13 @@ pub fn restore(
                             Some(plan) => window_plans.insert(window.clone(), plan),
                             None => window_plans.remove(&window),
                         };
-                        running.insert(window, c.running_state);
+                        lanes.insert(
+                            window,
+                            LaneState {
+                                running: c.running_state,
+                                quantile_track: c.quantile_track,
+                            },
+                        );
                     }
                 }
             }
@@ -303,7 +309,7 @@ pub fn restore(
     Ok(Restored {
         resume,
         charges,
-        running,
+        lanes,
         window_plans,
         lane_plans,
         skipped,

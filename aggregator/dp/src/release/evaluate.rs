@@ -6,7 +6,7 @@ use super::*;
 use crate::mechanism::Measure;
 use crate::rational::{self};
 use crate::relation::Relation;
-use crate::rng::{window_digest, window_rng, ReleaseKey, WindowId};
+use crate::rng::ReleaseKey;
 use crate::stats::{self, Sensitivity};
 use crate::universe::TopCoder;
 use num_rational::BigRational;
@@ -68,21 +68,16 @@ impl StreamPlan {
         TopCoder::new(self.universe)
     }
 
-    pub(super) fn measure<R: Rng + ?Sized>(
-        &self,
-        values: &[i64],
-        rng: Option<&mut R>,
-    ) -> Vec<Measured> {
-        self.measure_first(values, rng, self.measurements.len())
-    }
-
-    /// The first `take` measurements, with exactly the noise [`Self::measure`]
-    /// gives them (the draws happen in the same order).
+    /// The first `take` measurements, with exactly the noise a whole release
+    /// gives them (the draws happen in measurement order). `adaptive`, if
+    /// given, replaces every quantile's declared candidates (a subset of
+    /// them chosen from earlier releases: [`super::adaptive`]).
     pub(super) fn measure_first<R: Rng + ?Sized>(
         &self,
         values: &[i64],
         mut rng: Option<&mut R>,
         take: usize,
+        adaptive: Option<&[i64]>,
     ) -> Vec<Measured> {
         let u = &self.universe;
         let sorted = self
@@ -119,6 +114,7 @@ impl StreamPlan {
                         .collect(),
                 ),
                 Measurement::Quantile { level, candidates } => {
+                    let candidates = adaptive.unwrap_or(candidates);
                     let util = stats::quantile_utilities(
                         sorted.as_deref().expect("sorted for quantiles"),
                         candidates,
@@ -164,13 +160,14 @@ impl StreamPlan {
         }
     }
 
-    fn evaluate<R: Rng + ?Sized>(
+    pub(super) fn evaluate<R: Rng + ?Sized>(
         &self,
         values: &[i64],
         rng: Option<&mut R>,
+        adaptive: Option<&[i64]>,
     ) -> Vec<ReleasedStatistic> {
         let noisy = rng.is_some();
-        let measured = self.measure(values, rng);
+        let measured = self.measure_first(values, rng, self.measurements.len(), adaptive);
         self.post_process(values, &measured, noisy)
     }
 
@@ -422,11 +419,13 @@ impl StreamPlan {
                 "a window holds exactly n values"
             );
         }
-        self.evaluate(values, Some(rng))
+        self.evaluate(values, Some(rng), None)
     }
 
     /// Release a window with the keyed noise of docs/DESIGN.md §5: the same key,
-    /// window and values always give the same bits.
+    /// window and values always give the same bits. Quantiles use the
+    /// declared candidates (a lane's first window); later windows of a
+    /// stream with adaptive candidates use [`Self::release_after`].
     pub fn release(
         &self,
         key: &ReleaseKey,
@@ -434,13 +433,7 @@ impl StreamPlan {
         seq: u64,
         values: &[i64],
     ) -> Vec<ReleasedStatistic> {
-        let digest = window_digest(values);
-        let id = WindowId {
-            stream: &self.spec.name,
-            partition,
-            seq,
-        };
-        self.release_with(values, &mut window_rng(key, id, &digest))
+        self.release_after(key, partition, seq, values, &QuantileTrack::default())
     }
 
     /// ε or ρ one device can spend per horizon on this stream: `W` windows'
@@ -474,6 +467,7 @@ impl StreamPlan {
         let mut out = self.evaluate(
             &values,
             Some(&mut rand_chacha::ChaCha20Rng::seed_from_u64(0)),
+            None,
         );
         for s in &mut out {
             s.values.clear();
@@ -523,6 +517,6 @@ impl StreamPlan {
     /// The same statistics without noise (the demo's "true value" and the
     /// benchmark's baseline). Never publish these.
     pub fn truth(&self, values: &[i64]) -> Vec<ReleasedStatistic> {
-        self.evaluate::<rand_chacha::ChaCha20Rng>(values, None)
+        self.evaluate::<rand_chacha::ChaCha20Rng>(values, None, None)
     }
 }

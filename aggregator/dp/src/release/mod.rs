@@ -9,6 +9,7 @@
 //! variance, std, histogram, quantiles) is a post-processing of those
 //! measurements and public parameters, so it costs nothing more.
 
+mod adaptive;
 mod evaluate;
 mod moments;
 mod plan;
@@ -17,6 +18,7 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use adaptive::*;
 pub use evaluate::*;
 pub use plan::*;
 pub use running::*;

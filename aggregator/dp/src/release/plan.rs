@@ -235,6 +235,13 @@ pub(super) fn measurements_for(
             "given but \"quantiles\" is not among the statistics",
         ));
     }
+    if spec.adaptive_quantiles && !has(Quantiles) {
+        return Err(field_err(
+            spec,
+            "adaptive_quantiles",
+            "set but \"quantiles\" is not among the statistics",
+        ));
+    }
     Ok(out)
 }
 

@@ -111,7 +111,7 @@ impl StreamPlan {
         let Mechanism::Additive(noise) = &m.mechanism else {
             return None;
         };
-        let Measured::Scalar(c) = self.measure_first(values, Some(rng), i + 1)[i] else {
+        let Measured::Scalar(c) = self.measure_first(values, Some(rng), i + 1, None)[i] else {
             unreachable!("a centred sum is a scalar")
         };
         let (lo, hi) = (self.universe.lower() as f64, self.universe.upper() as f64);

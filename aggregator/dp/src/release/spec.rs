@@ -86,6 +86,10 @@ pub struct StreamSpec {
     /// Candidate values for quantiles; default: every grid point (at most
     /// [`MAX_DEFAULT_CANDIDATES`]).
     pub quantile_candidates: Option<Vec<f64>>,
+    /// Draw each window's quantile candidates from the lane's earlier
+    /// releases (a band around them and a coarse escape grid) rather than
+    /// every declared candidate: see [`super::adaptive`].
+    pub adaptive_quantiles: bool,
     /// Count windows: close a window that has waited this long (ms of event
     /// time) by padding it to `n` with the midpoint; `None`: wait for `n`.
     pub window_timeout_ms: Option<u64>,

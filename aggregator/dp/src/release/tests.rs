@@ -26,6 +26,7 @@ pub(crate) fn spec() -> StreamSpec {
         histogram_edges: vec![-40.0, 0.0, 10.0, 20.0, 30.0, 40.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
+        adaptive_quantiles: false,
         window_timeout_ms: None,
         window_ms: None,
         running_share: 0.0,
@@ -273,7 +274,7 @@ fn every_stated_spend_covers_what_its_value_depends_on() {
             let p = plan(&privacy(measure, rel), &[sp]).unwrap();
             let s = &p.streams[0];
             let values: Vec<i64> = (0..100).map(|i| -300 + (i * 37) % 900).collect();
-            let base = s.measure::<ChaCha20Rng>(&values, None);
+            let base = s.measure_first::<ChaCha20Rng>(&values, None, s.measurements.len(), None);
             let out0 = s.post_process(&values, &base, true);
             let mut deps: Vec<Vec<usize>> = vec![Vec::new(); out0.len()];
             for i in 0..base.len() {
