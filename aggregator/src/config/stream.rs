@@ -37,8 +37,8 @@ pub struct StreamConfig {
     pub quantiles: Vec<f64>,
     #[serde(default)]
     pub quantile_candidates: Option<Vec<f64>>,
-    /// Draw each window's quantile candidates from the lane's previous
-    /// release (a band and an escape grid) instead of every candidate.
+    /// Draw each window's quantile candidates from the lane's recent
+    /// releases (bands and an escape grid) instead of every candidate.
     #[serde(default)]
     pub adaptive_quantiles: bool,
     /// Count windows: pad and close a window after this much event time.

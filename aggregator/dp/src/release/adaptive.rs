@@ -1,6 +1,6 @@
 //! Streaming-adaptive quantile candidates (docs/DESIGN.md §4, adaptive quantile candidates): a window's
-//! quantile candidates are a band of the declared candidates around the
-//! quantiles its lane released for the previous window, plus a coarse
+//! quantile candidates are bands of the declared candidates around the
+//! quantiles its lane released for its recent windows, plus a coarse
 //! escape grid over the whole declared range, so candidates far from the
 //! data (which all score alike and together can outweigh the true region
 //! at low ε) are mostly left out, and a shift of the distribution is
@@ -14,7 +14,7 @@
 //! ([`crate::stats::quantile_utilities`]); the adaptive set is a subset of
 //! the declared candidates, so that bound holds candidate by candidate. The
 //! set for window `t` is a function of the declaration and of the quantiles
-//! released for window `t − 1` of the same lane only, never of window
+//! released for earlier windows of the same lane only, never of window
 //! `t`'s values ([`QuantileTrack::candidates`] takes no values), so the
 //! stream's releases compose adaptively with the same per-window spend as
 //! before: choosing candidates costs nothing.
@@ -27,35 +27,48 @@ use serde::{Deserialize, Serialize};
 pub const ESCAPE_POINTS: usize = 32;
 
 /// The band reaches this fraction of the declared range (at least) beyond
-/// the previous window's lowest and highest released quantile.
+/// each recent window's lowest and highest released quantile.
 pub const BAND_FRACTION: f64 = 1.0 / 64.0;
 
 /// What a lane's next window's candidates are drawn from: the quantiles it
-/// released for its latest window (grid units, sorted; public). Kept in the
-/// state topic with the window's charges, so a restart draws the same
-/// candidates for the windows it replays.
+/// released for its latest [`TRACKED_WINDOWS`] windows (grid units, each
+/// window's sorted; oldest first; public). Kept in the state topic with the
+/// window's charges, so a restart draws the same candidates for the windows
+/// it replays.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct QuantileTrack {
-    /// The latest window's released quantiles; empty before the first.
-    pub last: Vec<i64>,
+    /// Per recent window, its released quantiles; empty before the first.
+    pub recent: Vec<Vec<i64>>,
 }
+
+/// Windows whose released quantiles each centre a band: a quantile that
+/// alternates between regions (the median of a two-mode fleet) keeps both.
+pub const TRACKED_WINDOWS: usize = 8;
 
 impl QuantileTrack {
     /// The candidates for the next window, a sorted subset of `declared`
     /// (sorted, distinct): every declared candidate before the first
-    /// release; after it, those within the band around the latest release
-    /// (`BAND_FRACTION` of the declared range beyond its extremes, or their
-    /// spread if wider) and `ESCAPE_POINTS` spread over the whole range.
+    /// release; after it, those within a band around each recent window's
+    /// release (`BAND_FRACTION` of the declared range beyond its lowest and
+    /// highest quantile, or their spread if wider) and `ESCAPE_POINTS`
+    /// spread over the whole range.
     pub fn candidates(&self, declared: &[i64]) -> Vec<i64> {
-        let (Some(&lo), Some(&hi)) = (self.last.iter().min(), self.last.iter().max()) else {
-            return declared.to_vec();
-        };
         let (Some(&first), Some(&end)) = (declared.first(), declared.last()) else {
             return vec![];
         };
         let range = (end as i128 - first as i128) as f64;
-        let guard = ((range * BAND_FRACTION).ceil() as i128).max(hi as i128 - lo as i128);
-        let (band_lo, band_hi) = (lo as i128 - guard, hi as i128 + guard);
+        let bands: Vec<(i128, i128)> = self
+            .recent
+            .iter()
+            .filter_map(|w| {
+                let (lo, hi) = (*w.iter().min()? as i128, *w.iter().max()? as i128);
+                let guard = ((range * BAND_FRACTION).ceil() as i128).max(hi - lo);
+                Some((lo - guard, hi + guard))
+            })
+            .collect();
+        if bands.is_empty() {
+            return declared.to_vec();
+        }
         // The escape grid: indices spread evenly over the declared list.
         let (last, escape) = (declared.len() - 1, ESCAPE_POINTS.min(declared.len()));
         let mut grid = (0..escape)
@@ -68,14 +81,30 @@ impl QuantileTrack {
             .enumerate()
             .filter(|&(i, &c)| {
                 let escape_here = grid.next_if_eq(&i).is_some();
-                (band_lo..=band_hi).contains(&(c as i128)) || escape_here
+                let c = c as i128;
+                escape_here || bands.iter().any(|&(lo, hi)| lo <= c && c <= hi)
             })
             .map(|(_, &c)| c)
             .collect()
     }
 
+    /// Add a window's released quantiles (any order), forgetting the
+    /// oldest past [`TRACKED_WINDOWS`].
+    pub fn push(&mut self, mut released: Vec<i64>) {
+        released.sort_unstable();
+        self.recent.push(released);
+        if self.recent.len() > TRACKED_WINDOWS {
+            self.recent.remove(0);
+        }
+    }
+
+    /// The latest window's released quantiles.
+    pub fn latest(&self) -> &[i64] {
+        self.recent.last().map_or(&[], Vec::as_slice)
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.last.is_empty()
+        self.recent.is_empty()
     }
 }
 
@@ -156,15 +185,15 @@ impl StreamPlan {
             self.measurements.len(),
             adaptive.as_deref(),
         );
-        let mut last: Vec<i64> = measured
-            .iter()
-            .filter_map(|m| match m {
-                Measured::Choice(c) => Some(*c),
-                _ => None,
-            })
-            .collect();
-        last.sort_unstable();
-        track.last = last;
+        track.push(
+            measured
+                .iter()
+                .filter_map(|m| match m {
+                    Measured::Choice(c) => Some(*c),
+                    _ => None,
+                })
+                .collect(),
+        );
     }
 }
 
@@ -217,7 +246,7 @@ mod tests {
                 s.track_step(&key, 0, seq, &values, &mut track);
                 if adaptive {
                     // The track holds exactly what was released.
-                    assert_eq!(track.last, vec![(released / 0.1).round() as i64]);
+                    assert_eq!(track.latest(), [(released / 0.1).round() as i64]);
                 }
                 (released - truth).abs()
             })
@@ -271,8 +300,11 @@ mod tests {
             .map(|(_, &e)| e)
             .collect();
         assert!(p90(settled.clone()) <= 2.0, "adaptive: {settled:?}");
-        // Followed within three windows of the jump.
-        assert!(adaptive[43..50].iter().all(|&e| e <= 3.0), "{adaptive:?}");
+        // Followed within three windows of the jump: as close afterwards
+        // as before it.
+        let after = adaptive[43..].to_vec();
+        assert!(p90(after.clone()) <= 2.0, "after the jump: {after:?}");
+        assert!(p90(adaptive[43..53].to_vec()) <= 4.0, "{adaptive:?}");
     }
 
     #[test]
@@ -280,7 +312,7 @@ mod tests {
         let declared: Vec<i64> = (-400..=850).collect();
         assert_eq!(QuantileTrack::default().candidates(&declared), declared);
         let track = QuantileTrack {
-            last: vec![200, 210],
+            recent: vec![vec![200, 210]],
         };
         let c = track.candidates(&declared);
         // Band: ⌈1250/64⌉ = 20 units beyond [200, 210].
@@ -300,16 +332,39 @@ mod tests {
         assert!(c.windows(2).all(|w| w[0] < w[1]));
         assert!(c.iter().all(|x| declared.binary_search(x).is_ok()));
         // A spread wider than the band's minimum widens it.
-        let wide = QuantileTrack { last: vec![0, 300] }.candidates(&declared);
+        let wide = QuantileTrack {
+            recent: vec![vec![0, 300]],
+        }
+        .candidates(&declared);
         assert!(wide.contains(&-300) && wide.contains(&600));
         assert!((-299..600).all(|x| wide.contains(&x)));
+        // Each recent window centres a band; the ninth-latest is forgotten.
+        let mut track = QuantileTrack::default();
+        track.push(vec![100]);
+        track.push(vec![600]);
+        let two = track.candidates(&declared);
+        assert!((80..=120).chain(580..=620).all(|x| two.contains(&x)));
+        for _ in 0..TRACKED_WINDOWS - 1 {
+            track.push(vec![600]);
+        }
+        assert_eq!(track.recent.len(), TRACKED_WINDOWS);
+        assert!(!(80..=120).all(|x| track.candidates(&declared).contains(&x)));
         // Declared candidates that are not a full grid, and tiny lists.
         let sparse: Vec<i64> = (0..10).map(|i| i * 100).collect();
         assert_eq!(
-            QuantileTrack { last: vec![500] }.candidates(&sparse),
+            QuantileTrack {
+                recent: vec![vec![500]]
+            }
+            .candidates(&sparse),
             sparse
         );
-        assert_eq!(QuantileTrack { last: vec![5] }.candidates(&[7]), vec![7]);
+        assert_eq!(
+            QuantileTrack {
+                recent: vec![vec![5]]
+            }
+            .candidates(&[7]),
+            vec![7]
+        );
     }
 
     /// The candidates are chosen before the window is read: a window far
@@ -319,7 +374,9 @@ mod tests {
     fn the_window_never_widens_its_own_candidates() {
         let s = p90_plan(true);
         let key = ReleaseKey::from_bytes([1; 32]);
-        let track = QuantileTrack { last: vec![220] };
+        let track = QuantileTrack {
+            recent: vec![vec![220]],
+        };
         let allowed = s.candidates_after(&track).unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
         for seq in 0..50 {
@@ -329,7 +386,7 @@ mod tests {
             assert!(allowed.binary_search(&units).is_ok(), "{units} chosen");
             let mut t = track.clone();
             s.track_step(&key, 0, seq, &values, &mut t);
-            assert_eq!(t.last, vec![units]);
+            assert_eq!(t.latest(), [units]);
         }
         // Without adaptation, the stream uses the declared candidates.
         assert_eq!(p90_plan(false).candidates_after(&track), None);
