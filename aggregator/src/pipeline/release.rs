@@ -103,9 +103,17 @@ pub fn build_release(
                     vec![]
                 },
                 summed: r.summed.map(|s| s.0),
-                summed_std: r.summed.map(|s| s.1),
+                summed_std: r
+                    .summed
+                    .map(|s| s.1)
+                    .or(r.summed_bins.as_ref().map(|s| s.1)),
                 combined: r.combined.map(|c| c.0),
-                combined_std: r.combined.map(|c| c.1),
+                combined_std: r
+                    .combined
+                    .map(|c| c.1)
+                    .or(r.combined_bins.as_ref().map(|c| c.1)),
+                summed_bins: r.summed_bins.clone().map(|s| s.0).unwrap_or_default(),
+                combined_bins: r.combined_bins.clone().map(|c| c.0).unwrap_or_default(),
             })
             .collect(),
     }

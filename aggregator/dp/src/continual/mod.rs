@@ -284,6 +284,12 @@ pub struct RunningState {
     /// The windows' released sums so far (units; noisy, so public).
     #[serde(default)]
     pub summed: f64,
+    /// The windows' noisy histogram bins so far, and how many windows
+    /// they hold (noisy, so public).
+    #[serde(default)]
+    pub summed_bins: Vec<f64>,
+    #[serde(default)]
+    pub summed_bins_steps: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -312,6 +318,8 @@ impl RunningState {
                 })
                 .collect(),
             summed: 0.0,
+            summed_bins: vec![],
+            summed_bins_steps: 0,
         }
     }
 }

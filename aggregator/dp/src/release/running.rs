@@ -1,12 +1,14 @@
 //! Running totals as a window's release carries them: the stream's running
 //! sum (and histogram) after each window, beside the sum of the windows'
-//! own released sums and the inverse-variance combination of the two.
+//! own released sums (and noisy bins) and the inverse-variance combination
+//! of the two.
 //!
 //! Privacy argument: the running totals' noise is calibrated in
-//! [`crate::continual`]; the window sums are the window's released sums,
+//! [`crate::continual`]; the window sums are the window's released sums and
+//! its bins the histogram measurement behind its released histogram, both
 //! recomputed with the window's own keyed draws (the same bits as its
-//! release); adding them up and combining are post-processing of released
-//! values, so nothing here spends budget.
+//! release); adding them up and combining are post-processing of noisy
+//! measurements already paid for, so nothing here spends budget.
 
 use super::*;
 use crate::continual::RunningState;
@@ -31,6 +33,11 @@ pub struct RunningValue {
     /// The inverse-variance combination of `values` and `summed` and its
     /// std: never less accurate than either (post-processing, free).
     pub combined: Option<(f64, f64)>,
+    /// The `histogram` total's counterparts: the sum of the windows' noisy
+    /// bins (as measured, before the release projects them) and the
+    /// combination, each with its per-bin std.
+    pub summed_bins: Option<(Vec<f64>, f64)>,
+    pub combined_bins: Option<(Vec<f64>, f64)>,
 }
 
 impl StreamPlan {
@@ -66,12 +73,33 @@ impl StreamPlan {
         // summed over the windows so far: a second estimate of the sum
         // total, combined with the running total below.
         let window_sum = self.window_sum(values, &mut window_rng(key, id, &digest));
+        let window_bins = (plan.groups.len() > 1)
+            .then(|| self.window_bins(values, &mut window_rng(key, id, &digest)))
+            .flatten();
         let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
         let t = state.steps;
         let res = plan.resolution;
         let summed = window_sum.map(|(s, var)| {
             state.summed += s;
             (state.summed * res, (t as f64 * var).sqrt() * res)
+        });
+        // Only while every window so far was summed (a state written by a
+        // version without bins starts them late: never published then).
+        let summed_bins = window_bins.and_then(|(bins, var)| {
+            if state.summed_bins.is_empty() && state.summed_bins_steps == 0 {
+                state.summed_bins = vec![0.0; bins.len()];
+            }
+            if state.summed_bins.len() != bins.len() {
+                return None;
+            }
+            state
+                .summed_bins
+                .iter_mut()
+                .zip(&bins)
+                .for_each(|(s, b)| *s += b);
+            state.summed_bins_steps += 1;
+            (state.summed_bins_steps == t)
+                .then(|| (state.summed_bins.clone(), (t as f64 * var).sqrt()))
         });
         Some(
             plan.groups
@@ -87,6 +115,16 @@ impl StreamPlan {
                     let std = g.noise.std_after(t).unwrap_or(f64::NAN) * scale;
                     let summed = summed.filter(|_| g.name == "sum");
                     let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
+                    let summed_bins = summed_bins.clone().filter(|_| g.name == "histogram");
+                    let combined_bins = summed_bins.as_ref().map(|(bins, s_std)| {
+                        let both: Vec<(f64, f64)> = values
+                            .iter()
+                            .zip(bins)
+                            .map(|(&v, &b)| combine((v, std), (b, *s_std)))
+                            .collect();
+                        let std = both.first().map_or(f64::NAN, |c| c.1);
+                        (both.into_iter().map(|c| c.0).collect(), std)
+                    });
                     RunningValue {
                         name: g.name,
                         windows: t,
@@ -97,6 +135,8 @@ impl StreamPlan {
                         spent: rational::to_f64(&g.spent),
                         summed,
                         combined,
+                        summed_bins,
+                        combined_bins,
                     }
                 })
                 .collect(),
@@ -119,6 +159,22 @@ impl StreamPlan {
         // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
         let s = ((c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
         Some((s, noise.variance() / 4.0))
+    }
+}
+
+impl StreamPlan {
+    /// The window's histogram bins as measured (noisy, before projection),
+    /// and each bin's noise variance, from the window's keyed generator:
+    /// `None` without a histogram measurement.
+    fn window_bins<R: Rng + ?Sized>(&self, values: &[i64], rng: &mut R) -> Option<(Vec<f64>, f64)> {
+        let (i, m) = self.find(|m| matches!(m, Measurement::Histogram { .. }))?;
+        let Mechanism::Additive(noise) = &m.mechanism else {
+            return None;
+        };
+        let Measured::Vector(bins) = &self.measure_first(values, Some(rng), i + 1, None)[i] else {
+            unreachable!("a histogram is a vector")
+        };
+        Some((bins.iter().map(|&b| b as f64).collect(), noise.variance()))
     }
 }
 
