@@ -26,12 +26,35 @@ pub struct DemoOptions {
     pub round_seconds: f64,
     pub listen: Option<String>,
     pub seed: u64,
+    /// The same fleet at [`TIGHT_EPSILON`] per device per hour, the budget
+    /// split evenly (its targets cannot be met there).
+    pub tight: bool,
+    /// The release key (default: a fresh one per run).
+    pub key: Option<ReleaseKey>,
 }
 
-/// The demo configuration pointed at `brokers`.
-pub fn demo_config(brokers: &str) -> Result<Validated> {
+/// ε per device per horizon of `fleetdp demo --tight`.
+pub const TIGHT_EPSILON: f64 = 2.0;
+
+/// What a demo run showed.
+#[derive(Debug, Clone)]
+pub struct DemoOutcome {
+    /// Scalar figures (every statistic but histogram bins) within 10% of
+    /// the truth or inside their 95% interval, and all scalar figures.
+    pub useful: (u64, u64),
+    /// The end-of-run summary, as printed.
+    pub summary: String,
+    pub windows_released: u64,
+}
+
+/// The demo configuration pointed at `brokers` (tight: see [`DemoOptions`]).
+pub fn demo_config(brokers: &str, tight: bool) -> Result<Validated> {
     let mut c = Config::parse(DEMO_CONFIG).context("embedded demo config")?;
     c.kafka.brokers = brokers.to_string();
+    if tight {
+        c.privacy.epsilon_per_device = Some(TIGHT_EPSILON);
+        c.streams.iter_mut().for_each(|s| s.target_error.clear());
+    }
     c.validate()
 }
 
@@ -41,11 +64,11 @@ fn print_release(started: Instant, e: &ReleaseEvent) {
 }
 
 /// Run the demo; blocks until it ends.
-pub fn run(opts: DemoOptions) -> Result<()> {
+pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     // The mock cluster is not Send: it lives on this thread for the whole run.
     let mock = MockCluster::new(1).context("starting the in-process Kafka cluster")?;
     let brokers = mock.bootstrap_servers();
-    let v = demo_config(&brokers)?;
+    let v = demo_config(&brokers, opts.tight)?;
     let k = &v.config.kafka;
     mock.create_topic(&k.input_topic, 2, 1)?;
     mock.create_topic(&k.output_topic, 2, 1)?;
@@ -61,18 +84,28 @@ pub fn run(opts: DemoOptions) -> Result<()> {
     result
 }
 
-async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
+async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     println!(
         "FleetDP demo: in-process Kafka, {} simulated devices, {} s.",
         opts.devices,
         opts.duration.as_secs()
     );
+    if opts.tight {
+        println!(
+            "--tight: the same fleet at ε = {TIGHT_EPSILON} per device per hour, split evenly: compare with the default."
+        );
+    } else {
+        println!(
+            "The budget is split by each stream's target_error (see deploy/demo.toml); `--tight` shows ε = {TIGHT_EPSILON}."
+        );
+    }
     let report = crate::report::PlanReport::new(&v).to_text();
     let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let pipeline = std::sync::Arc::new(Pipeline::new(v, ReleaseKey::ephemeral()));
+    let key = opts.key.clone().unwrap_or_else(ReleaseKey::ephemeral);
+    let pipeline = std::sync::Arc::new(Pipeline::new(v, key));
     if let Some(addr) = &opts.listen {
         let state = crate::http::recorder().map(|metrics| {
             std::sync::Arc::new(crate::http::HttpState {
@@ -153,12 +186,17 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<()> {
     while let Ok(e) = ev_rx.try_recv() {
         landed(e);
     }
-    print!("{}", summary.to_text());
+    let text = summary.to_text();
+    print!("{text}");
     println!(
         "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
         c.messages.load(Ordering::Relaxed),
         c.windows_released.load(Ordering::Relaxed),
         c.dead_letters_total()
     );
-    Ok(())
+    Ok(DemoOutcome {
+        useful: summary.useful(),
+        summary: text,
+        windows_released: c.windows_released.load(Ordering::Relaxed),
+    })
 }

@@ -43,6 +43,10 @@ enum Command {
         /// Seed of the simulated fleet.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Show the same fleet at a tight budget (ε = 2 per device per hour,
+        /// split evenly) to see what the default's budget buys.
+        #[arg(long)]
+        tight: bool,
     },
     /// Run the service against a Kafka cluster.
     Run {
@@ -201,6 +205,7 @@ fn main() -> ExitCode {
             round_seconds,
             listen,
             seed,
+            tight,
         } => {
             init_logging(cli.log_json, "warn");
             fleetdp::demo::run(fleetdp::demo::DemoOptions {
@@ -209,7 +214,10 @@ fn main() -> ExitCode {
                 round_seconds,
                 listen: (!listen.is_empty()).then_some(listen),
                 seed,
+                tight,
+                key: None,
             })
+            .map(|_| ())
         }
         Command::Run {
             config,

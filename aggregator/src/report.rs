@@ -5,6 +5,7 @@
 use crate::config::Validated;
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
+use crate::dp::release::StatKind;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -127,6 +128,12 @@ pub struct StatisticReport {
     pub spent_per_horizon: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub half_width_95: Option<f64>,
+    /// The stream's `target_error` for this statistic, if declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_95: Option<f64>,
+    /// For the std: the stream's variance target (units²), if declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variance_target_95: Option<f64>,
 }
 
 impl PlanReport {
@@ -152,7 +159,8 @@ impl PlanReport {
                     statistics: s
                         .describe()
                         .into_iter()
-                        .map(|d| StatisticReport {
+                        .map(|d| (d.name.clone(), d))
+                        .map(|(name, d)| StatisticReport {
                             name: d.name,
                             level: d.level,
                             mechanism: d.mechanism,
@@ -160,6 +168,22 @@ impl PlanReport {
                             scale: d.scale,
                             spent_per_window: d.spent,
                             spent_per_horizon: d.spent * w,
+                            // The std is targeted through its variance.
+                            target_95: s
+                                .spec
+                                .target_error
+                                .iter()
+                                .find(|(k, _)| k.name() == name)
+                                .map(|t| t.1),
+                            variance_target_95: (name == "std")
+                                .then(|| {
+                                    s.spec
+                                        .target_error
+                                        .iter()
+                                        .find(|(k, _)| *k == StatKind::Variance)
+                                        .map(|t| t.1)
+                                })
+                                .flatten(),
                             half_width_95: d.half_width,
                         })
                         .collect(),
@@ -232,6 +256,11 @@ impl PlanReport {
                     .half_width_95
                     .map(|h| format!("{h:.4}"))
                     .unwrap_or_else(|| "-".into());
+                let hw = match (st.target_95, st.variance_target_95) {
+                    (Some(t), _) => format!("{hw} (target {t})"),
+                    (None, Some(t)) => format!("{hw} (variance target {t})"),
+                    (None, None) => hw,
+                };
                 let _ = writeln!(
                     out,
                     "  {:<14} {:<18} {:>12.4} {:>12.4} {:>12.6} {:>12.6} {:>12}",

@@ -88,6 +88,8 @@ struct Row {
     values: u64,
     with_interval: u64,
     covered: u64,
+    /// Within 10% of the truth, or inside the interval.
+    useful: u64,
     errors: Vec<f64>,
     spent: f64,
 }
@@ -107,18 +109,32 @@ impl Summary {
                 let err = (v - tv).abs();
                 row.values += 1;
                 row.errors.push(err);
-                if let Some(h) = s.half_width {
+                let inside = s.half_width.is_some_and(|h| err <= h + 1e-9);
+                if s.half_width.is_some() {
                     row.with_interval += 1;
-                    row.covered += u64::from(err <= h + 1e-9);
+                    row.covered += u64::from(inside);
                 }
+                row.useful += u64::from(inside || err <= 0.1 * tv.abs() + 1e-9);
             }
         }
     }
 
+    /// Scalar figures (all but histogram bins) within 10% of the truth or
+    /// inside their interval, and all scalar figures.
+    pub fn useful(&self) -> (u64, u64) {
+        self.rows
+            .iter()
+            .filter(|((_, stat), _)| stat != "histogram")
+            .fold((0, 0), |(u, n), (_, r)| (u + r.useful, n + r.values))
+    }
+
     /// The summary as text, one line per stream and statistic.
     pub fn to_text(&self) -> String {
-        let mut out =
-            String::from("Summary (every released value against the truth the demo knows):\n");
+        let (useful, scalars) = self.useful();
+        let mut out = format!(
+            "Summary (every released value against the truth the demo knows): {useful} of {scalars} scalar figures \
+             within 10% of the truth or inside their 95% interval\n"
+        );
         for ((stream, stat), row) in &self.rows {
             let mut errors = row.errors.clone();
             errors.sort_by(f64::total_cmp);

@@ -95,6 +95,7 @@ fn spec(stat: &str, relation: Relation, adaptive: bool, running: bool) -> Stream
         quantiles,
         quantile_candidates: None,
         adaptive_quantiles: adaptive,
+        target_error: vec![],
         window_timeout_ms: None,
         running_share: if running { 0.5 } else { 0.0 },
         running_lifetime: 1 << 10,

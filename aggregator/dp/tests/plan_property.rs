@@ -72,6 +72,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        target_error: vec![],
         window_timeout_ms: None,
         running_share: pick(rng, &[0.0, 0.0, 0.2]),
         running_lifetime: 1 << 16,
@@ -88,6 +89,24 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     }
     // Adaptive quantile candidates in half the quantile streams.
     s.adaptive_quantiles = s.statistics.contains(&StatKind::Quantiles) && side.gen_bool(0.5);
+    // Accuracy targets on a third of the streams, any statistic (declared or
+    // not), edge values included.
+    if side.gen_bool(0.3) {
+        let targets = [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-6, 0.5, 20.0, 1e300];
+        for _ in 0..side.gen_range(1..=3) {
+            let stat = [
+                StatKind::Count,
+                StatKind::Sum,
+                StatKind::Mean,
+                StatKind::Variance,
+                StatKind::Std,
+                StatKind::Histogram,
+                StatKind::Quantiles,
+                StatKind::Clamped,
+            ][side.gen_range(0..8)];
+            s.target_error.push((stat, targets[side.gen_range(0..targets.len())]));
+        }
+    }
     if !s.statistics.contains(&StatKind::Histogram) {
         s.histogram_edges.clear();
     }

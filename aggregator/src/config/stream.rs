@@ -41,6 +41,10 @@ pub struct StreamConfig {
     /// releases (bands and an escape grid) instead of every candidate.
     #[serde(default)]
     pub adaptive_quantiles: bool,
+    /// Accuracy targets per statistic (95% half-width): the budget split
+    /// that meets them, or a refusal naming the one that cannot be met.
+    #[serde(default)]
+    pub target_error: std::collections::HashMap<StatKind, f64>,
     /// Count windows: pad and close a window after this much event time.
     #[serde(default)]
     pub window_timeout: Option<String>,
@@ -101,6 +105,12 @@ impl StreamConfig {
             quantiles: self.quantiles.clone(),
             quantile_candidates: self.quantile_candidates.clone(),
             adaptive_quantiles: self.adaptive_quantiles,
+            target_error: {
+                let mut t: Vec<(StatKind, f64)> =
+                    self.target_error.iter().map(|(k, v)| (*k, *v)).collect();
+                t.sort_by_key(|(k, _)| k.name());
+                t
+            },
             window_timeout_ms,
             running_share: self.running_share,
             running_lifetime: self.running_lifetime,

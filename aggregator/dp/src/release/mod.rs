@@ -15,6 +15,7 @@ mod moments;
 mod plan;
 mod running;
 mod spec;
+mod targets;
 #[cfg(test)]
 mod tests;
 

@@ -341,8 +341,24 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 ),
             ));
         }
-        for m in ms {
-            let sensitivity = sensitivity_of(&m, nb, &u, spec.window_size);
+        let sensitivities: Vec<Sensitivity> = ms
+            .iter()
+            .map(|m| sensitivity_of(m, nb, &u, spec.window_size))
+            .collect();
+        // The stream's per-window budget, split evenly or by its targets.
+        let budgets = match ms.len() {
+            0 => vec![],
+            count => targets::split(
+                spec,
+                privacy.relation,
+                measure,
+                u.resolution(),
+                &ms.iter().zip(&sensitivities).collect::<Vec<_>>(),
+                &(budget * BigRational::from_integer(count.into())),
+                floor,
+            )?,
+        };
+        for ((m, sensitivity), budget) in ms.into_iter().zip(sensitivities).zip(&budgets) {
             let (mechanism, spent) = match &m {
                 Measurement::Quantile { level, .. } => {
                     // Utilities are in units of 1/den.

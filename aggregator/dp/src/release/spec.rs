@@ -90,6 +90,10 @@ pub struct StreamSpec {
     /// releases (a band around them and a coarse escape grid) rather than
     /// every declared candidate: see [`super::adaptive`].
     pub adaptive_quantiles: bool,
+    /// Accuracy targets: a statistic's 95% half-width (stream units; the
+    /// histogram per bin, `clamped` as a share, `variance` in units²). The
+    /// budget is split so each is met ([`super::targets`]); empty: evenly.
+    pub target_error: Vec<(StatKind, f64)>,
     /// Count windows: close a window that has waited this long (ms of event
     /// time) by padding it to `n` with the midpoint; `None`: wait for `n`.
     pub window_timeout_ms: Option<u64>,

@@ -27,6 +27,7 @@ pub(crate) fn spec() -> StreamSpec {
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,
         running_share: 0.0,
