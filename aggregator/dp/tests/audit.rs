@@ -213,29 +213,48 @@ fn quantile_selection_at_epsilon_one() {
         }
     }
     let (_, d, e) = worst;
-    let u0 = stats::quantile_utilities(&d, &candidates, level);
-    let u1 = stats::quantile_utilities(&e, &candidates, level);
+    let (best_lb, best_point, exact_loss) = audit_selection(
+        &sel,
+        &stats::quantile_utilities(&d, &candidates, level),
+        &stats::quantile_utilities(&e, &candidates, level),
+    );
+    println!(
+        "quantile: lower bound {best_lb:.4}, point {best_point:.4}, exact loss {exact_loss:.4}"
+    );
+    assert!(exact_loss <= 1.0 + 1e-9);
+    assert!(
+        best_lb <= 1.0,
+        "empirical ε lower bound {best_lb} exceeds 1"
+    );
+    assert!(
+        best_point >= 0.8 * exact_loss,
+        "point {best_point} vs exact {exact_loss}"
+    );
+}
+
+/// Monte Carlo audit of one selection on two neighbours' utilities: the
+/// Clopper–Pearson lower bound on ε over the events {= c} and {≤ c} in both
+/// directions, the point estimate, and the exact loss.
+fn audit_selection(sel: &Selection, u0: &[i128], u1: &[i128]) -> (f64, f64, f64) {
+    let m = u0.len();
     let mut rng0 = <rand_chacha::ChaCha20Rng as rand::SeedableRng>::seed_from_u64(1);
     let mut rng1 = <rand_chacha::ChaCha20Rng as rand::SeedableRng>::seed_from_u64(2);
-    let mut h0 = [0u64; 5];
-    let mut h1 = [0u64; 5];
+    let (mut h0, mut h1) = (vec![0u64; m], vec![0u64; m]);
     for _ in 0..RUNS {
-        h0[sel.select(&mut rng0, &u0)] += 1;
-        h1[sel.select(&mut rng1, &u1)] += 1;
+        h0[sel.select(&mut rng0, u0)] += 1;
+        h1[sel.select(&mut rng1, u1)] += 1;
     }
-    // Events: {= c}, {≤ c}, both directions.
     let mut events: Vec<(u64, u64)> = Vec::new();
-    for c in 0..5 {
+    for c in 0..m {
         let le0: u64 = h0[..=c].iter().sum();
         let le1: u64 = h1[..=c].iter().sum();
         events.extend([(h0[c], h1[c]), (h1[c], h0[c]), (le0, le1), (le1, le0)]);
     }
     let a = ALPHA / (2.0 * events.len() as f64);
-    let p_exact = (sel.probabilities(&u0), sel.probabilities(&u1));
-    let exact_loss = p_exact
-        .0
+    let exact_loss = sel
+        .probabilities(u0)
         .iter()
-        .zip(&p_exact.1)
+        .zip(&sel.probabilities(u1))
         .map(|(x, y)| (x / y).ln().abs())
         .fold(0.0, f64::max);
     let (mut best_lb, mut best_point) = (f64::MIN, f64::MIN);
@@ -246,10 +265,77 @@ fn quantile_selection_at_epsilon_one() {
         best_lb = best_lb.max((cp_lower(p, RUNS, a) / cp_upper(q, RUNS, a)).ln());
         best_point = best_point.max((p as f64 / q as f64).ln());
     }
-    println!(
-        "quantile: lower bound {best_lb:.4}, point {best_point:.4}, exact loss {exact_loss:.4}"
+    (best_lb, best_point, exact_loss)
+}
+
+/// Add-remove quantiles are calibrated to the tight utility sensitivity
+/// `k·max(q, 1 − q)`: at q = 0.9 the exact loss of every window of up to 4
+/// readings on 5 candidates against every neighbour with one reading added
+/// or removed is at most ε = 1 (calibrated to `min(q, 1 − q)` instead, the
+/// worst pair loses more), and the Monte Carlo lower bound stays ≤ 1.
+#[test]
+fn add_remove_quantile_selection_at_epsilon_one() {
+    let candidates: Vec<i64> = (0..=4).collect();
+    let level = QuantileLevel::new(0.9).unwrap();
+    let nb = fleetdp_dp::relation::Neighbouring::new(Relation::AddRemove, 1);
+    let du = level.utility_sensitivity(nb);
+    assert_eq!(
+        du * 10,
+        9 * level.den as u64,
+        "k·max(q, 1 − q) in 1/den units"
     );
-    assert!(exact_loss <= 1.0 + 1e-9);
+    let (sel, _) = Selection::calibrate(Measure::Pure, du, &exact(1.0));
+    let util = |w: &[i64]| stats::quantile_utilities(w, &candidates, level);
+    let loss = |a: &[i64], b: &[i64]| {
+        sel.probabilities(&util(a))
+            .iter()
+            .zip(&sel.probabilities(&util(b)))
+            .map(|(x, y)| (x / y).ln().abs())
+            .fold(0.0, f64::max)
+    };
+    // Every sorted window of 1..=4 readings and every one-reading addition.
+    let mut windows: Vec<Vec<i64>> = vec![vec![]];
+    let mut worst = (f64::MIN, vec![], vec![]);
+    for _ in 0..4 {
+        let mut next = Vec::new();
+        for w in &windows {
+            for v in 0..5 {
+                let mut b = w.clone();
+                b.push(v);
+                b.sort_unstable();
+                if !w.is_empty() {
+                    let l = loss(w, &b);
+                    if l > worst.0 {
+                        worst = (l, w.clone(), b.clone());
+                    }
+                }
+                next.push(b);
+            }
+        }
+        next.sort();
+        next.dedup();
+        windows = next;
+    }
+    let (max_loss, d, e) = worst;
+    assert!(
+        max_loss <= 1.0 + 1e-9,
+        "exact loss {max_loss} on {d:?} vs {e:?}"
+    );
+    // The search finds what an under-calibration would leak: at the looser
+    // min(q, 1 − q) the same windows lose more than ε = 1.
+    let (wrong, _) = Selection::calibrate(Measure::Pure, du / 9, &exact(1.0));
+    let wrong_loss = wrong
+        .probabilities(&util(&d))
+        .iter()
+        .zip(&wrong.probabilities(&util(&e)))
+        .map(|(x, y)| (x / y).ln().abs())
+        .fold(0.0, f64::max);
+    assert!(
+        wrong_loss > 1.0,
+        "an under-calibrated selection loses {wrong_loss}"
+    );
+    let (best_lb, best_point, exact_loss) = audit_selection(&sel, &util(&d), &util(&e));
+    println!("add-remove q = 0.9: lower bound {best_lb:.4}, point {best_point:.4}, exact {exact_loss:.4}");
     assert!(
         best_lb <= 1.0,
         "empirical ε lower bound {best_lb} exceeds 1"

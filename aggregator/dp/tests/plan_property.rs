@@ -92,7 +92,17 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     // Accuracy targets on a third of the streams, any statistic (declared or
     // not), edge values included.
     if side.gen_bool(0.3) {
-        let targets = [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300, 1e-6, 0.5, 20.0, 1e300];
+        let targets = [
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e-300,
+            1e-6,
+            0.5,
+            20.0,
+            1e300,
+        ];
         for _ in 0..side.gen_range(1..=3) {
             let stat = [
                 StatKind::Count,
@@ -104,7 +114,8 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
                 StatKind::Quantiles,
                 StatKind::Clamped,
             ][side.gen_range(0..8)];
-            s.target_error.push((stat, targets[side.gen_range(0..targets.len())]));
+            s.target_error
+                .push((stat, targets[side.gen_range(0..targets.len())]));
         }
     }
     if !s.statistics.contains(&StatKind::Histogram) {
