@@ -45,6 +45,7 @@ fn stream() -> StreamPlan {
         quantiles: vec![],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         running_share: 0.0,

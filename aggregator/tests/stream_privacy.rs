@@ -103,6 +103,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         quantiles: vec![0.5],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         running_share: 0.0,

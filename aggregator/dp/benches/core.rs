@@ -70,6 +70,7 @@ fn window_release(c: &mut Criterion) {
         quantiles: vec![0.1, 0.5, 0.9, 0.99],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,

@@ -11,6 +11,7 @@
 pub mod accountant;
 pub mod accuracy;
 pub mod continual;
+pub mod joint;
 pub mod mechanism;
 pub mod rational;
 pub mod relation;

@@ -34,6 +34,7 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         quantiles: vec![],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,

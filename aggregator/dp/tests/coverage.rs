@@ -28,6 +28,7 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         quantiles: vec![],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,

@@ -28,6 +28,7 @@ fn stream() -> StreamSpec {
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,

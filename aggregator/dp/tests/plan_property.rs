@@ -72,6 +72,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         running_share: pick(rng, &[0.0, 0.0, 0.2]),
@@ -89,9 +90,11 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     }
     // Adaptive quantile candidates in half the quantile streams.
     s.adaptive_quantiles = s.statistics.contains(&StatKind::Quantiles) && side.gen_bool(0.5);
-    // Accuracy targets on a third of the streams, any statistic (declared or
+    // Joint quantiles in a fifth of them (refused where they do not apply).
+    s.joint_quantiles = s.statistics.contains(&StatKind::Quantiles) && side.gen_bool(0.2);
+    // Accuracy targets on a fifth of the streams, any statistic (declared or
     // not), edge values included.
-    if side.gen_bool(0.3) {
+    if side.gen_bool(0.2) {
         let targets = [
             0.0,
             -1.0,

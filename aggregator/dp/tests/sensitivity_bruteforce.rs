@@ -382,3 +382,51 @@ fn an_understated_bound_is_caught() {
     assert_eq!(max.l1, rat(10));
     assert!(rat(5) < max.l1);
 }
+
+/// Joint quantiles (`fleetdp_dp::joint`): under change-one every tuple's
+/// utility moves by at most `2·k·den` between neighbouring windows (two gap
+/// counts per changed reading), for 2 and 3 levels, every window of up to 4
+/// readings on 5 grid values, `k ∈ {1, 2}`; the bound is reached (tight),
+/// and `k·den` (one gap per reading) would be exceeded.
+#[test]
+fn joint_quantile_utility() {
+    use fleetdp_dp::joint;
+    use fleetdp_dp::release::joint_utility_sensitivity;
+    let values: Vec<i64> = (0..5).collect();
+    let den = QuantileLevel::DEN;
+    for levels in [vec![0.5, 0.9], vec![0.1, 0.5, 0.9], vec![0.25, 0.75]] {
+        let nums: Vec<i64> = levels
+            .iter()
+            .map(|&q| QuantileLevel::new(q).unwrap().num)
+            .collect();
+        for k in [1u32, 2] {
+            let nb = Neighbouring::new(Relation::ChangeOne, k);
+            let bound = joint_utility_sensitivity(nb) as i128;
+            let mut worst = 0i128;
+            for n in 1..=4 {
+                for d in multisets(&values, n) {
+                    let ud = joint::utilities(&d, &values, &nums, den);
+                    for e in neighbours(&d, &values, nb) {
+                        let ue = joint::utilities(&e, &values, &nums, den);
+                        let moved = ud
+                            .iter()
+                            .zip(&ue)
+                            .map(|(a, b)| (a - b).abs())
+                            .max()
+                            .unwrap();
+                        assert!(
+                            moved <= bound,
+                            "{levels:?} k={k}: {d:?} → {e:?} moves {moved} > {bound}"
+                        );
+                        worst = worst.max(moved);
+                    }
+                }
+            }
+            assert_eq!(worst, bound, "{levels:?} k={k}: the bound is reached");
+            assert!(
+                worst > i128::from(k) * i128::from(den),
+                "one gap per reading would be understated"
+            );
+        }
+    }
+}

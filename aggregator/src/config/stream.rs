@@ -41,6 +41,9 @@ pub struct StreamConfig {
     /// releases (bands and an escape grid) instead of every candidate.
     #[serde(default)]
     pub adaptive_quantiles: bool,
+    /// Release all quantile levels by one joint selection (change-one).
+    #[serde(default)]
+    pub joint_quantiles: bool,
     /// Accuracy targets per statistic (95% half-width): the budget split
     /// that meets them, or a refusal naming the one that cannot be met.
     #[serde(default)]
@@ -105,6 +108,7 @@ impl StreamConfig {
             quantiles: self.quantiles.clone(),
             quantile_candidates: self.quantile_candidates.clone(),
             adaptive_quantiles: self.adaptive_quantiles,
+            joint_quantiles: self.joint_quantiles,
             target_error: {
                 let mut t: Vec<(StatKind, f64)> =
                     self.target_error.iter().map(|(k, v)| (*k, *v)).collect();

@@ -7,7 +7,7 @@ use crate::mechanism::Measure;
 use crate::rational::{self};
 use crate::relation::Relation;
 use crate::rng::ReleaseKey;
-use crate::stats::{self, Sensitivity};
+use crate::stats::{self, QuantileLevel, Sensitivity};
 use crate::universe::TopCoder;
 use num_rational::BigRational;
 use num_traits::Zero;
@@ -45,6 +45,8 @@ pub(super) enum Measured {
     Scalar(i128),
     Vector(Vec<i128>),
     Choice(i64),
+    /// One candidate per level, ascending (a joint selection).
+    Choices(Vec<i64>),
 }
 
 /// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.
@@ -83,7 +85,7 @@ impl StreamPlan {
         let sorted = self
             .measurements
             .iter()
-            .any(|m| matches!(m.measurement, Measurement::Quantile { .. }))
+            .any(|m| m.measurement.candidates().is_some())
             .then(|| {
                 let mut s = values.to_vec();
                 s.sort_unstable();
@@ -130,6 +132,28 @@ impl StreamPlan {
                             .expect("candidates"),
                     };
                     Measured::Choice(candidates[idx])
+                }
+                Measurement::JointQuantiles { levels, candidates } => {
+                    let candidates =
+                        crate::joint::fit(adaptive.unwrap_or(candidates), levels.len());
+                    let nums: Vec<i64> = levels.iter().map(|l| l.num).collect();
+                    let util = crate::joint::utilities(
+                        sorted.as_deref().expect("sorted for quantiles"),
+                        &candidates,
+                        &nums,
+                        QuantileLevel::DEN,
+                    );
+                    let idx = match (&mp.mechanism, rng.as_deref_mut()) {
+                        (Mechanism::Select(sel), Some(r)) => sel.select(r, &util),
+                        _ => util
+                            .iter()
+                            .enumerate()
+                            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
+                            .map(|(i, _)| i)
+                            .expect("tuples"),
+                    };
+                    let tuple = crate::joint::tuple_at(candidates.len(), levels.len(), idx);
+                    Measured::Choices(tuple.into_iter().map(|i| candidates[i]).collect())
                 }
             };
             out.push(m);
@@ -379,11 +403,18 @@ impl StreamPlan {
                         .measurements
                         .iter()
                         .zip(measured.iter())
-                        .filter_map(|(m, v)| match (&m.measurement, v) {
+                        .flat_map(|(m, v)| match (&m.measurement, v) {
                             (Measurement::Quantile { level, .. }, Measured::Choice(c)) => {
-                                Some((level.as_f64(), *c as f64 * res, m))
+                                vec![(level.as_f64(), *c as f64 * res, m)]
                             }
-                            _ => None,
+                            (Measurement::JointQuantiles { levels, .. }, Measured::Choices(cs)) => {
+                                levels
+                                    .iter()
+                                    .zip(cs)
+                                    .map(|(l, c)| (l.as_f64(), *c as f64 * res, m))
+                                    .collect()
+                            }
+                            _ => vec![],
                         })
                         .collect();
                     // Quantiles are monotone in the level: sorting is free,
@@ -393,7 +424,8 @@ impl StreamPlan {
                     let mut vals: Vec<f64> = qs.iter().map(|q| q.1).collect();
                     vals.sort_by(f64::total_cmp);
                     qs.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    let all: Vec<&MeasurementPlan> = qs.iter().map(|q| q.2).collect();
+                    let mut all: Vec<&MeasurementPlan> = qs.iter().map(|q| q.2).collect();
+                    all.dedup_by(|a, b| std::ptr::eq(*a, *b));
                     for ((level, _, m), v) in qs.iter().zip(vals) {
                         let mut s = stat("quantile", vec![v], &[m], 1.0, None);
                         s.spent = self.spent_f64(&all);
@@ -497,6 +529,11 @@ impl StreamPlan {
                 Measurement::Quantile { level, candidates } => {
                     stats::quantile_utilities(&sorted, candidates, *level)
                 }
+                Measurement::JointQuantiles { levels, candidates } => {
+                    let nums: Vec<i64> = levels.iter().map(|l| l.num).collect();
+                    let candidates = crate::joint::fit(candidates, levels.len());
+                    crate::joint::utilities(&sorted, &candidates, &nums, QuantileLevel::DEN)
+                }
             })
             .collect()
     }
@@ -509,6 +546,9 @@ impl StreamPlan {
         match &m.measurement {
             Measurement::Quantile { level, .. } => Sensitivity::scalar(BigRational::from_integer(
                 level.utility_sensitivity(self.neighbouring).into(),
+            )),
+            Measurement::JointQuantiles { .. } => Sensitivity::scalar(BigRational::from_integer(
+                joint_utility_sensitivity(self.neighbouring).into(),
             )),
             _ => m.sensitivity.clone(),
         }

@@ -37,6 +37,11 @@ pub enum Measurement {
         level: QuantileLevel,
         candidates: Vec<i64>,
     },
+    /// One selection of a candidate per level, jointly ([`crate::joint`]).
+    JointQuantiles {
+        levels: Vec<QuantileLevel>,
+        candidates: Vec<i64>,
+    },
 }
 
 impl Measurement {
@@ -49,6 +54,25 @@ impl Measurement {
             Measurement::Histogram { .. } => "histogram",
             Measurement::Boundary => "boundary_count",
             Measurement::Quantile { .. } => "quantile",
+            Measurement::JointQuantiles { .. } => "joint_quantiles",
+        }
+    }
+
+    /// Its share of the stream's per-window budget relative to the others:
+    /// a joint selection of `m` levels takes what `m` separate ones would.
+    pub fn weight(&self) -> usize {
+        match self {
+            Measurement::JointQuantiles { levels, .. } => levels.len(),
+            _ => 1,
+        }
+    }
+
+    /// The candidates of a quantile selection, joint or not.
+    pub fn candidates(&self) -> Option<&[i64]> {
+        match self {
+            Measurement::Quantile { candidates, .. }
+            | Measurement::JointQuantiles { candidates, .. } => Some(candidates),
+            _ => None,
         }
     }
 }
@@ -220,19 +244,50 @@ pub(super) fn measurements_for(
                 (u.lower()..=u.upper()).collect()
             }
         };
+        let mut levels = Vec::new();
         for &q in &spec.quantiles {
             let level = QuantileLevel::new(q)
                 .ok_or_else(|| field_err(spec, "quantiles", format!("{q} is not in [0, 1]")))?;
-            out.push(Measurement::Quantile {
-                level,
-                candidates: candidates.clone(),
-            });
+            levels.push(level);
+        }
+        if spec.joint_quantiles {
+            if relation != Relation::ChangeOne {
+                return Err(field_err(
+                    spec,
+                    "joint_quantiles",
+                    "only under relation = \"change-one\" (under add-remove the per-level split, \
+                     with its tighter sensitivity, is as accurate: see the README's accuracy tables)",
+                ));
+            }
+            if !(2..=crate::joint::MAX_LEVELS).contains(&levels.len()) {
+                return Err(field_err(
+                    spec,
+                    "joint_quantiles",
+                    format!("needs 2 to {} quantile levels", crate::joint::MAX_LEVELS),
+                ));
+            }
+            levels.sort_by_key(|l| l.num);
+            out.push(Measurement::JointQuantiles { levels, candidates });
+        } else {
+            for level in levels {
+                out.push(Measurement::Quantile {
+                    level,
+                    candidates: candidates.clone(),
+                });
+            }
         }
     } else if !spec.quantiles.is_empty() {
         return Err(field_err(
             spec,
             "quantiles",
             "given but \"quantiles\" is not among the statistics",
+        ));
+    }
+    if spec.joint_quantiles && !has(Quantiles) {
+        return Err(field_err(
+            spec,
+            "joint_quantiles",
+            "set but \"quantiles\" is not among the statistics",
         ));
     }
     if spec.adaptive_quantiles && !has(Quantiles) {
@@ -265,8 +320,18 @@ pub(super) fn sensitivity_of(
                 level.den.into(),
             ));
         }
+        // Two gap counts per reading (crate::joint), in rank units.
+        Measurement::JointQuantiles { .. } => {
+            return Sensitivity::scalar(BigRational::from_integer((2 * nb.k).into()));
+        }
     };
     stat.sensitivity(nb, u, n)
+}
+
+/// The sensitivity of [`crate::joint::utilities`] (units of `1/den`):
+/// two gap counts per reading, `k` readings.
+pub fn joint_utility_sensitivity(nb: Neighbouring) -> u64 {
+    2 * u64::from(nb.k) * QuantileLevel::DEN as u64
 }
 
 /// Validate every stream, split the budget, calibrate every measurement and
@@ -312,7 +377,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             // What running totals take is not split over windows.
             share: s.budget_share * (1.0 - s.running_share),
             windows_per_horizon: s.max_windows_per_device,
-            measurements: ms.len(),
+            measurements: ms.iter().map(Measurement::weight).sum(),
         })
         .collect();
     let allocations = accountant.allocate(&claims)?;
@@ -346,7 +411,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             .map(|m| sensitivity_of(m, nb, &u, spec.window_size))
             .collect();
         // The stream's per-window budget, split evenly or by its targets.
-        let budgets = match ms.len() {
+        let budgets = match ms.iter().map(Measurement::weight).sum::<usize>() {
             0 => vec![],
             count => targets::split(
                 spec,
@@ -363,6 +428,11 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 Measurement::Quantile { level, .. } => {
                     // Utilities are in units of 1/den.
                     let du = level.utility_sensitivity(nb);
+                    let (sel, spent) = Selection::calibrate(measure, du, budget);
+                    (Mechanism::Select(sel), spent)
+                }
+                Measurement::JointQuantiles { .. } => {
+                    let du = joint_utility_sensitivity(nb);
                     let (sel, spent) = Selection::calibrate(measure, du, budget);
                     (Mechanism::Select(sel), spent)
                 }

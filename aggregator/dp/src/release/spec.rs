@@ -90,6 +90,9 @@ pub struct StreamSpec {
     /// releases (a band around them and a coarse escape grid) rather than
     /// every declared candidate: see [`super::adaptive`].
     pub adaptive_quantiles: bool,
+    /// Release every quantile level by one joint selection (change-one,
+    /// 2–4 levels: [`crate::joint`]) instead of splitting the budget.
+    pub joint_quantiles: bool,
     /// Accuracy targets: a statistic's 95% half-width (stream units; the
     /// histogram per bin, `clamped` as a share, `variance` in units²). The
     /// budget is split so each is met ([`super::targets`]); empty: evenly.

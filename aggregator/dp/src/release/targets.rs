@@ -32,7 +32,14 @@ pub(super) fn split(
     total: &BigRational,
     floor: f64,
 ) -> Result<Vec<BigRational>, PlanError> {
-    let even = || vec![total / BigRational::from_integer(ms.len().max(1).into()); ms.len()];
+    // Shares by weight (a joint selection of m levels weighs m).
+    let weight = |i: usize| BigRational::from_integer(ms[i].0.weight().into());
+    let weights: BigRational = (0..ms.len()).map(weight).sum();
+    let even = || {
+        (0..ms.len())
+            .map(|i| total * weight(i) / &weights)
+            .collect::<Vec<_>>()
+    };
     if spec.target_error.is_empty() {
         return Ok(even());
     }
@@ -90,7 +97,11 @@ pub(super) fn split(
             .map(|p| p.expect("targeted") * &f)
             .collect());
     }
-    let each = rest / BigRational::from_integer(untargeted.into());
+    let untargeted_weight: BigRational = (0..ms.len())
+        .filter(|&i| parts[i].is_none())
+        .map(weight)
+        .sum();
+    let each = rest / untargeted_weight;
     if rational::to_f64(&each) < floor {
         return Err(field_err(
             spec,
@@ -105,7 +116,8 @@ pub(super) fn split(
     }
     Ok(parts
         .into_iter()
-        .map(|p| p.unwrap_or_else(|| each.clone()))
+        .enumerate()
+        .map(|(i, p)| p.unwrap_or_else(|| &each * weight(i)))
         .collect())
 }
 

@@ -27,6 +27,7 @@ pub(crate) fn spec() -> StreamSpec {
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
         adaptive_quantiles: false,
+        joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
         window_ms: None,
@@ -259,7 +260,12 @@ fn add_remove_statistics_include_the_counts_spend() {
 #[test]
 fn every_stated_spend_covers_what_its_value_depends_on() {
     use rand_chacha::ChaCha20Rng;
-    for rel in [Relation::ChangeOne, Relation::AddRemove] {
+    let cases = [
+        (Relation::ChangeOne, false),
+        (Relation::ChangeOne, true),
+        (Relation::AddRemove, false),
+    ];
+    for (rel, joint) in cases {
         for measure in [Measure::Pure, Measure::Zcdp] {
             let mut sp = spec_for(rel);
             sp.statistics = vec![
@@ -272,6 +278,7 @@ fn every_stated_spend_covers_what_its_value_depends_on() {
                 StatKind::Quantiles,
             ];
             sp.quantiles = vec![0.1, 0.5, 0.9];
+            sp.joint_quantiles = joint;
             let p = plan(&privacy(measure, rel), &[sp]).unwrap();
             let s = &p.streams[0];
             let values: Vec<i64> = (0..100).map(|i| -300 + (i * 37) % 900).collect();
@@ -299,6 +306,19 @@ fn every_stated_spend_covers_what_its_value_depends_on() {
                             _ => unreachable!(),
                         };
                         vec![Measured::Choice(c[0]), Measured::Choice(*c.last().unwrap())]
+                    }
+                    Measured::Choices(cs) => {
+                        let c = s.measurements[i].measurement.candidates().unwrap();
+                        let (lo, hi) = (c[0], *c.last().unwrap());
+                        (0..cs.len())
+                            .flat_map(|l| {
+                                let mut a = cs.clone();
+                                a[..=l].iter_mut().for_each(|x| *x = lo);
+                                let mut b = cs.clone();
+                                b[l..].iter_mut().for_each(|x| *x = hi);
+                                [Measured::Choices(a), Measured::Choices(b)]
+                            })
+                            .collect()
                     }
                 };
                 for m in variants {

@@ -1,4 +1,4 @@
-"""OpenDP's side of the `utility` bench (aggregator/dp/benches/utility.rs).
+"""OpenDP's side of the `utility` bench (aggregator/dp/benches/utility/main.rs).
 
 Reads the bench's windows and cases (JSON, argv[1]) and writes OpenDP's
 released value per case and window (JSON, argv[2]). Each case is one

@@ -68,11 +68,13 @@ fn shape(name: &str, windows: usize) -> Vec<Vec<i64>> {
 }
 
 fn spec(stat: &str, relation: Relation, adaptive: bool, running: bool) -> StreamSpec {
+    let joint = stat == "p50+p90 joint";
     let (statistics, quantiles) = match stat {
         "mean" => (vec![StatKind::Mean], vec![]),
         "sum" => (vec![StatKind::Sum], vec![]),
         "histogram" => (vec![StatKind::Histogram], vec![]),
         "p50" => (vec![StatKind::Quantiles], vec![0.5]),
+        "p50+p90" | "p50+p90 joint" => (vec![StatKind::Quantiles], vec![0.5, 0.9]),
         _ => (vec![StatKind::Quantiles], vec![0.9]),
     };
     let change_one = relation == Relation::ChangeOne;
@@ -95,6 +97,7 @@ fn spec(stat: &str, relation: Relation, adaptive: bool, running: bool) -> Stream
         quantiles,
         quantile_candidates: None,
         adaptive_quantiles: adaptive,
+        joint_quantiles: joint,
         target_error: vec![],
         window_timeout_ms: None,
         running_share: if running { 0.5 } else { 0.0 },
@@ -257,7 +260,7 @@ fn opendp(root: &Path, cases: &[Case], shapes: &[Vec<Vec<i64>>]) -> Option<Vec<V
         "shapes": floats, "cases": cases_json,
     });
     std::fs::write(&job, serde_json::to_vec(&body).ok()?).ok()?;
-    let script = root.join("aggregator/dp/benches/utility_opendp.py");
+    let script = root.join("aggregator/dp/benches/utility/opendp_side.py");
     let status = Command::new(python)
         .arg(script)
         .arg(&job)
@@ -361,6 +364,56 @@ fn main() {
         );
     }
     running_table(&shapes[0]);
+    joint_table(&shapes);
+}
+
+/// Two levels (p50, p90) at ε per window under change-one: FleetDP's split
+/// (ε/2 per level) beside `joint_quantiles` (one selection at ε), each on
+/// the declared and the adaptive candidates. Errors per level.
+fn joint_table(shapes: &[Vec<Vec<i64>>]) {
+    println!("\nTwo quantile levels at ε per window, change-one (errors of the p50 · of the p90, each median / p90 over windows):");
+    println!(
+        "| ε | data | split, declared | split, adaptive | joint, declared | joint, adaptive |"
+    );
+    println!("|---|---|---|---|---|---|");
+    let key = ReleaseKey::from_bytes([8; 32]);
+    for eps in EPSILONS {
+        for (shape, ws) in SHAPES.iter().zip(shapes) {
+            let run = |stat: &str, adaptive: bool| -> String {
+                let s = stream(stat, Relation::ChangeOne, eps, adaptive);
+                let mut track = QuantileTrack::default();
+                let released: Vec<Vec<f64>> = ws
+                    .iter()
+                    .enumerate()
+                    .map(|(t, w)| {
+                        let r = s.release_after(&key, 0, t as u64, w, &track);
+                        s.track_step(&key, 0, t as u64, w, &mut track);
+                        r.iter().map(|q| q.values[0]).collect()
+                    })
+                    .collect();
+                ["p50", "p90"]
+                    .iter()
+                    .enumerate()
+                    .map(|(l, stat)| {
+                        let e: Vec<f64> = released
+                            .iter()
+                            .zip(ws)
+                            .map(|(r, w)| error(stat, &r[l..=l], w))
+                            .collect();
+                        format!("{:.1} / {:.1}", percentile(&e, 0.5), percentile(&e, 0.9))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" · ")
+            };
+            println!(
+                "| {eps} | {shape} | {} | {} | {} | {} |",
+                run("p50+p90", false),
+                run("p50+p90", true),
+                run("p50+p90 joint", false),
+                run("p50+p90 joint", true)
+            );
+        }
+    }
 }
 
 /// The running sum (change-one, ε = 1, half the budget on the running
