@@ -100,10 +100,14 @@ fn stream_plan(relation: Relation) -> StreamPlan {
             StatKind::Clamped,
         ],
         histogram_edges: vec![0.0, 1.0, 2.0],
-        quantiles: vec![0.5],
+        // Change-one: two levels released jointly (crate::joint's utility).
+        quantiles: match relation {
+            Relation::ChangeOne => vec![0.5, 0.9],
+            Relation::AddRemove => vec![0.5],
+        },
         quantile_candidates: None,
         adaptive_quantiles: false,
-        joint_quantiles: false,
+        joint_quantiles: relation == Relation::ChangeOne,
         target_error: vec![],
         window_timeout_ms: None,
         running_share: 0.0,

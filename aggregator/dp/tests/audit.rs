@@ -346,3 +346,61 @@ fn add_remove_quantile_selection_at_epsilon_one() {
         "point {best_point} vs exact {exact_loss}"
     );
 }
+
+/// Joint quantiles (p50 and p90 by one selection, change-one, k = 1) at
+/// ε = 1: the exact loss over every window of 3 readings on 4 candidates
+/// and every one-reading change is at most 1, and the Monte Carlo lower
+/// bound on the worst pair stays ≤ 1.
+#[test]
+fn joint_quantile_selection_at_epsilon_one() {
+    use fleetdp_dp::joint;
+    let candidates: Vec<i64> = (0..4).collect();
+    let nums = [500_000, 900_000];
+    let nb = fleetdp_dp::relation::Neighbouring::new(Relation::ChangeOne, 1);
+    let du = fleetdp_dp::release::joint_utility_sensitivity(nb);
+    let (sel, _) = Selection::calibrate(Measure::Pure, du, &exact(1.0));
+    let util = |w: &[i64]| joint::utilities(w, &candidates, &nums, QuantileLevel::DEN);
+    let loss = |a: &[i64], b: &[i64]| {
+        sel.probabilities(&util(a))
+            .iter()
+            .zip(&sel.probabilities(&util(b)))
+            .map(|(x, y)| (x / y).ln().abs())
+            .fold(0.0, f64::max)
+    };
+    let mut worst = (f64::MIN, vec![], vec![]);
+    for a in 0..4i64 {
+        for b in a..4 {
+            for c in b..4 {
+                let d = vec![a, b, c];
+                for i in 0..3 {
+                    for v in 0..4 {
+                        let mut e = d.clone();
+                        e[i] = v;
+                        e.sort_unstable();
+                        let l = loss(&d, &e);
+                        if l > worst.0 {
+                            worst = (l, d.clone(), e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let (max_loss, d, e) = worst;
+    assert!(
+        max_loss <= 1.0 + 1e-9,
+        "exact loss {max_loss} on {d:?} vs {e:?}"
+    );
+    let (best_lb, best_point, exact_loss) = audit_selection(&sel, &util(&d), &util(&e));
+    println!(
+        "joint p50+p90: lower bound {best_lb:.4}, point {best_point:.4}, exact {exact_loss:.4}"
+    );
+    assert!(
+        best_lb <= 1.0,
+        "empirical ε lower bound {best_lb} exceeds 1"
+    );
+    assert!(
+        best_point >= 0.8 * exact_loss,
+        "point {best_point} vs exact {exact_loss}"
+    );
+}
