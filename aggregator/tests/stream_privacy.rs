@@ -14,7 +14,7 @@
 //! (b) for the device that differs: every window whose measurements differ
 //!     holds its readings and is charged to it; each measurement moves by
 //!     at most the sensitivity it is calibrated to (L1 and L2; L∞ of
-//!     quantile utilities); every window holding its readings of horizon
+//!     quantile utilities, joint or not); every window holding its readings of horizon
 //!     `h` is charged to `h`; and at most `W` windows are charged to any
 //!     horizon. With (a), a device's loss over the whole stream is then at
 //!     most `W` windows' spend per horizon — what the accountant charges.
@@ -260,7 +260,7 @@ fn check(
         let (_, mb, cb) = &b.windows[seq];
         let charged = ca.iter().chain(cb).any(|c| c.0 == dk);
         for (i, (x, y)) in ma.iter().zip(mb).enumerate() {
-            let quantile = matches!(p.measurements[i].measurement, Measurement::Quantile { .. });
+            let quantile = p.measurements[i].measurement.candidates().is_some();
             let diffs: Vec<f64> = x.iter().zip(y).map(|(u, v)| (u - v).abs() as f64).collect();
             if diffs.iter().all(|d| *d == 0.0) {
                 continue;
