@@ -14,9 +14,9 @@
 //! (b) for the device that differs: every window whose measurements differ
 //!     holds its readings and is charged to it; each measurement moves by
 //!     at most the sensitivity it is calibrated to (L1 and L2; L∞ of
-//!     quantile utilities, joint or not); every window holding its readings of horizon
-//!     `h` is charged to `h`; and at most `W` windows are charged to any
-//!     horizon. With (a), a device's loss over the whole stream is then at
+//!     quantile utilities, joint or not); every window holding its
+//!     readings of horizon `h` is charged to `h`; and at most `W` windows
+//!     are charged to any horizon. With (a), a device's loss over the whole stream is then at
 //!     most `W` windows' spend per horizon — what the accountant charges.
 //!
 //! A control shows the check is not vacuous: count windows under add-remove
