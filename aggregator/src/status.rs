@@ -53,6 +53,11 @@ pub struct StreamStatus {
     pub window_seconds: Option<f64>,
     pub budget_share: f64,
     pub spent_per_horizon: f64,
+    /// ε or ρ per window, and the most windows a device joins per horizon.
+    pub spent_per_window: f64,
+    pub max_windows_per_device: u32,
+    /// The readings' unit (`unit` setting; empty if none).
+    pub unit: String,
     /// Statistic label → recent released points.
     pub series: BTreeMap<String, Vec<Point>>,
 }
@@ -283,6 +288,15 @@ impl StatusBoard {
                 window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
                 budget_share: s.spec.budget_share * budget,
                 spent_per_horizon: rational::to_f64(&s.per_horizon()),
+                spent_per_window: rational::to_f64(&s.per_window),
+                max_windows_per_device: s.spec.max_windows_per_device,
+                unit: v
+                    .config
+                    .streams
+                    .iter()
+                    .find(|c| c.name == s.spec.name)
+                    .and_then(|c| c.unit.clone())
+                    .unwrap_or_default(),
                 series: b
                     .series
                     .iter()

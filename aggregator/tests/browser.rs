@@ -1,6 +1,8 @@
 //! The status page in headless Chromium against a running demo: it loads,
-//! shows the streams with their charts, and updates (the windows count grows
-//! between loads, and within one load the page's poll computes a rate). A
+//! shows the streams with their charts — time and unit axes, 95% bands, a
+//! legend per partition —, the budget as per-window spend and horizon
+//! progress, and updates (the windows count grows between loads, and within
+//! one load the page's poll computes a rate), with no console errors. A
 //! screenshot is kept at target/test-artifacts/status-page.png.
 //!
 //! Chromium: FLEETDP_CHROMIUM or /usr/bin/chromium (tests/run.sh installs
@@ -18,6 +20,8 @@ fn chromium() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// Chromium's stdout (the dumped DOM); panics on a console error of the
+/// page (an uncaught exception or `console.error`).
 fn headless(chrome: &Path, profile: &Path, extra: &[&str], url: &str) -> String {
     let out = Command::new(chrome)
         .args([
@@ -30,14 +34,25 @@ fn headless(chrome: &Path, profile: &Path, extra: &[&str], url: &str) -> String 
             "--disable-component-update",
             "--disable-sync",
             "--virtual-time-budget=6000",
+            "--enable-logging=stderr",
+            "--v=0",
         ])
         .arg(format!("--user-data-dir={}", profile.display()))
         .args(extra)
         .arg(url)
-        .stderr(Stdio::null())
         .output()
         .expect("run chromium");
     assert!(out.status.success(), "chromium failed: {}", out.status);
+    let log = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") && (l.contains("Uncaught") || l.contains(":ERROR:")))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "console errors on the page:\n{}",
+        errors.join("\n")
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -96,7 +111,21 @@ fn status_page_loads_shows_the_streams_and_updates() {
         );
     }
     assert!(first.contains("<polyline"), "no chart drawn");
-    assert!(first.contains("budget per horizon"), "no budget bar");
+    assert!(first.contains("class=\"band\""), "no 95% band");
+    assert!(first.contains("class=\"axis\""), "no axes");
+    assert!(first.contains("class=\"x-tick\""), "no time labels");
+    for unit in ["°C", "V", "km/h"] {
+        assert!(
+            first.contains(&format!("class=\"y-unit\">{unit}<")),
+            "no {unit} axis:\n{first}"
+        );
+    }
+    assert!(first.contains("partition 0"), "no legend");
+    assert!(first.contains("per window, at most"), "no budget line");
+    assert!(
+        first.contains("aria-label=\"horizon elapsed\""),
+        "no horizon progress"
+    );
     let windows = |dom: &str| -> u64 {
         text_of(dom, "windows")
             .and_then(|t| t.parse().ok())

@@ -25,7 +25,7 @@
 use fleetdp::dp::accountant::Budget;
 use fleetdp::dp::mechanism::Measure;
 use fleetdp::dp::relation::Relation;
-use fleetdp::dp::release::{plan, Measurement, PrivacySpec, StatKind, StreamPlan, StreamSpec};
+use fleetdp::dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
 use fleetdp::{device_key, Admission, PublishedWindow, StreamRules, Windower};
 use num_traits::ToPrimitive;
 use rand::{Rng, SeedableRng};

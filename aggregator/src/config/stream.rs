@@ -55,7 +55,13 @@ pub struct StreamConfig {
     pub running_share: f64,
     #[serde(default = "default_running_lifetime")]
     pub running_lifetime: u64,
+    /// The readings' unit, for people (status page axes, `fleetdp tail`).
+    #[serde(default)]
+    pub unit: Option<String>,
 }
+
+/// Longest `unit` (characters).
+pub const MAX_UNIT_CHARS: usize = 16;
 
 fn one() -> u32 {
     1
@@ -74,6 +80,14 @@ impl StreamConfig {
     /// field), time windows checked to divide `horizon`.
     pub fn to_spec(&self, horizon: Duration) -> Result<StreamSpec> {
         let field = |f: &str| format!("stream '{}': {f}", self.name);
+        if let Some(u) = &self.unit {
+            if u.chars().count() > MAX_UNIT_CHARS || u.chars().any(char::is_control) {
+                bail!(
+                    "{}: at most {MAX_UNIT_CHARS} printable characters, got {u:?}",
+                    field("unit")
+                );
+            }
+        }
         let window_timeout_ms = self
             .window_timeout
             .as_deref()

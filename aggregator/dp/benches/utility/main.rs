@@ -54,6 +54,9 @@ fn shape(name: &str, windows: usize) -> Vec<Vec<i64>> {
                         "normal" => gauss(&mut rng, 22.0, 5.0),
                         // 15 °C plus an exponential tail of mean 6 °C.
                         "long-tail" => 15.0 - 6.0 * rng.gen_range(f64::EPSILON..1.0f64).ln(),
+                        // Half the readings on one value (as midpoint padding makes).
+                        "atom" if rng.gen_bool(0.5) => 20.0,
+                        "atom" => gauss(&mut rng, 22.0, 5.0),
                         "bimodal" if rng.gen_bool(0.5) => gauss(&mut rng, 5.0, 3.0),
                         "bimodal" => gauss(&mut rng, 35.0, 4.0),
                         // The mean jumps by 30 °C half-way.
@@ -377,8 +380,16 @@ fn joint_table(shapes: &[Vec<Vec<i64>>]) {
     );
     println!("|---|---|---|---|---|---|");
     let key = ReleaseKey::from_bytes([8; 32]);
+    // And a shape with an atom, where the joint selection's gap counts fail.
+    let atom = shape("atom", shapes[0].len());
+    let all: Vec<(&str, &Vec<Vec<i64>>)> = SHAPES
+        .iter()
+        .copied()
+        .zip(shapes)
+        .chain([("atom", &atom)])
+        .collect();
     for eps in EPSILONS {
-        for (shape, ws) in SHAPES.iter().zip(shapes) {
+        for &(shape, ws) in &all {
             let run = |stat: &str, adaptive: bool| -> String {
                 let s = stream(stat, Relation::ChangeOne, eps, adaptive);
                 let mut track = QuantileTrack::default();

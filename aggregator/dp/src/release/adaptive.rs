@@ -415,6 +415,34 @@ mod tests {
         );
     }
 
+    /// Joint quantiles are refused where they do not apply: add-remove,
+    /// one level, padded windows (atoms at the midpoint).
+    #[test]
+    fn joint_quantiles_are_refused_where_they_fail() {
+        let base = || {
+            let mut sp = spec();
+            sp.joint_quantiles = true;
+            sp
+        };
+        let p = privacy(Measure::Pure, Relation::ChangeOne);
+        assert!(plan(&p, &[base()]).is_ok());
+        let mut padded = base();
+        padded.window_timeout_ms = Some(60_000);
+        let e = plan(&p, &[padded]).unwrap_err().to_string();
+        assert!(
+            e.contains("joint_quantiles") && e.contains("window_timeout"),
+            "{e}"
+        );
+        let mut one = base();
+        one.quantiles = vec![0.5];
+        assert!(plan(&p, &[one]).unwrap_err().to_string().contains("2 to 4"));
+        let mut ar = base();
+        ar.window_ms = Some(300_000);
+        ar.window_size = 0;
+        let e = plan(&privacy(Measure::Pure, Relation::AddRemove), &[ar]).unwrap_err();
+        assert!(e.to_string().contains("change-one"), "{e}");
+    }
+
     /// The candidates are chosen before the window is read: a window far
     /// outside the band still gets a candidate of the band or the escape
     /// grid, never its own exact quantile off that grid.

@@ -259,6 +259,15 @@ pub(super) fn measurements_for(
                      with its tighter sensitivity, is as accurate: see the README's accuracy tables)",
                 ));
             }
+            if spec.window_timeout_ms.is_some() {
+                return Err(field_err(
+                    spec,
+                    "joint_quantiles",
+                    "not with window_timeout: padding puts many readings on the midpoint, and the joint \
+                     selection's gap counts cannot split a tie block (its estimates fail on such atoms; \
+                     the per-level selection handles them)",
+                ));
+            }
             if !(2..=crate::joint::MAX_LEVELS).contains(&levels.len()) {
                 return Err(field_err(
                     spec,
