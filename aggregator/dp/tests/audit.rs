@@ -194,25 +194,7 @@ fn quantile_selection_at_epsilon_one() {
             .map(|(x, y)| (x / y).ln().abs())
             .fold(0.0, f64::max)
     };
-    let mut worst = (f64::MIN, vec![], vec![]);
-    for a in 0..5i64 {
-        for b in a..5 {
-            for c in b..5 {
-                let d = vec![a, b, c];
-                for i in 0..3 {
-                    for v in 0..5 {
-                        let mut e = d.clone();
-                        e[i] = v;
-                        e.sort_unstable();
-                        let l = loss(&d, &e);
-                        if l > worst.0 {
-                            worst = (l, d.clone(), e);
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let worst = worst_change(5, loss);
     let (_, d, e) = worst;
     let (best_lb, best_point, exact_loss) = audit_selection(
         &sel,
@@ -367,25 +349,7 @@ fn joint_quantile_selection_at_epsilon_one() {
             .map(|(x, y)| (x / y).ln().abs())
             .fold(0.0, f64::max)
     };
-    let mut worst = (f64::MIN, vec![], vec![]);
-    for a in 0..4i64 {
-        for b in a..4 {
-            for c in b..4 {
-                let d = vec![a, b, c];
-                for i in 0..3 {
-                    for v in 0..4 {
-                        let mut e = d.clone();
-                        e[i] = v;
-                        e.sort_unstable();
-                        let l = loss(&d, &e);
-                        if l > worst.0 {
-                            worst = (l, d.clone(), e);
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let worst = worst_change(4, loss);
     let (max_loss, d, e) = worst;
     assert!(
         max_loss <= 1.0 + 1e-9,
@@ -403,4 +367,29 @@ fn joint_quantile_selection_at_epsilon_one() {
         best_point >= 0.8 * exact_loss,
         "point {best_point} vs exact {exact_loss}"
     );
+}
+
+/// The pair (window of 3 readings on `0..values`, the same with one reading
+/// changed) of the largest `loss`, and that loss.
+fn worst_change(values: i64, loss: impl Fn(&[i64], &[i64]) -> f64) -> (f64, Vec<i64>, Vec<i64>) {
+    let mut worst = (f64::MIN, vec![], vec![]);
+    for a in 0..values {
+        for b in a..values {
+            for c in b..values {
+                let d = vec![a, b, c];
+                for i in 0..3 {
+                    for v in 0..values {
+                        let mut e = d.clone();
+                        e[i] = v;
+                        e.sort_unstable();
+                        let l = loss(&d, &e);
+                        if l > worst.0 {
+                            worst = (l, d.clone(), e);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    worst
 }

@@ -115,6 +115,22 @@ impl StreamPlan {
             .find_map(|m| m.measurement.candidates())
     }
 
+    /// The keyed generator of window `seq` (docs/DESIGN.md §5).
+    fn keyed_rng(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+    ) -> impl rand::RngCore {
+        let id = WindowId {
+            stream: &self.spec.name,
+            partition,
+            seq,
+        };
+        window_rng(key, id, &window_digest(values))
+    }
+
     /// The candidates a window released after `track` uses: `None` (the
     /// declared ones) unless the stream adapts them.
     pub fn candidates_after(&self, track: &QuantileTrack) -> Option<Vec<i64>> {
@@ -141,18 +157,9 @@ impl StreamPlan {
                 "a window holds exactly n values"
             );
         }
-        let digest = window_digest(values);
-        let id = WindowId {
-            stream: &self.spec.name,
-            partition,
-            seq,
-        };
         let adaptive = self.candidates_after(track);
-        self.evaluate(
-            values,
-            Some(&mut window_rng(key, id, &digest)),
-            adaptive.as_deref(),
-        )
+        let mut rng = self.keyed_rng(key, partition, seq, values);
+        self.evaluate(values, Some(&mut rng), adaptive.as_deref())
     }
 
     /// Advance a lane's track past window `seq`: its quantiles exactly as
@@ -169,16 +176,11 @@ impl StreamPlan {
         if !self.spec.adaptive_quantiles || self.declared_candidates().is_none() {
             return;
         }
-        let digest = window_digest(values);
-        let id = WindowId {
-            stream: &self.spec.name,
-            partition,
-            seq,
-        };
         let adaptive = self.candidates_after(track);
+        let mut rng = self.keyed_rng(key, partition, seq, values);
         let measured = self.measure_first(
             values,
-            Some(&mut window_rng(key, id, &digest)),
+            Some(&mut rng),
             self.measurements.len(),
             adaptive.as_deref(),
         );

@@ -49,6 +49,20 @@ pub(super) enum Measured {
     Choices(Vec<i64>),
 }
 
+/// A selection's choice among `util` (noisy with a generator; without one,
+/// the first of the highest utilities: the noise-free truth).
+fn choose<R: Rng + ?Sized>(mechanism: &Mechanism, rng: Option<&mut R>, util: &[i128]) -> usize {
+    match (mechanism, rng) {
+        (Mechanism::Select(sel), Some(r)) => sel.select(r, util),
+        _ => util
+            .iter()
+            .enumerate()
+            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
+            .map(|(i, _)| i)
+            .expect("something to choose from"),
+    }
+}
+
 /// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.
 pub fn project_to_simplex(v: &[f64], total: f64) -> Vec<f64> {
     let mut u = v.to_vec();
@@ -122,15 +136,7 @@ impl StreamPlan {
                         candidates,
                         *level,
                     );
-                    let idx = match (&mp.mechanism, rng.as_deref_mut()) {
-                        (Mechanism::Select(sel), Some(r)) => sel.select(r, &util),
-                        _ => util
-                            .iter()
-                            .enumerate()
-                            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
-                            .map(|(i, _)| i)
-                            .expect("candidates"),
-                    };
+                    let idx = choose(&mp.mechanism, rng.as_deref_mut(), &util);
                     Measured::Choice(candidates[idx])
                 }
                 Measurement::JointQuantiles { levels, candidates } => {
@@ -143,15 +149,7 @@ impl StreamPlan {
                         &nums,
                         QuantileLevel::DEN,
                     );
-                    let idx = match (&mp.mechanism, rng.as_deref_mut()) {
-                        (Mechanism::Select(sel), Some(r)) => sel.select(r, &util),
-                        _ => util
-                            .iter()
-                            .enumerate()
-                            .max_by_key(|&(i, v)| (*v, std::cmp::Reverse(i)))
-                            .map(|(i, _)| i)
-                            .expect("tuples"),
-                    };
+                    let idx = choose(&mp.mechanism, rng.as_deref_mut(), &util);
                     let tuple = crate::joint::tuple_at(candidates.len(), levels.len(), idx);
                     Measured::Choices(tuple.into_iter().map(|i| candidates[i]).collect())
                 }
