@@ -419,7 +419,8 @@ fn the_add_remove_sum_is_direct_and_tighter() {
     let truth: f64 = values.iter().sum::<i64>() as f64 * 0.1;
     let key = ReleaseKey::from_bytes([7; 32]);
     let (mut err_d, mut err_c, mut covered) = (Vec::new(), Vec::new(), 0);
-    for seq in 0..4000u64 {
+    const DRAWS: u64 = 40_000;
+    for seq in 0..DRAWS {
         let rd = sd.release(&key, 0, seq, &values);
         let rc = sc.release(&key, 1, seq, &values);
         let sum_c = rc.iter().find(|r| r.name == "sum").unwrap().values[0];
@@ -430,8 +431,9 @@ fn the_add_remove_sum_is_direct_and_tighter() {
     }
     let std = |e: &[f64]| (e.iter().map(|x| x * x).sum::<f64>() / e.len() as f64).sqrt();
     let want = std::f64::consts::SQRT_2 * 850.0 * 0.1; // √2 · scale, in °C
+                                                       // The closed form within 3% (the estimate's own error is ≈ 0.6%).
     assert!(
-        (std(&err_d) / want - 1.0).abs() < 0.08,
+        (std(&err_d) / want - 1.0).abs() < 0.03,
         "{} vs {want}",
         std(&err_d)
     );
@@ -441,8 +443,8 @@ fn the_add_remove_sum_is_direct_and_tighter() {
         std(&err_d),
         std(&err_c)
     );
-    let rate = covered as f64 / 4000.0;
-    assert!((0.93..=0.97).contains(&rate), "coverage {rate}");
+    let rate = covered as f64 / DRAWS as f64;
+    assert!((0.945..=0.965).contains(&rate), "coverage {rate}");
 }
 
 /// An add-remove histogram alone spends the whole budget on its bins and
