@@ -7,6 +7,7 @@ use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::pipeline::{Options, Pipeline};
 use fleetdp::report::PlanReport;
 use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -383,6 +384,25 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     runtime()?.block_on(async move {
         let shutdown = shutdown_on_signals();
         let started = std::time::Instant::now();
+        // On a terminal a progress bar (toward --messages, else --duration);
+        // otherwise a plain line per second.
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let (len, template) = match messages {
+                Some(m) => (
+                    m,
+                    "{bar:40} {pos}/{len} messages · {per_sec} · {elapsed} (ETA {eta})",
+                ),
+                None => (
+                    duration.as_secs().max(1),
+                    "{bar:40} {elapsed}/{len}s · {msg}",
+                ),
+            };
+            let bar = indicatif::ProgressBar::new(len);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+                bar.set_style(style);
+            }
+            bar
+        });
         let sent = fleetdp::sim::produce_fleet(
             &config,
             &topic,
@@ -392,13 +412,21 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             Some(duration),
             shutdown,
             |n| {
-                eprintln!(
-                    "  {n} messages sent ({:.0}/s)",
-                    n as f64 / started.elapsed().as_secs_f64().max(1e-9)
-                );
+                let per_second = n as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                match &bar {
+                    Some(b) if messages.is_some() => b.set_position(n),
+                    Some(b) => {
+                        b.set_position(started.elapsed().as_secs());
+                        b.set_message(format!("{n} messages ({per_second:.0}/s)"));
+                    }
+                    None => eprintln!("  {n} messages sent ({per_second:.0}/s)"),
+                }
             },
         )
         .await?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
         println!(
             "{sent} messages produced to {topic} in {:.1}s",
             started.elapsed().as_secs_f64()
