@@ -10,6 +10,7 @@ use crate::show;
 use crate::sim::{Fleet, FleetSpec};
 use anyhow::{Context, Result};
 use rdkafka::mocking::MockCluster;
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
@@ -58,9 +59,12 @@ pub fn demo_config(brokers: &str, tight: bool) -> Result<Validated> {
     c.validate()
 }
 
-fn print_release(started: Instant, e: &ReleaseEvent) {
+fn print_release(started: Instant, e: &ReleaseEvent, units: &BTreeMap<String, String>) {
     let at = format!("[{:>5.1}s]", started.elapsed().as_secs_f64());
-    println!("{}", show::release(&at, &e.release, e.truth.as_deref()));
+    println!(
+        "{}",
+        show::release(&at, &e.release, e.truth.as_deref(), units)
+    );
 }
 
 /// Run the demo; blocks until it ends.
@@ -104,6 +108,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let units = show::units(&v);
     let key = opts.key.clone().unwrap_or_else(ReleaseKey::ephemeral);
     let pipeline = std::sync::Arc::new(Pipeline::new(v, key));
     if let Some(addr) = &opts.listen {
@@ -159,7 +164,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut summary = show::Summary::default();
     let mut landed = |e: ReleaseEvent| {
-        print_release(started, &e);
+        print_release(started, &e, &units);
         if let Some(t) = &e.truth {
             summary.add(&e.release, t);
         }

@@ -3,9 +3,30 @@
 //! demo owns its data), plus a line for the running totals. Used by
 //! `fleetdp demo` and `fleetdp tail`.
 
+use crate::config::Validated;
 use crate::dp::release::ReleasedStatistic;
+use std::collections::BTreeMap;
 
-fn stat(r: &proto::Statistic, truth: Option<&ReleasedStatistic>) -> String {
+/// Each stream's `unit` setting (streams without one are left out).
+pub(crate) fn units(v: &Validated) -> BTreeMap<String, String> {
+    v.config
+        .streams
+        .iter()
+        .filter_map(|s| Some((s.name.clone(), s.unit.clone()?)))
+        .collect()
+}
+
+/// The unit a statistic's values are in, given the readings' unit.
+fn unit_of(name: &str, unit: &str) -> String {
+    match name {
+        _ if unit.is_empty() => String::new(),
+        "mean" | "sum" | "std" | "quantile" => format!(" {unit}"),
+        "variance" => format!(" {unit}²"),
+        _ => String::new(),
+    }
+}
+
+fn stat(r: &proto::Statistic, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
     let name = match r.level {
         Some(q) => format!("p{}", (q * 100.0).round()),
         None => r.name.clone(),
@@ -26,7 +47,8 @@ fn stat(r: &proto::Statistic, truth: Option<&ReleasedStatistic>) -> String {
         .and_then(|t| t.values.first())
         .map(|x| format!(" (true {x:.2})"))
         .unwrap_or_default();
-    format!("{name} {v:.2}{hw}{t}")
+    let u = unit_of(&r.name, unit);
+    format!("{name} {v:.2}{hw}{u}{t}")
 }
 
 /// A release as text, after `at` (a time or an elapsed time).
@@ -34,12 +56,14 @@ pub(crate) fn release(
     at: &str,
     r: &proto::WindowRelease,
     truth: Option<&[ReleasedStatistic]>,
+    units: &BTreeMap<String, String>,
 ) -> String {
+    let unit = units.get(&r.stream).map_or("", String::as_str);
     let stats: Vec<String> = r
         .statistics
         .iter()
         .enumerate()
-        .map(|(i, s)| stat(s, truth.and_then(|t| t.get(i))))
+        .map(|(i, s)| stat(s, truth.and_then(|t| t.get(i)), unit))
         .collect();
     let mut out = format!(
         "{at} {:<13} p{} #{:<3} n={} {}",
@@ -54,10 +78,11 @@ pub(crate) fn release(
     if let Some(sum) = r.running.iter().find(|t| t.name == "sum") {
         let count = sum.count.max(1) as f64;
         let mut line = format!(
-            "running mean over {} windows: {:.2} ± {:.2} (1 std)",
+            "running mean over {} windows: {:.2} ± {:.2}{} (1 std)",
             sum.windows,
             sum.values[0] / count,
-            sum.std / count
+            sum.std / count,
+            unit_of("mean", unit)
         );
         if let (Some(s), Some(ss), Some(c), Some(cs)) =
             (sum.summed, sum.summed_std, sum.combined, sum.combined_std)
@@ -189,6 +214,35 @@ mod tests {
             spent: 0.0,
             half_width: None,
         }
+    }
+
+    #[test]
+    fn values_carry_their_unit() {
+        let r = proto::WindowRelease {
+            stream: "temp".into(),
+            statistics: vec![
+                stat("mean", None, vec![20.5], Some(0.3)),
+                stat("variance", None, vec![40.0], Some(8.0)),
+                stat("quantile", Some(0.9), vec![27.0], None),
+                stat("clamped", None, vec![0.01], Some(0.005)),
+            ],
+            ..Default::default()
+        };
+        let units = BTreeMap::from([("temp".to_string(), "°C".to_string())]);
+        let line = release("[t]", &r, None, &units);
+        for part in [
+            "mean 20.50 ± 0.30 °C",
+            "variance 40.00 ± 8.00 °C²",
+            "p90 27.00 °C ·",
+            "clamped 0.01 ± 0.01",
+        ] {
+            assert!(line.contains(part), "{part:?} in {line}");
+        }
+        assert!(
+            line.ends_with("clamped 0.01 ± 0.01"),
+            "no unit on a share: {line}"
+        );
+        assert!(!release("[t]", &r, None, &BTreeMap::new()).contains('°'));
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub struct TailOptions {
 /// Print releases to `out` until `max` or `idle` is reached (or forever).
 pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u64> {
     let k = &v.config.kafka;
+    let units = crate::show::units(v);
     let mut c = client_config(&k.brokers, &k.properties);
     c.set("group.id", "fleetdp-tail")
         .set("enable.auto.commit", "false")
@@ -92,7 +93,7 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
                 writeln!(
                     out,
                     "{}",
-                    crate::show::release(&format!("[{at}]"), &r, None)
+                    crate::show::release(&format!("[{at}]"), &r, None, &units)
                 )?;
             }
         }
