@@ -184,16 +184,8 @@ fn quantile_selection_at_epsilon_one() {
     let level = QuantileLevel::new(0.5).unwrap();
     let (sel, spent) = Selection::calibrate(Measure::Pure, level.den as u64, &exact(1.0));
     assert_eq!(spent, exact(1.0));
-    let loss = |a: &[i64], b: &[i64]| {
-        let (pa, pb) = (
-            sel.probabilities(&stats::quantile_utilities(a, &candidates, level)),
-            sel.probabilities(&stats::quantile_utilities(b, &candidates, level)),
-        );
-        pa.iter()
-            .zip(&pb)
-            .map(|(x, y)| (x / y).ln().abs())
-            .fold(0.0, f64::max)
-    };
+    let util = |w: &[i64]| stats::quantile_utilities(w, &candidates, level);
+    let loss = |a: &[i64], b: &[i64]| exact_loss(&sel, &util(a), &util(b));
     let worst = worst_change(5, loss);
     let (_, d, e) = worst;
     let (best_lb, best_point, exact_loss) = audit_selection(
@@ -234,12 +226,7 @@ fn audit_selection(sel: &Selection, u0: &[i128], u1: &[i128]) -> (f64, f64, f64)
         events.extend([(h0[c], h1[c]), (h1[c], h0[c]), (le0, le1), (le1, le0)]);
     }
     let a = ALPHA / (2.0 * events.len() as f64);
-    let exact_loss = sel
-        .probabilities(u0)
-        .iter()
-        .zip(&sel.probabilities(u1))
-        .map(|(x, y)| (x / y).ln().abs())
-        .fold(0.0, f64::max);
+    let exact = exact_loss(sel, u0, u1);
     let (mut best_lb, mut best_point) = (f64::MIN, f64::MIN);
     for (p, q) in events {
         if q == 0 || p == 0 {
@@ -248,7 +235,17 @@ fn audit_selection(sel: &Selection, u0: &[i128], u1: &[i128]) -> (f64, f64, f64)
         best_lb = best_lb.max((cp_lower(p, RUNS, a) / cp_upper(q, RUNS, a)).ln());
         best_point = best_point.max((p as f64 / q as f64).ln());
     }
-    (best_lb, best_point, exact_loss)
+    (best_lb, best_point, exact)
+}
+
+/// The exact privacy loss of a selection between two neighbours'
+/// utilities: the largest |ln| ratio of their output probabilities.
+fn exact_loss(sel: &Selection, u0: &[i128], u1: &[i128]) -> f64 {
+    sel.probabilities(u0)
+        .iter()
+        .zip(&sel.probabilities(u1))
+        .map(|(x, y)| (x / y).ln().abs())
+        .fold(0.0, f64::max)
 }
 
 /// Add-remove quantiles are calibrated to the tight utility sensitivity
@@ -269,13 +266,7 @@ fn add_remove_quantile_selection_at_epsilon_one() {
     );
     let (sel, _) = Selection::calibrate(Measure::Pure, du, &exact(1.0));
     let util = |w: &[i64]| stats::quantile_utilities(w, &candidates, level);
-    let loss = |a: &[i64], b: &[i64]| {
-        sel.probabilities(&util(a))
-            .iter()
-            .zip(&sel.probabilities(&util(b)))
-            .map(|(x, y)| (x / y).ln().abs())
-            .fold(0.0, f64::max)
-    };
+    let loss = |a: &[i64], b: &[i64]| exact_loss(&sel, &util(a), &util(b));
     // Every sorted window of 1..=4 readings and every one-reading addition.
     let mut windows: Vec<Vec<i64>> = vec![vec![]];
     let mut worst = (f64::MIN, vec![], vec![]);
@@ -307,12 +298,7 @@ fn add_remove_quantile_selection_at_epsilon_one() {
     // The search finds what an under-calibration would leak: at the looser
     // min(q, 1 − q) the same windows lose more than ε = 1.
     let (wrong, _) = Selection::calibrate(Measure::Pure, du / 9, &exact(1.0));
-    let wrong_loss = wrong
-        .probabilities(&util(&d))
-        .iter()
-        .zip(&wrong.probabilities(&util(&e)))
-        .map(|(x, y)| (x / y).ln().abs())
-        .fold(0.0, f64::max);
+    let wrong_loss = exact_loss(&wrong, &util(&d), &util(&e));
     assert!(
         wrong_loss > 1.0,
         "an under-calibrated selection loses {wrong_loss}"
@@ -342,13 +328,7 @@ fn joint_quantile_selection_at_epsilon_one() {
     let du = fleetdp_dp::release::joint_utility_sensitivity(nb);
     let (sel, _) = Selection::calibrate(Measure::Pure, du, &exact(1.0));
     let util = |w: &[i64]| joint::utilities(w, &candidates, &nums, QuantileLevel::DEN);
-    let loss = |a: &[i64], b: &[i64]| {
-        sel.probabilities(&util(a))
-            .iter()
-            .zip(&sel.probabilities(&util(b)))
-            .map(|(x, y)| (x / y).ln().abs())
-            .fold(0.0, f64::max)
-    };
+    let loss = |a: &[i64], b: &[i64]| exact_loss(&sel, &util(a), &util(b));
     let worst = worst_change(4, loss);
     let (max_loss, d, e) = worst;
     assert!(

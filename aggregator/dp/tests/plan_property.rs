@@ -15,6 +15,17 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::time::{Duration, Instant};
 
+/// The statistics a random stream draws from (`clamped` is drawn apart).
+const STATS: [StatKind; 7] = [
+    StatKind::Count,
+    StatKind::Sum,
+    StatKind::Mean,
+    StatKind::Variance,
+    StatKind::Std,
+    StatKind::Histogram,
+    StatKind::Quantiles,
+];
+
 const CONFIGS: u64 = 10_000;
 /// A plan (or a refusal) and one release take at most this long.
 const BOUND: Duration = Duration::from_secs(1);
@@ -56,18 +67,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         max_readings_per_device: 1,
         max_windows_per_device: pick(rng, &[1, 24]),
         budget_share: pick(rng, &[1.0, 0.5]),
-        statistics: [
-            StatKind::Count,
-            StatKind::Sum,
-            StatKind::Mean,
-            StatKind::Variance,
-            StatKind::Std,
-            StatKind::Histogram,
-            StatKind::Quantiles,
-        ]
-        .into_iter()
-        .filter(|_| rng.gen_bool(0.5))
-        .collect(),
+        statistics: STATS.into_iter().filter(|_| rng.gen_bool(0.5)).collect(),
         histogram_edges: vec![-40.0, 0.0, 20.0, 85.0],
         quantiles: vec![0.5, 0.9],
         quantile_candidates: None,
@@ -107,16 +107,10 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
             1e300,
         ];
         for _ in 0..side.gen_range(1..=3) {
-            let stat = [
-                StatKind::Count,
-                StatKind::Sum,
-                StatKind::Mean,
-                StatKind::Variance,
-                StatKind::Std,
-                StatKind::Histogram,
-                StatKind::Quantiles,
-                StatKind::Clamped,
-            ][side.gen_range(0..8)];
+            let stat = match side.gen_range(0..=STATS.len()) {
+                i if i < STATS.len() => STATS[i],
+                _ => StatKind::Clamped,
+            };
             s.target_error
                 .push((stat, targets[side.gen_range(0..targets.len())]));
         }

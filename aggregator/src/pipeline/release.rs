@@ -156,16 +156,13 @@ impl Consuming<'_> {
             None => vec![],
         };
         // This window's candidates come from the track before it.
-        let track = match stream.spec.adaptive_quantiles {
-            true => {
-                let track = self.tracks.entry(lane_key).or_default();
-                let before = track.clone();
-                stream.track_step(&self.p.key, w.partition, w.seq, &w.values, track);
-                lane.quantile_track = serde_json::to_vec(track).expect("a track serialises");
-                before
-            }
-            false => QuantileTrack::default(),
-        };
+        let mut track = QuantileTrack::default();
+        if stream.spec.adaptive_quantiles {
+            let lane_track = self.tracks.entry(lane_key).or_default();
+            track = lane_track.clone();
+            stream.track_step(&self.p.key, w.partition, w.seq, &w.values, lane_track);
+            lane.quantile_track = serde_json::to_vec(lane_track).expect("a track serialises");
+        }
         // An empty time window holds back no input offset.
         let holds = (!w.values.is_empty()).then_some(w.first_offset);
         if let Some(o) = holds {

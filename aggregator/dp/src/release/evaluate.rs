@@ -96,8 +96,8 @@ impl StreamPlan {
         adaptive: Option<&[i64]>,
     ) -> Vec<Measured> {
         let u = &self.universe;
-        let sorted = self
-            .measurements
+        // Sorted only when a quantile is among the measurements taken.
+        let sorted = self.measurements[..take]
             .iter()
             .any(|m| m.measurement.candidates().is_some())
             .then(|| {
@@ -189,6 +189,13 @@ impl StreamPlan {
         adaptive: Option<&[i64]>,
     ) -> Vec<ReleasedStatistic> {
         let noisy = rng.is_some();
+        if noisy && self.neighbouring.size_is_public() {
+            assert_eq!(
+                values.len() as u64,
+                self.spec.window_size,
+                "a window holds exactly n values"
+            );
+        }
         let measured = self.measure_first(values, rng, self.measurements.len(), adaptive);
         self.post_process(values, &measured, noisy)
     }
@@ -442,13 +449,6 @@ impl StreamPlan {
         values: &[i64],
         rng: &mut R,
     ) -> Vec<ReleasedStatistic> {
-        if self.neighbouring.size_is_public() {
-            assert_eq!(
-                values.len() as u64,
-                self.spec.window_size,
-                "a window holds exactly n values"
-            );
-        }
         self.evaluate(values, Some(rng), None)
     }
 

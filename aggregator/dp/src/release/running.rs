@@ -72,10 +72,11 @@ impl StreamPlan {
         // The window's released sum (the same keyed draws as its release),
         // summed over the windows so far: a second estimate of the sum
         // total, combined with the running total below.
-        let window_sum = self.window_sum(values, &mut window_rng(key, id, &digest));
-        let window_bins = (plan.groups.len() > 1)
-            .then(|| self.window_bins(values, &mut window_rng(key, id, &digest)))
-            .flatten();
+        let (window_sum, window_bins) = self.window_estimates(
+            values,
+            &mut window_rng(key, id, &digest),
+            plan.groups.len() > 1,
+        );
         let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
         let t = state.steps;
         let res = plan.resolution;
@@ -144,37 +145,44 @@ impl StreamPlan {
     }
 
     /// The window's released sum in units, unrounded as post-processing
-    /// leaves it, and its noise variance (units²), from the window's keyed
-    /// generator: `None` without a centred-sum measurement.
-    fn window_sum<R: Rng + ?Sized>(&self, values: &[i64], rng: &mut R) -> Option<(f64, f64)> {
-        let (i, m) = self.find(|m| *m == Measurement::CentredSum)?;
-        let Mechanism::Additive(noise) = &m.mechanism else {
-            return None;
+    /// leaves it, and its noise variance (units²), and (with `bins`) its
+    /// histogram bins as measured (noisy, before projection) and each bin's
+    /// noise variance: one pass of the window's keyed generator, the same
+    /// draws as its release. `None` where the measurement is not planned.
+    #[allow(clippy::type_complexity)]
+    fn window_estimates<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: &mut R,
+        bins: bool,
+    ) -> (Option<(f64, f64)>, Option<(Vec<f64>, f64)>) {
+        let sum = self.find(|m| *m == Measurement::CentredSum);
+        let hist = self
+            .find(|m| matches!(m, Measurement::Histogram { .. }))
+            .filter(|_| bins);
+        let take = sum.iter().chain(&hist).map(|(i, _)| i + 1).max();
+        let Some(take) = take else {
+            return (None, None);
         };
-        let Measured::Scalar(c) = self.measure_first(values, Some(rng), i + 1, None)[i] else {
-            unreachable!("a centred sum is a scalar")
-        };
-        let (lo, hi) = (self.universe.lower() as f64, self.universe.upper() as f64);
-        let n = values.len() as f64;
-        // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
-        let s = ((c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
-        Some((s, noise.variance() / 4.0))
-    }
-}
-
-impl StreamPlan {
-    /// The window's histogram bins as measured (noisy, before projection),
-    /// and each bin's noise variance, from the window's keyed generator:
-    /// `None` without a histogram measurement.
-    fn window_bins<R: Rng + ?Sized>(&self, values: &[i64], rng: &mut R) -> Option<(Vec<f64>, f64)> {
-        let (i, m) = self.find(|m| matches!(m, Measurement::Histogram { .. }))?;
-        let Mechanism::Additive(noise) = &m.mechanism else {
-            return None;
-        };
-        let Measured::Vector(bins) = &self.measure_first(values, Some(rng), i + 1, None)[i] else {
-            unreachable!("a histogram is a vector")
-        };
-        Some((bins.iter().map(|&b| b as f64).collect(), noise.variance()))
+        let measured = self.measure_first(values, Some(rng), take, None);
+        let sum = sum.and_then(|(i, m)| {
+            let (Mechanism::Additive(noise), Measured::Scalar(c)) = (&m.mechanism, &measured[i])
+            else {
+                return None;
+            };
+            let (lo, hi) = (self.universe.lower() as f64, self.universe.upper() as f64);
+            let n = values.len() as f64;
+            // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
+            let s = ((*c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
+            Some((s, noise.variance() / 4.0))
+        });
+        let hist = hist.and_then(|(i, m)| match (&m.mechanism, &measured[i]) {
+            (Mechanism::Additive(noise), Measured::Vector(b)) => {
+                Some((b.iter().map(|&x| x as f64).collect(), noise.variance()))
+            }
+            _ => None,
+        });
+        (sum, hist)
     }
 }
 

@@ -59,6 +59,13 @@ fn only(relation: Relation, statistics: Vec<StatKind>) -> StreamSpec {
     s
 }
 
+/// A release key per Monte Carlo repetition (`fill` tells tests apart).
+fn rep_key(rep: u64, fill: u8) -> ReleaseKey {
+    let mut b = [fill; 32];
+    b[..8].copy_from_slice(&rep.to_le_bytes());
+    ReleaseKey::from_bytes(b)
+}
+
 pub(crate) fn privacy(measure: Measure, relation: Relation) -> PrivacySpec {
     PrivacySpec {
         relation,
@@ -504,11 +511,7 @@ fn running_sums_combine_with_the_summed_windows() {
         let (mut running, mut summed, mut combined) = (Vec::new(), Vec::new(), Vec::new());
         let mut stated = None;
         for rep in 0..300u64 {
-            let key = ReleaseKey::from_bytes({
-                let mut b = [0u8; 32];
-                b[..8].copy_from_slice(&rep.to_le_bytes());
-                b
-            });
+            let key = rep_key(rep, 0);
             let mut state = RunningState::default();
             let mut released_total = 0.0;
             let mut last = None;
@@ -569,11 +572,7 @@ fn running_histograms_combine_with_the_summed_bins() {
             .collect();
         let (mut summed, mut combined, mut stated) = (Vec::new(), Vec::new(), None);
         for rep in 0..200u64 {
-            let key = ReleaseKey::from_bytes({
-                let mut b = [1u8; 32];
-                b[..8].copy_from_slice(&rep.to_le_bytes());
-                b
-            });
+            let key = rep_key(rep, 1);
             let mut state = RunningState::default();
             let mut last = None;
             for seq in 0..steps {
