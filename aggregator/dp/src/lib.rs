@@ -19,4 +19,5 @@ pub mod release;
 pub mod rng;
 pub mod sampler;
 pub mod stats;
+pub mod sums;
 pub mod universe;

@@ -11,6 +11,7 @@
 
 mod adaptive;
 mod evaluate;
+mod fleet;
 mod moments;
 mod plan;
 mod running;
@@ -21,6 +22,7 @@ mod tests;
 
 pub use adaptive::*;
 pub use evaluate::*;
+pub use fleet::*;
 pub use plan::*;
 pub use running::*;
 pub use spec::*;

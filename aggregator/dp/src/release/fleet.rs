@@ -1,0 +1,224 @@
+//! Fleet-wide statistics: one window seq's releases from several partitions
+//! combined into one figure per statistic, with its interval where the
+//! statistic is one noisy measurement per partition.
+//!
+//! Privacy argument: a device's readings all live on one partition, so the
+//! partitions' windows of a seq hold disjoint devices; the combination reads
+//! only released values and public parameters (the plan's noise, `n` under
+//! change-one), so it is post-processing and costs nothing. A device pays
+//! what its partition's release states (parallel composition).
+//!
+//! Accuracy: the partitions' noises are independent draws of the same
+//! calibrated noise, so a sum's error is the sum of `m` draws; its interval
+//! comes from [`crate::sums`] (a convolution, not a normal approximation).
+//! Means and shares are weighted by `n` (the fleet's window mean is
+//! `Σ n_p·mean_p / Σ n_p`); under count windows every partition has the same
+//! `n` and noise, so these are also the inverse-variance weights.
+
+use super::*;
+use crate::mechanism::Noise;
+use crate::relation::Relation;
+use crate::sums::{sum_half_width, sum_variance};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// One partition's release of a window, as the combination reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct PartRelease<'a> {
+    /// Window size (public under change-one; 0 under add-remove).
+    pub n: u64,
+    pub statistics: &'a [ReleasedStatistic],
+}
+
+/// A fleet-wide statistic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetStatistic {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<f64>,
+    pub values: Vec<f64>,
+    /// `sum`, `weighted_mean` or `pooled` (variance and std: within- plus
+    /// between-partition spread, when the mean is released too).
+    pub combination: String,
+    /// Standard deviation of the combined noise (one measurement per
+    /// partition), statistic units.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub std: Option<f64>,
+    /// 95% interval half-width (one measurement per partition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub half_width: Option<f64>,
+}
+
+/// Why partitions' releases cannot be combined.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CombineError {
+    #[error("no partition releases to combine")]
+    Empty,
+    #[error("a partition's release lists {found:?}, the plan {expected:?}")]
+    Statistics {
+        found: Vec<String>,
+        expected: Vec<String>,
+    },
+}
+
+/// Half-widths of sums of `m` draws, per (measurement, `m`): a convolution
+/// is worth computing once per stream and partition count.
+#[derive(Debug, Default)]
+pub struct SumWidths(HashMap<(usize, usize), f64>);
+
+impl SumWidths {
+    fn get(&mut self, plan: &StreamPlan, measurement: usize, copies: usize) -> f64 {
+        *self.0.entry((measurement, copies)).or_insert_with(|| {
+            match &plan.measurements[measurement].mechanism {
+                Mechanism::Additive(n) => sum_half_width(n, copies),
+                Mechanism::Select(_) => f64::NAN,
+            }
+        })
+    }
+}
+
+impl StreamPlan {
+    /// Combine one seq's releases from `parts` (distinct partitions).
+    pub fn combine(
+        &self,
+        parts: &[PartRelease<'_>],
+        widths: &mut SumWidths,
+    ) -> Result<Vec<FleetStatistic>, CombineError> {
+        let first = parts.first().ok_or(CombineError::Empty)?;
+        let expected: Vec<String> = first.statistics.iter().map(|s| s.name.clone()).collect();
+        let planned = self.describe();
+        let layout: Vec<String> = planned.iter().map(|s| s.name.clone()).collect();
+        for p in parts {
+            let found: Vec<String> = p.statistics.iter().map(|s| s.name.clone()).collect();
+            if found != layout || found != expected {
+                return Err(CombineError::Statistics {
+                    found,
+                    expected: layout,
+                });
+            }
+        }
+        let m = parts.len();
+        let res = self.universe.resolution();
+        let change_one = self.neighbouring.relation == Relation::ChangeOne;
+        let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
+        let count_at = planned.iter().position(|s| s.name == "count");
+        // Weights: n (public) under change-one; the released noisy count
+        // under add-remove if there is one, else equal.
+        let weights: Vec<f64> = parts
+            .iter()
+            .map(|p| match (change_one, count_at) {
+                (true, _) => p.n as f64,
+                (false, Some(i)) => value(p, i).max(1.0),
+                (false, None) => 1.0,
+            })
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let weighted = |i: usize| -> f64 {
+            parts
+                .iter()
+                .zip(&weights)
+                .map(|(p, w)| w * value(p, i))
+                .sum::<f64>()
+                / total
+        };
+        let summed = |i: usize| -> Vec<f64> {
+            let len = first.statistics[i].values.len();
+            (0..len)
+                .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
+                .collect()
+        };
+        // (std, half-width) of Σ over partitions of measurement `idx`'s
+        // noise, times `per`.
+        let mut noise_of = |idx: Option<usize>, per: f64| {
+            let idx = idx?;
+            let Mechanism::Additive(noise) = &self.measurements[idx].mechanism else {
+                return None;
+            };
+            if matches!(noise, Noise::Exact) {
+                return Some((0.0, 0.0));
+            }
+            let sd = sum_variance(noise, m).sqrt() * per;
+            Some((sd, widths.get(self, idx, m) * per))
+        };
+        let idx = |pred: fn(&Measurement) -> bool| self.find(pred).map(|(i, _)| i);
+        let count_m = idx(|m| *m == Measurement::Count);
+        let centred = idx(|m| *m == Measurement::CentredSum);
+        let direct = idx(|m| *m == Measurement::Sum);
+        let hist = idx(|m| matches!(m, Measurement::Histogram { .. }));
+        let boundary = idx(|m| *m == Measurement::Boundary);
+        let mean_at = planned.iter().position(|s| s.name == "mean");
+        let fleet_mean = mean_at.map(weighted);
+        let variance_at = planned.iter().position(|s| s.name == "variance");
+        // Pooled variance: Σ w_p (v_p + (μ_p − μ)²) / Σ w_p, with the
+        // between-partition term where the means are released.
+        let pooled = |var_of: &dyn Fn(&PartRelease<'_>) -> f64| -> (f64, &'static str) {
+            let between = |p: &PartRelease<'_>| match (mean_at, fleet_mean) {
+                (Some(i), Some(mu)) => (value(p, i) - mu).powi(2),
+                _ => 0.0,
+            };
+            let v = parts
+                .iter()
+                .zip(&weights)
+                .map(|(p, w)| w * (var_of(p) + between(p)))
+                .sum::<f64>()
+                / total;
+            let how = if mean_at.is_some() {
+                "pooled"
+            } else {
+                "weighted_mean"
+            };
+            (v, how)
+        };
+
+        let mut out = Vec::with_capacity(planned.len());
+        for (i, s) in planned.iter().enumerate() {
+            let (values, combination, noise) = match s.name.as_str() {
+                // Change-one: the exact window sizes.
+                "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
+                "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
+                "sum" => {
+                    let noise = match (direct, change_one) {
+                        (Some(d), _) => noise_of(Some(d), res),
+                        (None, true) => noise_of(centred, res / 2.0),
+                        (None, false) => None,
+                    };
+                    (summed(i), "sum", noise)
+                }
+                "histogram" => (summed(i), "sum", noise_of(hist, 1.0)),
+                "mean" => {
+                    let noise = change_one
+                        .then(|| noise_of(centred, res / 2.0 / total))
+                        .flatten();
+                    (vec![weighted(i)], "weighted_mean", noise)
+                }
+                "clamped" => {
+                    let noise = change_one
+                        .then(|| noise_of(boundary, 1.0 / total))
+                        .flatten();
+                    (vec![weighted(i)], "weighted_mean", noise)
+                }
+                "variance" => {
+                    let (v, how) = pooled(&|p| value(p, i));
+                    (vec![v], how, None)
+                }
+                "std" => {
+                    let (v, how) = match variance_at {
+                        Some(vi) => pooled(&|p| value(p, vi)),
+                        None => pooled(&|p| value(p, i).powi(2)),
+                    };
+                    (vec![v.max(0.0).sqrt()], how, None)
+                }
+                _ => (vec![weighted(i)], "weighted_mean", None),
+            };
+            out.push(FleetStatistic {
+                name: s.name.clone(),
+                level: first.statistics[i].level,
+                values,
+                combination: combination.to_string(),
+                std: noise.map(|n| n.0),
+                half_width: noise.map(|n| n.1),
+            });
+        }
+        Ok(out)
+    }
+}
