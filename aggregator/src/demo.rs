@@ -1,8 +1,10 @@
 //! `fleetdp demo`: an in-process Kafka (librdkafka's mock cluster), a
-//! simulated fleet, the pipeline and `/metrics`, with each release printed as
-//! it lands next to the true value (the demo owns its data). Stops by itself.
+//! simulated fleet, the pipeline and `/metrics`, with each fleet-wide
+//! release printed as it lands next to the true value (the demo owns its
+//! data); `--partitions` adds every partition's release. Stops by itself.
 
 use crate::config::{Config, Validated};
+use crate::dp::release::ReleasedStatistic;
 use crate::dp::rng::ReleaseKey;
 use crate::kafka;
 use crate::pipeline::{Options, Pipeline, ReleaseEvent};
@@ -32,6 +34,8 @@ pub struct DemoOptions {
     pub tight: bool,
     /// The release key (default: a fresh one per run).
     pub key: Option<ReleaseKey>,
+    /// Print every partition's release too (the fleet-wide ones always).
+    pub partitions: bool,
 }
 
 /// ε per device per horizon of `fleetdp demo --tight`.
@@ -40,9 +44,12 @@ pub const TIGHT_EPSILON: f64 = 2.0;
 /// What a demo run showed.
 #[derive(Debug, Clone)]
 pub struct DemoOutcome {
-    /// Scalar figures (every statistic but histogram bins) within 10% of
-    /// the truth or inside their 95% interval, and all scalar figures.
+    /// Partitions' scalar figures (every statistic but histogram bins)
+    /// within 10% of the truth or inside their 95% interval, and all.
     pub useful: (u64, u64),
+    /// The same for the fleet-wide figures.
+    pub fleet_useful: (u64, u64),
+    pub fleet_releases: u64,
     /// The end-of-run summary, as printed.
     pub summary: String,
     pub windows_released: u64,
@@ -59,12 +66,44 @@ pub fn demo_config(brokers: &str, tight: bool) -> Result<Validated> {
     c.validate()
 }
 
-fn print_release(started: Instant, e: &ReleaseEvent, units: &BTreeMap<String, String>) {
-    let at = format!("[{:>5.1}s]", started.elapsed().as_secs_f64());
-    println!(
-        "{}",
-        show::release(&at, &e.release, e.truth.as_deref(), units)
-    );
+fn at(started: Instant) -> String {
+    format!("[{:>5.1}s]", started.elapsed().as_secs_f64())
+}
+
+/// Window values by (stream, seq) and partition until their fleet-wide
+/// release arrives (the truth of the fleet's window is computed from them).
+#[derive(Default)]
+struct FleetTruth {
+    values: BTreeMap<(String, u64), BTreeMap<i32, Vec<i64>>>,
+}
+
+/// Most window seqs [`FleetTruth`] holds (the oldest go first).
+const TRUTH_SEQS: usize = 1000;
+
+impl FleetTruth {
+    fn keep(&mut self, e: &ReleaseEvent) {
+        if let Some(values) = &e.values {
+            let r = &e.release;
+            self.values
+                .entry((r.stream.clone(), r.window_seq))
+                .or_default()
+                .insert(r.partition, values.clone());
+            while self.values.len() > TRUTH_SEQS {
+                self.values.pop_first();
+            }
+        }
+    }
+
+    /// The truth of `f`'s partitions' windows together, if all are known.
+    fn of(&self, v: &Validated, f: &proto::FleetRelease) -> Option<Vec<ReleasedStatistic>> {
+        let stream = v.plan.streams.iter().find(|s| s.spec.name == f.stream)?;
+        let parts = self.values.get(&(f.stream.clone(), f.window_seq))?;
+        let mut all = Vec::new();
+        for p in &f.partitions {
+            all.extend_from_slice(parts.get(p)?);
+        }
+        Some(stream.truth(&all))
+    }
 }
 
 /// Run the demo; blocks until it ends.
@@ -108,6 +147,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let (fleet_tx, mut fleet_rx) = mpsc::unbounded_channel();
     let units = show::units(&v);
     let key = opts.key.clone().unwrap_or_else(ReleaseKey::ephemeral);
     let pipeline = std::sync::Arc::new(Pipeline::new(v, key));
@@ -130,7 +170,10 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         }
     }
     println!("{report}");
-    println!("Releases as they land (value ± 95% half-width, true value alongside):");
+    println!(
+        "Fleet-wide releases as they land (every partition's window of a seq combined; value ± 95% half-width, true value alongside){}:",
+        if opts.partitions { ", then each partition's" } else { "; --partitions shows each partition's" }
+    );
     let p = pipeline.clone();
     let rx = stop_rx.clone();
     let service = tokio::spawn(async move {
@@ -138,6 +181,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
             rx,
             Options {
                 events: Some(ev_tx),
+                fleet_events: Some(fleet_tx),
                 with_truth: true,
                 ..Options::default()
             },
@@ -163,15 +207,42 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let c = pipeline.counters.clone();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     let mut summary = show::Summary::default();
-    let mut landed = |e: ReleaseEvent| {
-        print_release(started, &e, &units);
+    let mut fleet_summary = show::Summary::default();
+    let mut truths = FleetTruth::default();
+    let mut fleet_releases = 0u64;
+    let v = pipeline.config();
+    let mut landed = |e: ReleaseEvent, truths: &mut FleetTruth| {
+        if opts.partitions {
+            let line = show::release(&at(started), &e.release, e.truth.as_deref(), &units);
+            println!("{line}");
+        }
         if let Some(t) = &e.truth {
             summary.add(&e.release, t);
         }
+        truths.keep(&e);
+    };
+    let mut fleet_landed = |f: proto::FleetRelease, truths: &FleetTruth| {
+        let truth = truths.of(&v, &f);
+        println!(
+            "{}",
+            show::fleet(&at(started), &f, truth.as_deref(), &units)
+        );
+        if let Some(t) = &truth {
+            fleet_summary.add_fleet(&f, t);
+        }
+        fleet_releases += 1;
     };
     loop {
         tokio::select! {
-            Some(e) = ev_rx.recv() => landed(e),
+            Some(e) = ev_rx.recv() => landed(e, &mut truths),
+            Some(f) = fleet_rx.recv() => {
+                // Its partitions' windows were acknowledged before it was
+                // read back: take their values first.
+                while let Ok(e) = ev_rx.try_recv() {
+                    landed(e, &mut truths);
+                }
+                fleet_landed(f, &truths);
+            }
             _ = progress.tick() => println!(
                 "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by caps, {} windows released",
                 started.elapsed().as_secs_f64(),
@@ -189,9 +260,12 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     producer.await??;
     service.await??;
     while let Ok(e) = ev_rx.try_recv() {
-        landed(e);
+        landed(e, &mut truths);
     }
-    let text = summary.to_text();
+    while let Ok(f) = fleet_rx.try_recv() {
+        fleet_landed(f, &truths);
+    }
+    let text = fleet_summary.to_text("Fleet-wide") + &summary.to_text("Per partition (drill-down)");
     print!("{text}");
     println!(
         "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
@@ -201,6 +275,8 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     );
     Ok(DemoOutcome {
         useful: summary.useful(),
+        fleet_useful: fleet_summary.useful(),
+        fleet_releases,
         summary: text,
         windows_released: c.windows_released.load(Ordering::Relaxed),
     })

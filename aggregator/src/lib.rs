@@ -22,7 +22,9 @@
 //!    it is acknowledged; rejected messages go through
 //!    `pipeline/dead_letter.rs` first;
 //! 5. [`telemetry`] counts it all, [`http`] serves `/metrics`, the probes
-//!    and the status page from `status.rs`.
+//!    and the status page from `status.rs`;
+//! 6. [`fleet`] reads the releases back from the output topic and publishes
+//!    each window seq's fleet-wide combination.
 //!
 //! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
 //! topics), [`report`] (`fleetdp plan`), [`sim`] and [`demo`], [`faults`]
@@ -55,6 +57,7 @@ pub const VERSION: &str = concat!(
 pub mod config;
 pub mod demo;
 pub mod faults;
+pub mod fleet;
 pub mod http;
 pub mod kafka;
 pub mod pipeline;

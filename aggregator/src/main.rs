@@ -48,6 +48,10 @@ enum Command {
         /// split evenly) to see what the default's budget buys.
         #[arg(long)]
         tight: bool,
+        /// Print every partition's release too (fleet-wide releases are
+        /// always printed).
+        #[arg(long)]
+        partitions: bool,
     },
     /// Run the service against a Kafka cluster.
     Run {
@@ -93,6 +97,10 @@ enum Command {
         /// Stop after this long without a release (e.g. 30s).
         #[arg(long, value_parser = humantime::parse_duration)]
         idle: Option<Duration>,
+        /// Only fleet-wide releases (every partition's window of a seq
+        /// combined), not each partition's.
+        #[arg(long)]
+        fleet: bool,
     },
     /// Write a new random release key (64 hex digits) to a file.
     Keygen {
@@ -207,6 +215,7 @@ fn main() -> ExitCode {
             listen,
             seed,
             tight,
+            partitions,
         } => {
             init_logging(cli.log_json, "warn");
             fleetdp::demo::run(fleetdp::demo::DemoOptions {
@@ -217,6 +226,7 @@ fn main() -> ExitCode {
                 seed,
                 tight,
                 key: None,
+                partitions,
             })
             .map(|_| ())
         }
@@ -239,9 +249,20 @@ fn main() -> ExitCode {
             from_beginning,
             max,
             idle,
+            fleet,
         } => {
             init_logging(cli.log_json, "warn");
-            tail(config, format, from_beginning, max, idle)
+            let opts = fleetdp::tail::TailOptions {
+                format: match format {
+                    TailFormatArg::Table => fleetdp::tail::TailFormat::Table,
+                    TailFormatArg::Json => fleetdp::tail::TailFormat::Json,
+                },
+                from_beginning,
+                max,
+                idle,
+                fleet_only: fleet,
+            };
+            tail(config, &opts)
         }
         Command::Keygen { out } => keygen(out),
     };
@@ -254,24 +275,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn tail(
-    path: PathBuf,
-    format: TailFormatArg,
-    from_beginning: bool,
-    max: Option<u64>,
-    idle: Option<Duration>,
-) -> Result<()> {
+fn tail(path: PathBuf, opts: &fleetdp::tail::TailOptions) -> Result<()> {
     let v = Config::load(&path)?.validate()?;
-    let opts = fleetdp::tail::TailOptions {
-        format: match format {
-            TailFormatArg::Table => fleetdp::tail::TailFormat::Table,
-            TailFormatArg::Json => fleetdp::tail::TailFormat::Json,
-        },
-        from_beginning,
-        max,
-        idle,
-    };
-    fleetdp::tail::run(&v, &opts, &mut std::io::stdout().lock())?;
+    fleetdp::tail::run(&v, opts, &mut std::io::stdout().lock())?;
     Ok(())
 }
 

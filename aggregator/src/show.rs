@@ -26,11 +26,51 @@ fn unit_of(name: &str, unit: &str) -> String {
     }
 }
 
-fn stat(r: &proto::Statistic, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
-    let name = match r.level {
-        Some(q) => format!("p{}", (q * 100.0).round()),
-        None => r.name.clone(),
-    };
+/// A statistic as the printers and the summary read it (a partition's or
+/// a fleet-wide one).
+pub(crate) struct View<'a> {
+    name: &'a str,
+    level: Option<f64>,
+    values: &'a [f64],
+    half_width: Option<f64>,
+    spent: f64,
+}
+
+impl<'a> From<&'a proto::Statistic> for View<'a> {
+    fn from(s: &'a proto::Statistic) -> Self {
+        View {
+            name: &s.name,
+            level: s.level,
+            values: &s.values,
+            half_width: s.half_width,
+            spent: s.spent,
+        }
+    }
+}
+
+impl<'a> From<&'a proto::FleetStatistic> for View<'a> {
+    fn from(s: &'a proto::FleetStatistic) -> Self {
+        View {
+            name: &s.name,
+            level: s.level,
+            values: &s.values,
+            half_width: s.half_width,
+            spent: s.spent,
+        }
+    }
+}
+
+impl View<'_> {
+    fn label(&self) -> String {
+        match self.level {
+            Some(q) => format!("p{}", (q * 100.0).round()),
+            None => self.name.to_string(),
+        }
+    }
+}
+
+fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
+    let name = r.label();
     if r.name == "histogram" {
         let v: Vec<String> = r.values.iter().map(|x| format!("{x:.0}")).collect();
         let t: Vec<String> = truth
@@ -47,8 +87,38 @@ fn stat(r: &proto::Statistic, truth: Option<&ReleasedStatistic>, unit: &str) -> 
         .and_then(|t| t.values.first())
         .map(|x| format!(" (true {x:.2})"))
         .unwrap_or_default();
-    let u = unit_of(&r.name, unit);
+    let u = unit_of(r.name, unit);
     format!("{name} {v:.2}{hw}{u}{t}")
+}
+
+/// A fleet-wide release as text, after `at`: the partitions it combines
+/// out of all, then every statistic with its interval.
+pub(crate) fn fleet(
+    at: &str,
+    f: &proto::FleetRelease,
+    truth: Option<&[ReleasedStatistic]>,
+    units: &BTreeMap<String, String>,
+) -> String {
+    let unit = units.get(&f.stream).map_or("", String::as_str);
+    let stats: Vec<String> = f
+        .statistics
+        .iter()
+        .enumerate()
+        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit))
+        .collect();
+    let n = if f.n > 0 {
+        format!(" n={}", f.n)
+    } else {
+        String::new()
+    };
+    format!(
+        "{at} {:<13} FLEET #{:<3} [{}/{} partitions]{n} {}",
+        f.stream,
+        f.window_seq,
+        f.partitions.len(),
+        f.input_partitions,
+        stats.join(" · ")
+    )
 }
 
 /// A release as text, after `at` (a time or an elapsed time).
@@ -63,7 +133,7 @@ pub(crate) fn release(
         .statistics
         .iter()
         .enumerate()
-        .map(|(i, s)| stat(s, truth.and_then(|t| t.get(i)), unit))
+        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit))
         .collect();
     let mut out = format!(
         "{at} {:<13} p{} #{:<3} n={} {}",
@@ -122,12 +192,26 @@ struct Row {
 impl Summary {
     /// Count one release against its noise-free statistics.
     pub fn add(&mut self, r: &proto::WindowRelease, truth: &[ReleasedStatistic]) {
-        for (s, t) in r.statistics.iter().zip(truth) {
-            let label = match s.level {
-                Some(q) => format!("p{}", (q * 100.0).round()),
-                None => s.name.clone(),
-            };
-            let row = self.rows.entry((r.stream.clone(), label)).or_default();
+        self.add_views(&r.stream, r.statistics.iter().map(View::from), truth);
+    }
+
+    /// Count one fleet-wide release against the truth of its partitions'
+    /// windows together.
+    pub fn add_fleet(&mut self, f: &proto::FleetRelease, truth: &[ReleasedStatistic]) {
+        self.add_views(&f.stream, f.statistics.iter().map(View::from), truth);
+    }
+
+    fn add_views<'a>(
+        &mut self,
+        stream: &str,
+        stats: impl Iterator<Item = View<'a>>,
+        truth: &[ReleasedStatistic],
+    ) {
+        for (s, t) in stats.zip(truth) {
+            let row = self
+                .rows
+                .entry((stream.to_string(), s.label()))
+                .or_default();
             row.spent = s.spent;
             // Histograms: every bin counts as a value.
             for (v, tv) in s.values.iter().zip(&t.values) {
@@ -153,11 +237,11 @@ impl Summary {
             .fold((0, 0), |(u, n), (_, r)| (u + r.useful, n + r.values))
     }
 
-    /// The summary as text, one line per stream and statistic.
-    pub fn to_text(&self) -> String {
+    /// The summary as text under `title`, one line per stream and statistic.
+    pub fn to_text(&self, title: &str) -> String {
         let (useful, scalars) = self.useful();
         let mut out = format!(
-            "Summary (every released value against the truth the demo knows): {useful} of {scalars} scalar figures \
+            "{title} (every released value against the truth the demo knows): {useful} of {scalars} scalar figures \
              within 10% of the truth or inside their 95% interval\n"
         );
         for ((stream, stat), row) in &self.rows {
@@ -267,7 +351,7 @@ mod tests {
                 ],
             );
         }
-        let text = s.to_text();
+        let text = s.to_text("Summary");
         // Mean: errors 0.5 (held), 2.0 (missed), 0.1 (missed by 0.05).
         assert!(text.contains("temp          mean           3 values · interval held the truth 1/3 (33%) · median |error| 0.50"), "{text}");
         assert!(

@@ -58,14 +58,19 @@ pub struct StreamStatus {
     pub max_windows_per_device: u32,
     /// The readings' unit (`unit` setting; empty if none).
     pub unit: String,
-    /// Statistic label → recent released points.
+    /// Statistic label → recent released points, per partition.
     pub series: BTreeMap<String, Vec<Point>>,
+    /// Statistic label → recent fleet-wide points (`partition` is the
+    /// number of partitions combined).
+    pub fleet: BTreeMap<String, Vec<Point>>,
 }
 
 #[derive(Debug, Default)]
 struct Board {
     /// (stream, statistic label) → recent points.
     series: BTreeMap<(String, String), VecDeque<Point>>,
+    /// (stream, statistic label) → recent fleet-wide points.
+    fleet: BTreeMap<(String, String), VecDeque<Point>>,
     /// Input partition → next offset to handle.
     positions: BTreeMap<i32, i64>,
     /// Input partition → lag (messages behind the high watermark).
@@ -95,15 +100,21 @@ pub struct StatusBoard {
 }
 
 /// The label of a statistic's component: `mean`, `histogram[3]`, `quantile(0.5)`.
-fn labels(s: &proto::Statistic) -> Vec<String> {
-    if s.values.len() > 1 {
-        (0..s.values.len())
-            .map(|i| format!("{}[{i}]", s.name))
-            .collect()
-    } else if s.name == "quantile" {
-        vec![format!("quantile({})", s.level.unwrap_or(f64::NAN))]
+fn labels(name: &str, values: usize, level: Option<f64>) -> Vec<String> {
+    if values > 1 {
+        (0..values).map(|i| format!("{name}[{i}]")).collect()
+    } else if name == "quantile" {
+        vec![format!("quantile({})", level.unwrap_or(f64::NAN))]
     } else {
-        vec![s.name.clone()]
+        vec![name.to_string()]
+    }
+}
+
+/// Append `p` to a bounded series.
+fn push(q: &mut VecDeque<Point>, p: Point) {
+    q.push_back(p);
+    if q.len() > HISTORY {
+        q.pop_front();
     }
 }
 
@@ -149,20 +160,21 @@ impl StatusBoard {
         let part = r.partition;
         telemetry::release_position(&r.stream, part, r.window_seq, r.released_at_ms);
         for s in &r.statistics {
-            for (i, label) in labels(s).into_iter().enumerate() {
+            for (i, label) in labels(&s.name, s.values.len(), s.level)
+                .into_iter()
+                .enumerate()
+            {
                 let value = s.values[i];
                 telemetry::release_value(&r.stream, part, &label, value, s.half_width);
                 let q = b.series.entry((r.stream.clone(), label)).or_default();
-                q.push_back(Point {
+                let point = Point {
                     partition: r.partition,
                     window_seq: r.window_seq,
                     released_at_ms: r.released_at_ms,
                     value,
                     half_width: s.half_width,
-                });
-                if q.len() > HISTORY {
-                    q.pop_front();
-                }
+                };
+                push(q, point);
             }
         }
         for t in &r.running {
@@ -173,6 +185,33 @@ impl StatusBoard {
                     format!("running_{}", t.name)
                 };
                 telemetry::release_value(&r.stream, part, &label, *v, Some(1.96 * t.std));
+            }
+        }
+    }
+
+    /// A fleet-wide release was written: remember it and set its gauges. A
+    /// record superseding a partial one of the same seq replaces its point.
+    pub fn record_fleet(&self, f: &proto::FleetRelease) {
+        let mut b = self.lock();
+        for s in &f.statistics {
+            for (i, label) in labels(&s.name, s.values.len(), s.level)
+                .into_iter()
+                .enumerate()
+            {
+                let value = s.values[i];
+                telemetry::fleet_value(&f.stream, &label, value, s.half_width);
+                let q = b.fleet.entry((f.stream.clone(), label)).or_default();
+                if q.back().is_some_and(|p| p.window_seq == f.window_seq) {
+                    q.pop_back();
+                }
+                let point = Point {
+                    partition: f.partitions.len() as i32,
+                    window_seq: f.window_seq,
+                    released_at_ms: f.released_at_ms,
+                    value,
+                    half_width: s.half_width,
+                };
+                push(q, point);
             }
         }
     }
@@ -297,12 +336,8 @@ impl StatusBoard {
                     .find(|c| c.name == s.spec.name)
                     .and_then(|c| c.unit.clone())
                     .unwrap_or_default(),
-                series: b
-                    .series
-                    .iter()
-                    .filter(|((name, _), _)| *name == s.spec.name)
-                    .map(|((_, label), q)| (label.clone(), q.iter().cloned().collect()))
-                    .collect(),
+                series: of_stream(&b.series, &s.spec.name),
+                fleet: of_stream(&b.fleet, &s.spec.name),
             })
             .collect();
         // Under add-remove exact counts of the input reveal presence: the
@@ -329,6 +364,17 @@ impl StatusBoard {
             streams,
         }
     }
+}
+
+/// One stream's series by label.
+fn of_stream(
+    all: &BTreeMap<(String, String), VecDeque<Point>>,
+    stream: &str,
+) -> BTreeMap<String, Vec<Point>> {
+    all.iter()
+        .filter(|((name, _), _)| name == stream)
+        .map(|((_, label), q)| (label.clone(), q.iter().cloned().collect()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `fleetdp tail`: print the output topic's releases as they land (as the
 //! demo prints them, or one JSON document per line), for operators and for
-//! anyone checking what consumers receive. Reads with its own consumer
+//! anyone checking what consumers receive: fleet-wide releases and each
+//! partition's (`--fleet`: fleet-wide only). Reads with its own consumer
 //! group-less assignment: it never commits, so it never moves anyone's
 //! offsets.
 
@@ -32,6 +33,14 @@ pub struct TailOptions {
     pub max: Option<u64>,
     /// Stop after this long without a release.
     pub idle: Option<Duration>,
+    /// Only fleet-wide releases.
+    pub fleet_only: bool,
+}
+
+/// A record of the output topic.
+enum Printed {
+    Window(proto::WindowRelease),
+    Fleet(proto::FleetRelease),
 }
 
 /// Print releases to `out` until `max` or `idle` is reached (or forever).
@@ -70,7 +79,15 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
         let Some(payload) = msg.payload() else {
             continue;
         };
-        let r = match decode_release(payload, header(&msg, CONTENT_TYPE)) {
+        let ct = header(&msg, CONTENT_TYPE);
+        let decoded = if crate::fleet::is_fleet(&msg) {
+            crate::fleet::decode_fleet(payload, ct).map(Printed::Fleet)
+        } else if opts.fleet_only {
+            continue;
+        } else {
+            decode_release(payload, ct).map(Printed::Window)
+        };
+        let r = match decoded {
             Ok(r) => r,
             Err(e) => {
                 eprintln!(
@@ -81,22 +98,25 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
                 continue;
             }
         };
-        match opts.format {
-            TailFormat::Json => {
-                serde_json::to_writer(&mut *out, &r)?;
-                writeln!(out)?;
+        let released_at = match &r {
+            Printed::Window(w) => w.released_at_ms,
+            Printed::Fleet(f) => f.released_at_ms,
+        };
+        let at = humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + Duration::from_millis(released_at.max(0) as u64),
+        );
+        let at = format!("[{at}]");
+        match (opts.format, &r) {
+            (TailFormat::Json, Printed::Window(w)) => serde_json::to_writer(&mut *out, w)?,
+            (TailFormat::Json, Printed::Fleet(f)) => serde_json::to_writer(&mut *out, f)?,
+            (TailFormat::Table, Printed::Window(w)) => {
+                write!(out, "{}", crate::show::release(&at, w, None, &units))?
             }
-            TailFormat::Table => {
-                let at = humantime::format_rfc3339_seconds(
-                    std::time::UNIX_EPOCH + Duration::from_millis(r.released_at_ms.max(0) as u64),
-                );
-                writeln!(
-                    out,
-                    "{}",
-                    crate::show::release(&format!("[{at}]"), &r, None, &units)
-                )?;
+            (TailFormat::Table, Printed::Fleet(f)) => {
+                write!(out, "{}", crate::show::fleet(&at, f, None, &units))?
             }
         }
+        writeln!(out)?;
         out.flush()?;
         printed += 1;
         last = Instant::now();

@@ -37,6 +37,10 @@ pub mod name {
     pub const PRODUCE_ERRORS: &str = "fleetdp_produce_errors_total";
     pub const RESTORE_SKIPPED: &str = "fleetdp_restore_skipped_records_total";
     pub const LANE_DEVICES: &str = "fleetdp_lane_devices";
+    pub const FLEET_RELEASES: &str = "fleetdp_fleet_releases_total";
+    pub const FLEET_PENDING: &str = "fleetdp_fleet_pending";
+    pub const FLEET_VALUE: &str = "fleetdp_fleet_release_value";
+    pub const FLEET_HALF_WIDTH: &str = "fleetdp_fleet_release_half_width";
 }
 
 /// Every metric the service exports.
@@ -63,6 +67,10 @@ pub const METRICS: &[&str] = &[
     name::PRODUCE_ERRORS,
     name::RESTORE_SKIPPED,
     name::LANE_DEVICES,
+    name::FLEET_RELEASES,
+    name::FLEET_PENDING,
+    name::FLEET_VALUE,
+    name::FLEET_HALF_WIDTH,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -277,6 +285,27 @@ pub(crate) fn release_value(
     if let Some(h) = half_width {
         partition_gauge(name::RELEASE_HALF_WIDTH, &labels, partition, h);
     }
+}
+
+/// Gauges of one fleet-wide statistic component.
+pub(crate) fn fleet_value(stream: &str, label: &str, value: f64, half_width: Option<f64>) {
+    let (s, l) = (stream.to_string(), label.to_string());
+    metrics::gauge!(name::FLEET_VALUE, "stream" => s.clone(), "statistic" => l.clone()).set(value);
+    if let Some(h) = half_width {
+        metrics::gauge!(name::FLEET_HALF_WIDTH, "stream" => s, "statistic" => l).set(h);
+    }
+}
+
+/// A fleet-wide release was written (`complete`: every input partition).
+pub(crate) fn fleet_released(stream: &str, complete: bool) {
+    let coverage = if complete { "complete" } else { "partial" };
+    metrics::counter!(name::FLEET_RELEASES, "stream" => stream.to_string(), "coverage" => coverage)
+        .increment(1);
+}
+
+/// Window seqs waiting for partitions' releases.
+pub(crate) fn fleet_pending(seqs: usize) {
+    metrics::gauge!(name::FLEET_PENDING).set(seqs as f64);
 }
 
 /// Gauges of a release's position.

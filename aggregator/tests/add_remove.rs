@@ -101,7 +101,8 @@ statistics = ["count", "mean"]
         assert_eq!(count(&c.dropped_time_window), 1);
         assert_eq!(c.dead_letters(ingest::Reason::Future), 1);
 
-        let out = tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        let all = tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        let (fleet, out): (Vec<Read>, Vec<Read>) = all.into_iter().partition(|m| m.is_fleet());
         let mut by_seq = HashMap::new();
         for m in &out {
             let r = fleetdp::kafka::decode_release(
@@ -158,6 +159,30 @@ statistics = ["count", "mean"]
                 count.values[0]
             );
         }
+        // Fleet-wide records (one input partition): one per seq, keyed and
+        // stamped like the windows, complete, the count's noise as its own.
+        let mut fleet_seqs = Vec::new();
+        for m in &fleet {
+            let ct = m.headers.get("content-type").map(String::as_str);
+            let f = fleetdp::fleet::decode_fleet(&m.payload, ct).unwrap();
+            assert_eq!(m.key, format!("temp/fleet/{}", f.window_seq).into_bytes());
+            assert_eq!(m.headers["fleetdp-record"], "fleet");
+            assert_eq!(m.partition, 0);
+            let r = &by_seq[&f.window_seq];
+            assert_eq!(m.timestamp, Some(r.released_at_ms));
+            assert!(f.complete && f.partitions == [0] && f.input_partitions == 1);
+            let count = f.statistics.iter().find(|s| s.name == "count").unwrap();
+            let part = r.statistics.iter().find(|s| s.name == "count").unwrap();
+            assert_eq!(count.values, part.values, "one partition: its own value");
+            assert_eq!(count.half_width, part.half_width, "one draw: its interval");
+            fleet_seqs.push(f.window_seq);
+        }
+        fleet_seqs.sort_unstable();
+        assert!(
+            fleet_seqs.len() + 1 >= by_seq.len() && fleet_seqs.contains(&busy),
+            "fleet seqs {fleet_seqs:?} for {} windows",
+            by_seq.len()
+        );
     });
 }
 

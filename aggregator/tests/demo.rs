@@ -1,7 +1,8 @@
 //! The default demo's figures are worth showing: with a fixed fleet seed and
 //! release key, 60 s of `fleetdp demo` (in-process Kafka) release scalar
 //! figures of which at least 95% are within 10% of the truth or inside their
-//! printed 95% interval; every statistic's observed coverage is printed.
+//! printed 95% interval, per partition and fleet-wide (which it leads
+//! with); every statistic's observed coverage is printed.
 
 use fleetdp::demo::{run, DemoOptions};
 use fleetdp::dp::rng::ReleaseKey;
@@ -17,6 +18,7 @@ fn the_default_demo_releases_figures_a_newcomer_can_trust() {
         seed: 1,
         tight: false,
         key: Some(ReleaseKey::from_bytes([7; 32])),
+        partitions: false,
     })
     .expect("the demo runs");
     eprintln!("{}", out.summary);
@@ -31,4 +33,18 @@ fn the_default_demo_releases_figures_a_newcomer_can_trust() {
         useful as f64 >= 0.95 * all as f64,
         "{useful} of {all} scalar figures within 10% or inside their interval"
     );
+    // The fleet view it leads with: one record per seq the partitions
+    // share, as useful as the partitions' figures.
+    let (useful, all) = out.fleet_useful;
+    assert!(
+        out.fleet_releases >= 10,
+        "{} fleet releases",
+        out.fleet_releases
+    );
+    assert!(all >= 40, "{all} fleet-wide scalar figures");
+    assert!(
+        useful as f64 >= 0.95 * all as f64,
+        "{useful} of {all} fleet-wide scalar figures within 10% or inside their interval"
+    );
+    assert!(out.summary.starts_with("Fleet-wide"), "{}", out.summary);
 }

@@ -104,6 +104,12 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
     let excluded = [
         "fleetdp_release_value",
         "fleetdp_release_half_width",
+        // Fleet-wide values are noisy; how many were written by the scrape
+        // is timing.
+        "fleetdp_fleet_release_value",
+        "fleetdp_fleet_release_half_width",
+        "fleetdp_fleet_releases_total",
+        "fleetdp_fleet_pending",
         "fleetdp_release_latency_seconds",
         "fleetdp_last_release_timestamp_seconds",
     ];
@@ -123,9 +129,13 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
         (&t.group, "GROUP"),
         (&listen, "LISTEN"),
     ];
+    // A fleet release's line (stream, seq, partitions combined, complete:
+    // public) is written by its own thread after the windows it combines;
+    // whether the last one made it before the stop is timing.
     let mut logs: Vec<String> = std::fs::read_to_string(&log_path)
         .unwrap()
         .lines()
+        .filter(|l| !l.contains("fleet release"))
         .map(|l| {
             // Drop the timestamp and any duration; name topics generically.
             let mut l = l

@@ -99,6 +99,12 @@ fn normalised(
     let excluded = [
         "fleetdp_release_value",
         "fleetdp_release_half_width",
+        // Fleet-wide values are noisy; how many were written by the scrape
+        // is timing (the records themselves are compared below).
+        "fleetdp_fleet_release_value",
+        "fleetdp_fleet_release_half_width",
+        "fleetdp_fleet_releases_total",
+        "fleetdp_fleet_pending",
         "fleetdp_last_release_timestamp_seconds",
         "fleetdp_release_window_seq",
         "fleetdp_windows_released_total",
@@ -118,9 +124,14 @@ fn normalised(
         }
         l
     };
+    // A fleet release's line (stream, seq, partitions combined, complete:
+    // public) is written by its own thread after the windows it combines;
+    // whether the last one made it before the stop is timing. The records
+    // are compared below.
     let logs = std::fs::read_to_string(&p.log)
         .unwrap()
         .lines()
+        .filter(|l| !l.contains("fleet release"))
         .map(|l| {
             let mut l = l.split_once(' ').map_or(l, |(_, r)| r).trim().to_string();
             for k in ["latency_ms=", "window_seq=", "address="] {
@@ -245,9 +256,12 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         assert!(la.iter().any(|l| l.contains("window released")));
 
         // The output topics, over the windows both released.
-        let read = |t: &Topics| -> BTreeMap<(i32, u64), (Read, proto::WindowRelease)> {
-            tokio::task::block_in_place(|| read_all(&broker, &t.output))
-                .into_iter()
+        let all = |t: &Topics| tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        let (all_a, all_b) = (all(&ta), all(&tb));
+        let read = |out: &[Read]| -> BTreeMap<(i32, u64), (Read, proto::WindowRelease)> {
+            out.iter()
+                .filter(|m| !m.is_fleet())
+                .cloned()
                 .map(|m| {
                     let r = fleetdp::kafka::decode_release(
                         &m.payload,
@@ -258,7 +272,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 })
                 .collect()
         };
-        let (oa, ob) = (read(&ta), read(&tb));
+        let (oa, ob) = (read(&all_a), read(&all_b));
         let common: Vec<(i32, u64)> = oa.keys().filter(|s| ob.contains_key(s)).copied().collect();
         for p in 0..2 {
             for s in first_data as u64..=last_data as u64 {
@@ -305,6 +319,52 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 public(a),
                 public(b),
                 "window {s:?}: published fields differ"
+            );
+        }
+
+        // Fleet-wide records: for every seq both combined, the same key,
+        // headers, timestamp, partitions and public fields.
+        let fleet = |out: &[Read]| -> BTreeMap<u64, (Read, proto::FleetRelease)> {
+            out.iter()
+                .filter(|m| m.is_fleet())
+                .map(|m| {
+                    let ct = m.headers.get("content-type").map(String::as_str);
+                    let f = fleetdp::fleet::decode_fleet(&m.payload, ct).unwrap();
+                    (f.window_seq, (m.clone(), f))
+                })
+                .collect()
+        };
+        let (fa, fb) = (fleet(&all_a), fleet(&all_b));
+        for s in first_data as u64..=last_data as u64 {
+            let (Some((ra, a)), Some((rb, b))) = (fa.get(&s), fb.get(&s)) else {
+                panic!("fleet seq {s} missing from a run");
+            };
+            assert_eq!(
+                (&ra.key, &ra.headers, ra.timestamp),
+                (&rb.key, &rb.headers, rb.timestamp),
+                "fleet seq {s}"
+            );
+            assert!(a.complete && a.partitions == [0, 1], "{a:?}");
+            let public = |f: &proto::FleetRelease| {
+                (
+                    f.partitions.clone(),
+                    f.complete,
+                    f.n,
+                    f.padded,
+                    f.first_event_time_ms,
+                    f.last_event_time_ms,
+                    f.released_at_ms,
+                    f.guarantee.clone(),
+                    f.statistics
+                        .iter()
+                        .map(|x| (x.name.clone(), x.values.len(), x.half_width, x.std))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            assert_eq!(
+                public(a),
+                public(b),
+                "fleet seq {s}: published fields differ"
             );
         }
         let _ = std::fs::remove_dir_all(&dir);

@@ -1,6 +1,8 @@
 //! `fleetdp tail` over the broker: it prints every release of the output
-//! topic, as JSON documents identical to the releases consumers decode and
-//! as the demo's table, and it stops after `--max` or an idle spell.
+//! topic, fleet-wide and per partition, as JSON documents identical to the
+//! releases consumers decode and as the demo's table (`--fleet`: fleet-wide
+//! only), and it stops after `--max` or an idle spell. The JSON Schemas
+//! shipped for consumers accept every JSON record the pipeline writes.
 
 mod harness;
 
@@ -30,43 +32,81 @@ fn tail_prints_every_release_as_json_and_as_a_table() {
         produce(&broker, &t.input, &msgs).await;
         let (stop, c, h) = spawn_pipeline(v.clone(), [9; 32]);
         assert!(wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 4).await);
+        let fleet_written =
+            || tokio::task::block_in_place(|| fleet_releases(&broker, &t.output)).len() >= 4;
+        assert!(wait_until(Duration::from_secs(60), fleet_written).await);
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
         let want = tokio::task::block_in_place(|| releases(&broker, &t.output));
         assert_eq!(want.len(), 4);
+        let fleet = tokio::task::block_in_place(|| fleet_releases(&broker, &t.output));
+        assert_eq!(fleet.len(), 4);
+        // Every record in topic order, as consumers decode it, as JSON.
+        let all: Vec<String> = tokio::task::block_in_place(|| read_all(&broker, &t.output))
+            .iter()
+            .map(|m| {
+                let ct = m.headers.get("content-type").map(String::as_str);
+                if m.is_fleet() {
+                    let f = fleetdp::fleet::decode_fleet(&m.payload, ct).unwrap();
+                    serde_json::to_string(&f).unwrap()
+                } else {
+                    let r = fleetdp::kafka::decode_release(&m.payload, ct).unwrap();
+                    serde_json::to_string(&r).unwrap()
+                }
+            })
+            .collect();
 
-        let opts = |format, max| TailOptions {
+        let opts = |format, max, fleet_only| TailOptions {
             format,
             from_beginning: true,
             max,
             idle: Some(Duration::from_secs(10)),
+            fleet_only,
         };
         let mut out = Vec::new();
-        let n = tokio::task::block_in_place(|| run(&v, &opts(TailFormat::Json, Some(3)), &mut out))
-            .unwrap();
+        let n = tokio::task::block_in_place(|| {
+            run(&v, &opts(TailFormat::Json, Some(3), false), &mut out)
+        })
+        .unwrap();
         assert_eq!(n, 3, "stops after --max");
-        // Byte for byte the releases as consumers decode them, as JSON.
         let got: Vec<String> = String::from_utf8(out)
             .unwrap()
             .lines()
             .map(String::from)
             .collect();
-        let expected: Vec<String> = want[..3]
-            .iter()
-            .map(|r| serde_json::to_string(r).unwrap())
-            .collect();
-        assert_eq!(got, expected);
+        assert_eq!(got, all[..3]);
 
         let mut out = Vec::new();
-        let n = tokio::task::block_in_place(|| run(&v, &opts(TailFormat::Table, None), &mut out))
-            .unwrap();
-        assert_eq!(n, 4, "stops after the idle spell with every release");
+        let n = tokio::task::block_in_place(|| {
+            run(&v, &opts(TailFormat::Table, None, false), &mut out)
+        })
+        .unwrap();
+        assert_eq!(n, 8, "stops after the idle spell with every release");
         let text = String::from_utf8(out).unwrap();
         for r in &want {
             let line = format!("temp          p0 #{:<3} n=5 mean", r.window_seq);
             assert!(text.contains(&line), "{line:?} missing from:\n{text}");
+            let line = format!(
+                "temp          FLEET #{:<3} [1/1 partitions] n=5 mean",
+                r.window_seq
+            );
+            assert!(text.contains(&line), "{line:?} missing from:\n{text}");
         }
         assert!(text.contains(" ± "), "intervals shown:\n{text}");
+
+        // --fleet: the fleet-wide view only.
+        let mut out = Vec::new();
+        let n =
+            tokio::task::block_in_place(|| run(&v, &opts(TailFormat::Table, None, true), &mut out))
+                .unwrap();
+        assert_eq!(n, 4);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text.lines().filter(|l| l.contains(" FLEET #")).count(),
+            4,
+            "{text}"
+        );
+        assert!(!text.contains(" p0 #"), "{text}");
     });
 }
 
@@ -82,6 +122,9 @@ fn json_releases_match_the_shipped_schema() {
     ))
     .unwrap();
     let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let fleet_schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../proto/schema/fleet_release.schema.json")).unwrap();
+    let fleet_validator = jsonschema::validator_for(&fleet_schema).expect("a valid JSON Schema");
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
@@ -104,10 +147,28 @@ fn json_releases_match_the_shipped_schema() {
         produce(&broker, &t.input, &msgs).await;
         let (stop, c, h) = spawn_pipeline(v, [4; 32]);
         assert!(wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await);
+        let fleet_written =
+            || tokio::task::block_in_place(|| fleet_releases(&broker, &t.output)).len() >= 3;
+        assert!(wait_until(Duration::from_secs(60), fleet_written).await);
         stop.send(true).unwrap();
         h.await.unwrap().unwrap();
-        let raw = tokio::task::block_in_place(|| read_all(&broker, &t.output));
-        assert_eq!(raw.len(), 3);
+        let all = tokio::task::block_in_place(|| read_all(&broker, &t.output));
+        let (fleet, raw): (Vec<Read>, Vec<Read>) = all.into_iter().partition(|m| m.is_fleet());
+        assert_eq!((raw.len(), fleet.len()), (3, 3));
+        for r in &fleet {
+            assert_eq!(r.headers["content-type"], "application/json");
+            let doc: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();
+            let errors: Vec<String> = fleet_validator
+                .iter_errors(&doc)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{errors:?} in {doc}");
+            assert_eq!(doc["statistics"].as_array().unwrap().len(), 8, "{doc}");
+            assert!(doc["statistics"][1]["half_width"].is_number(), "{doc}");
+        }
+        let mut drifted: serde_json::Value = serde_json::from_slice(&fleet[0].payload).unwrap();
+        drifted["statistics"][0]["new_field"] = 1.into();
+        assert!(!fleet_validator.is_valid(&drifted));
         for r in &raw {
             assert_eq!(r.headers["content-type"], "application/json");
             let doc: serde_json::Value = serde_json::from_slice(&r.payload).unwrap();

@@ -5,11 +5,18 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/fleetdp.v1.rs"));
 }
 
-pub use v1::{DeviceReading, Guarantee, ReadingBatch, Statistic, WindowRelease};
+pub use v1::{
+    DeviceReading, FleetRelease, FleetStatistic, Guarantee, ReadingBatch, Statistic, WindowRelease,
+};
 
 /// The Kafka key of a release: `<stream>/<partition>/<window_seq>`.
 pub fn release_key(stream: &str, partition: i32, seq: u64) -> String {
     format!("{stream}/{partition}/{seq}")
+}
+
+/// The Kafka key of a fleet-wide release: `<stream>/fleet/<window_seq>`.
+pub fn fleet_key(stream: &str, seq: u64) -> String {
+    format!("{stream}/fleet/{seq}")
 }
 
 /// Parse a release key back into `(stream, partition, window_seq)`.
@@ -36,6 +43,8 @@ mod tests {
         );
         assert_eq!(parse_release_key("x/1"), None);
         assert_eq!(parse_release_key("/1/2"), None);
+        // A fleet-wide release's key is not a window release's.
+        assert_eq!(parse_release_key(&fleet_key("s", 4)), None);
     }
 
     #[test]

@@ -14,10 +14,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod fleet;
 mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use fleet::{Fleet, FleetConfig, MAX_FLEET_DURATION, MAX_PENDING};
 pub use stream::StreamConfig;
 
 /// The whole file.
@@ -30,6 +32,8 @@ pub struct Config {
     pub http: HttpConfig,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
+    pub fleet: FleetConfig,
     #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
 }
@@ -280,6 +284,8 @@ pub struct Validated {
     pub max_clock_skew: Duration,
     /// `http.stall_timeout`.
     pub stall_timeout: Duration,
+    /// `[fleet]`.
+    pub fleet: Fleet,
 }
 
 /// Every duration setting lies in [1 ms, 10 years]: shorter ones are below
@@ -398,6 +404,7 @@ impl Config {
         if stall_timeout < Duration::from_secs(2) {
             bail!("http.stall_timeout: {:?} is shorter than the loop's 1 s heartbeat allows; use at least 2s", self.http.stall_timeout);
         }
+        let fleet = self.fleet.validate()?;
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -415,6 +422,7 @@ impl Config {
             max_lateness,
             max_clock_skew,
             stall_timeout,
+            fleet,
         })
     }
 

@@ -22,7 +22,7 @@ mod release;
 pub use crate::clock::now_ms;
 
 pub use dead_letter::TRUNCATED_PAYLOAD as TRUNCATED_DEAD_LETTER_BYTES;
-pub use release::{build_release, encode_release};
+pub use release::{build_release, encode_release, guarantee};
 
 use crate::config::Validated;
 use crate::dp::release::ReleasedStatistic;
@@ -44,12 +44,17 @@ pub struct ReleaseEvent {
     /// The noise-free statistics. Only when [`Options::with_truth`] is set
     /// (the demo owns its data); never published anywhere.
     pub truth: Option<Vec<ReleasedStatistic>>,
+    /// The window's values (grid units), with the truth only: the demo
+    /// computes the fleet-wide truth from them.
+    pub values: Option<Vec<i64>>,
 }
 
 /// How to run.
 #[derive(Debug, Default)]
 pub struct Options {
     pub events: Option<mpsc::UnboundedSender<ReleaseEvent>>,
+    /// Fleet-wide releases as they are written (`fleet.enabled`).
+    pub fleet_events: Option<mpsc::UnboundedSender<proto::FleetRelease>>,
     pub with_truth: bool,
     /// Accept state written under another plan (`--allow-plan-change`): the
     /// operator declares the change happens at a horizon boundary, so the
@@ -133,7 +138,7 @@ impl Pipeline {
 
     /// Run until `shutdown` turns true; then finish the message in hand,
     /// commit and return.
-    pub async fn run(&self, shutdown: watch::Receiver<bool>, opts: Options) -> Result<()> {
+    pub async fn run(&self, shutdown: watch::Receiver<bool>, mut opts: Options) -> Result<()> {
         let v = &self.v;
         let kc = &v.config.kafka;
         let base = self.client_config();
@@ -191,6 +196,35 @@ impl Pipeline {
             .create_with_context(kafka::Quiet)
             .context("creating producer")?;
 
+        // The fleet thread stops with the service, or when the consuming
+        // loop ends on an error.
+        let (fleet_stop, fleet_stopped) = watch::channel(false);
+        let forward = {
+            let (mut s, f) = (shutdown.clone(), fleet_stop.clone());
+            tokio::spawn(async move {
+                while !*s.borrow() {
+                    if s.changed().await.is_err() {
+                        break;
+                    }
+                }
+                let _ = f.send(true);
+            })
+        };
+        let fleet = match v.fleet.enabled {
+            true => Some(crate::fleet::spawn(
+                crate::fleet::FleetTask {
+                    v: v.clone(),
+                    producer: producer.clone(),
+                    board: self.board.clone(),
+                    input_partitions,
+                    output_partitions,
+                    events: opts.fleet_events.take(),
+                },
+                fleet_stopped,
+            )?),
+            false => None,
+        };
+
         let mut cc = base.clone();
         cc.set("group.id", &kc.group_id)
             .set("enable.auto.commit", "false")
@@ -230,6 +264,12 @@ impl Pipeline {
         .run(&consumer, shutdown)
         .await;
         close(consumer).await;
+        let _ = fleet_stop.send(true);
+        forward.abort();
+        if let Some(f) = fleet {
+            // It polls every 200 ms.
+            let _ = tokio::task::spawn_blocking(move || f.join()).await;
+        }
         result
     }
 }

@@ -25,6 +25,7 @@ pub(crate) struct Released {
     started: Instant,
     release: proto::WindowRelease,
     truth: Option<Vec<ReleasedStatistic>>,
+    values: Option<Vec<i64>>,
 }
 
 /// The published form of a window's release.
@@ -35,9 +36,6 @@ pub fn build_release(
     stats: &[ReleasedStatistic],
     running: &[RunningValue],
 ) -> proto::WindowRelease {
-    let plan = &v.plan;
-    let budget = &plan.privacy.budget;
-    let per_horizon = rational::to_f64(&plan.per_horizon);
     let statistics = stats
         .iter()
         .map(|s| proto::Statistic {
@@ -68,24 +66,7 @@ pub fn build_release(
         n: public.n,
         padded: public.padded,
         statistics,
-        guarantee: Some(proto::Guarantee {
-            relation: plan.privacy.relation.to_string(),
-            unit: "device".into(),
-            measure: match budget.measure {
-                Measure::Pure => "pure".into(),
-                Measure::Zcdp => "zcdp".into(),
-            },
-            per_window: rational::to_f64(&stream.per_window),
-            per_horizon,
-            delta: budget.delta,
-            epsilon_at_delta: match budget.measure {
-                Measure::Pure => per_horizon,
-                Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),
-            },
-            horizon_seconds: v.horizon.as_secs(),
-            max_readings_per_device: stream.spec.max_readings_per_device,
-            max_windows_per_device: stream.spec.max_windows_per_device,
-        }),
+        guarantee: Some(guarantee(v, stream)),
         released_at_ms: public.released_at_ms.unwrap_or_else(now_ms),
         running: running
             .iter()
@@ -116,6 +97,32 @@ pub fn build_release(
                 combined_bins: r.combined_bins.clone().map(|c| c.0).unwrap_or_default(),
             })
             .collect(),
+    }
+}
+
+/// The guarantee a stream's releases carry (its partitions' and its fleet
+/// releases').
+pub fn guarantee(v: &Validated, stream: &StreamPlan) -> proto::Guarantee {
+    let plan = &v.plan;
+    let budget = &plan.privacy.budget;
+    let per_horizon = rational::to_f64(&plan.per_horizon);
+    proto::Guarantee {
+        relation: plan.privacy.relation.to_string(),
+        unit: "device".into(),
+        measure: match budget.measure {
+            Measure::Pure => "pure".into(),
+            Measure::Zcdp => "zcdp".into(),
+        },
+        per_window: rational::to_f64(&stream.per_window),
+        per_horizon,
+        delta: budget.delta,
+        epsilon_at_delta: match budget.measure {
+            Measure::Pure => per_horizon,
+            Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),
+        },
+        horizon_seconds: v.horizon.as_secs(),
+        max_readings_per_device: stream.spec.max_readings_per_device,
+        max_windows_per_device: stream.spec.max_windows_per_device,
     }
 }
 
@@ -182,12 +189,13 @@ impl Consuming<'_> {
             let release = build_release(&v, stream, &w, &stats, &running);
             let (payload, ct) = encode_release(&release, v.config.kafka.output_format);
             let truth = with_truth.then(|| stream.truth(&w.values));
+            let values = with_truth.then(|| w.values.clone());
             let plan = state::fingerprint(&v, w.stream, input_partitions);
             let records = WindowRecords::new(&stream.spec.name, &w, lane, &plan);
-            (v, release, payload, ct, truth, records, w.timed)
+            (v, release, payload, ct, (truth, values), records, w.timed)
         });
         self.releases.spawn(async move {
-            let (v, release, payload, ct, truth, records, timed) =
+            let (v, release, payload, ct, (truth, values), records, timed) =
                 computed.await.context("computing a release")?;
             let kc = &v.config.kafka;
             state::write_window(
@@ -213,6 +221,7 @@ impl Consuming<'_> {
                 started,
                 release,
                 truth,
+                values,
             })
         });
     }
@@ -258,6 +267,7 @@ impl Consuming<'_> {
             let _ = tx.send(ReleaseEvent {
                 release: done.release,
                 truth: done.truth,
+                values: done.values,
             });
         }
     }

@@ -240,6 +240,10 @@ pub fn restore(
         stop,
         progress,
         |msg| {
+            // Fleet-wide releases (derived; their own record kind).
+            if crate::fleet::is_fleet(msg) {
+                return Ok(());
+            }
             if let Some(payload) = msg.payload() {
                 let Ok(r) = decode_release(payload, header(msg, CONTENT_TYPE)) else {
                     let at = format!("{output_topic}/{}@{}", msg.partition(), msg.offset());

@@ -284,6 +284,13 @@ pub struct Read {
     pub timestamp: Option<i64>,
 }
 
+impl Read {
+    /// A fleet-wide release (header `fleetdp-record: fleet`).
+    pub fn is_fleet(&self) -> bool {
+        self.headers.get("fleetdp-record").map(String::as_str) == Some("fleet")
+    }
+}
+
 /// Everything in a topic up to its current high watermarks.
 pub fn read_all(broker: &Broker, topic: &str) -> Vec<Read> {
     let consumer: BaseConsumer = broker
@@ -345,12 +352,28 @@ pub fn read_all(broker: &Broker, topic: &str) -> Vec<Read> {
     out
 }
 
-/// Releases in the output topic.
+/// Window releases in the output topic (fleet-wide ones left out).
 pub fn releases(broker: &Broker, topic: &str) -> Vec<proto::WindowRelease> {
     read_all(broker, topic)
         .into_iter()
+        .filter(|r| !r.is_fleet())
         .map(|r| {
             fleetdp::kafka::decode_release(
+                &r.payload,
+                r.headers.get("content-type").map(String::as_str),
+            )
+            .unwrap()
+        })
+        .collect()
+}
+
+/// Fleet-wide releases in the output topic, in topic order.
+pub fn fleet_releases(broker: &Broker, topic: &str) -> Vec<proto::FleetRelease> {
+    read_all(broker, topic)
+        .into_iter()
+        .filter(|r| r.is_fleet())
+        .map(|r| {
+            fleetdp::fleet::decode_fleet(
                 &r.payload,
                 r.headers.get("content-type").map(String::as_str),
             )

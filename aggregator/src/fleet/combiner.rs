@@ -1,0 +1,277 @@
+//! The fleet combiner's decisions, without Kafka: which partitions' releases
+//! of a window seq are combined, and when (docs/DESIGN.md §6).
+//!
+//! A seq is combined once every input partition has released it or a later
+//! seq (lanes release in seq order, so a partition past it never releases
+//! it). That rule reads only which releases exist, so under add-remove,
+//! where every started lane releases every seq, the covered partitions are
+//! those whose lanes had started: no input decides them. Under change-one a
+//! timer (`fleet.max_wait`) publishes a partial record early (release
+//! timing is public there) and a later one supersedes it; under add-remove
+//! only the bound on waiting seqs (`fleet.max_pending`, a count of public
+//! seqs) ever cuts a wait short.
+
+use crate::config::Validated;
+use crate::dp::relation::Relation;
+use crate::dp::release::{PartRelease, ReleasedStatistic, SumWidths};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;
+
+/// A seq waiting for partitions.
+struct Pending {
+    parts: BTreeMap<i32, proto::WindowRelease>,
+    first_seen: Instant,
+    /// Partitions in the last record published for it, if any.
+    published: Option<usize>,
+}
+
+/// What the combiner did with a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offered {
+    Kept,
+    /// Its seq was already published complete.
+    Done,
+    /// Not a stream of this plan, or released under another plan (its
+    /// guarantee differs): never combined with this plan's releases.
+    Foreign,
+}
+
+/// Decides and builds fleet-wide releases.
+pub(crate) struct Combiner {
+    v: std::sync::Arc<Validated>,
+    input_partitions: i32,
+    timer: Option<Duration>,
+    max_pending: usize,
+    widths: Vec<SumWidths>,
+    pending: BTreeMap<(usize, u64), Pending>,
+    /// Highest seq each (stream, partition) has released.
+    progress: HashMap<(usize, i32), u64>,
+    /// Seqs published complete, per stream (the newest `max_pending`).
+    done: Vec<BTreeSet<u64>>,
+}
+
+impl Combiner {
+    pub(crate) fn new(v: std::sync::Arc<Validated>, input_partitions: i32) -> Self {
+        let streams = v.plan.streams.len();
+        let f = v.fleet;
+        let timer = (v.plan.privacy.relation == Relation::ChangeOne).then_some(f.max_wait);
+        Self {
+            input_partitions,
+            timer,
+            max_pending: f.max_pending,
+            widths: (0..streams).map(|_| SumWidths::default()).collect(),
+            pending: BTreeMap::new(),
+            progress: HashMap::new(),
+            done: vec![BTreeSet::new(); streams],
+            v,
+        }
+    }
+
+    /// Seqs waiting now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn stream_of(&self, name: &str) -> Option<usize> {
+        self.v.plan.streams.iter().position(|s| s.spec.name == name)
+    }
+
+    /// A partition's release; returns the fleet records it completes.
+    pub(crate) fn offer(
+        &mut self,
+        r: proto::WindowRelease,
+        now: Instant,
+    ) -> (Offered, Vec<proto::FleetRelease>) {
+        let Some(s) = self.stream_of(&r.stream) else {
+            return (Offered::Foreign, vec![]);
+        };
+        let current = crate::pipeline::guarantee(&self.v, &self.v.plan.streams[s]);
+        if r.guarantee.as_ref() != Some(&current)
+            || !(0..self.input_partitions).contains(&r.partition)
+        {
+            return (Offered::Foreign, vec![]);
+        }
+        let (p, seq) = (r.partition, r.window_seq);
+        let at = self.progress.entry((s, p)).or_insert(seq);
+        *at = (*at).max(seq);
+        let mut out = vec![];
+        if self.done[s].contains(&seq) {
+            return (Offered::Done, out);
+        }
+        self.pending
+            .entry((s, seq))
+            .or_insert_with(|| Pending {
+                parts: BTreeMap::new(),
+                first_seen: now,
+                published: None,
+            })
+            .parts
+            .insert(p, r);
+        // This release may complete its seq or earlier ones of the stream.
+        let ready: Vec<(usize, u64)> = self
+            .pending
+            .range((s, 0)..=(s, seq))
+            .filter(|(&(_, q), w)| {
+                (0..self.input_partitions).all(|part| {
+                    w.parts.contains_key(&part)
+                        || self.progress.get(&(s, part)).is_some_and(|&hi| hi > q)
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in ready {
+            let w = self.pending.remove(&k).expect("listed");
+            if w.published != Some(w.parts.len()) {
+                out.extend(self.build(k, &w));
+            }
+            self.mark_done(k);
+        }
+        out.extend(self.over_cap());
+        (Offered::Kept, out)
+    }
+
+    /// A fleet record read back from the topic (this or another instance's):
+    /// a complete one ends the wait for its seq.
+    pub(crate) fn seen(&mut self, f: &proto::FleetRelease) {
+        if let (Some(s), true) = (self.stream_of(&f.stream), f.complete) {
+            self.pending.remove(&(s, f.window_seq));
+            self.mark_done((s, f.window_seq));
+        }
+    }
+
+    /// Change-one: partial records for seqs waiting longer than
+    /// `fleet.max_wait` (each once per set of partitions).
+    pub(crate) fn due(&mut self, now: Instant) -> Vec<proto::FleetRelease> {
+        let Some(wait) = self.timer else {
+            return vec![];
+        };
+        let late: Vec<(usize, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, w)| {
+                now.duration_since(w.first_seen) >= wait && w.published != Some(w.parts.len())
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = vec![];
+        for k in late {
+            let w = self.pending.get_mut(&k).expect("listed");
+            w.published = Some(w.parts.len());
+            let w = &self.pending[&k];
+            out.extend(build(
+                &self.v,
+                &mut self.widths[k.0],
+                self.input_partitions,
+                k,
+                w,
+            ));
+        }
+        out
+    }
+
+    /// Past `fleet.max_pending`: the oldest seqs (lowest, stream by stream
+    /// in plan order) go out with the partitions they have.
+    fn over_cap(&mut self) -> Vec<proto::FleetRelease> {
+        let mut out = vec![];
+        while self.pending.len() > self.max_pending {
+            let (k, w) = self.pending.pop_first().expect("over the cap");
+            if w.published != Some(w.parts.len()) {
+                out.extend(self.build(k, &w));
+            }
+        }
+        out
+    }
+
+    fn mark_done(&mut self, (s, seq): (usize, u64)) {
+        let d = &mut self.done[s];
+        d.insert(seq);
+        while d.len() > self.max_pending {
+            d.pop_first();
+        }
+    }
+
+    fn build(&mut self, k: (usize, u64), w: &Pending) -> Option<proto::FleetRelease> {
+        build(&self.v, &mut self.widths[k.0], self.input_partitions, k, w)
+    }
+}
+
+/// The record for `w`'s partitions (none if they cannot be combined,
+/// which [`Combiner::offer`]'s checks rule out).
+fn build(
+    v: &Validated,
+    widths: &mut SumWidths,
+    input_partitions: i32,
+    (s, seq): (usize, u64),
+    w: &Pending,
+) -> Option<proto::FleetRelease> {
+    let plan = &v.plan.streams[s];
+    let stats: Vec<Vec<ReleasedStatistic>> = w
+        .parts
+        .values()
+        .map(|r| r.statistics.iter().map(released).collect())
+        .collect();
+    let parts: Vec<PartRelease<'_>> = w
+        .parts
+        .values()
+        .zip(&stats)
+        .map(|(r, st)| PartRelease {
+            n: r.n,
+            statistics: st,
+        })
+        .collect();
+    let combined = match plan.combine(&parts, widths) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(stream = %plan.spec.name, window_seq = seq, "fleet release not combined: {e}");
+            return None;
+        }
+    };
+    let first = w.parts.values().next()?;
+    let statistics = combined
+        .into_iter()
+        .zip(&first.statistics)
+        .map(|(c, part)| proto::FleetStatistic {
+            name: c.name,
+            values: c.values,
+            level: c.level,
+            combination: c.combination,
+            std: c.std,
+            half_width: c.half_width,
+            bin_edges: part.bin_edges.clone(),
+            spent: part.spent,
+        })
+        .collect();
+    let rs = || w.parts.values();
+    Some(proto::FleetRelease {
+        stream: plan.spec.name.clone(),
+        window_seq: seq,
+        partitions: w.parts.keys().copied().collect(),
+        input_partitions,
+        complete: w.parts.len() == input_partitions as usize,
+        n: rs().map(|r| r.n).sum(),
+        padded: rs().map(|r| r.padded).sum(),
+        first_event_time_ms: rs().map(|r| r.first_event_time_ms).min().unwrap_or(0),
+        last_event_time_ms: rs().map(|r| r.last_event_time_ms).max().unwrap_or(0),
+        statistics,
+        guarantee: first.guarantee.clone(),
+        released_at_ms: rs().map(|r| r.released_at_ms).max().unwrap_or(0),
+    })
+}
+
+/// A published statistic as the privacy core's combination reads it.
+fn released(s: &proto::Statistic) -> ReleasedStatistic {
+    ReleasedStatistic {
+        name: s.name.clone(),
+        level: s.level,
+        values: s.values.clone(),
+        mechanism: s.mechanism.clone(),
+        sensitivity: s.sensitivity,
+        scale: s.scale,
+        spent: s.spent,
+        half_width: s.half_width,
+    }
+}

@@ -1,0 +1,225 @@
+//! Fleet-wide releases: a task that reads the output topic (every
+//! instance's partition releases), combines each window seq's partitions
+//! ([`combiner`], the arithmetic in [`crate::dp::release::FleetStatistic`])
+//! and publishes the result on the same topic as its own record kind
+//! (key `<stream>/fleet/<seq>`, header `fleetdp-record: fleet`, output
+//! partition 0). docs/DESIGN.md §6.
+//!
+//! Privacy: post-processing of published releases (see the combiner for
+//! why no input decides which partitions are combined under add-remove).
+//! The record's timestamp is the latest combined release's, so a rebuilt
+//! record is bit-identical.
+
+mod combiner;
+
+pub(crate) use combiner::{Combiner, Offered};
+
+use crate::config::{OutputFormat, Validated};
+use crate::kafka::{self, header, Quiet, CONTENT_TYPE};
+use crate::state::RECORD_KIND;
+use crate::status::StatusBoard;
+use anyhow::{Context as _, Result};
+use prost::Message as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::{Offset, TopicPartitionList};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch};
+
+/// [`RECORD_KIND`] of a fleet-wide release on the output topic.
+pub const FLEET: &str = "fleet";
+
+/// Content type of a protobuf `FleetRelease`.
+pub const FLEET_PROTOBUF: &str = "application/vnd.fleetdp.fleet+protobuf";
+
+/// Whether an output-topic message is a fleet-wide release (window
+/// releases carry no [`RECORD_KIND`] header).
+pub fn is_fleet<M: Message>(msg: &M) -> bool {
+    header(msg, RECORD_KIND) == Some(FLEET)
+}
+
+/// Encode a fleet release; returns (payload, content type).
+pub fn encode_fleet(f: &proto::FleetRelease, format: OutputFormat) -> (Vec<u8>, &'static str) {
+    match format {
+        OutputFormat::Protobuf => (f.encode_to_vec(), FLEET_PROTOBUF),
+        OutputFormat::Json => (
+            serde_json::to_vec(f).expect("fleet releases serialise"),
+            "application/json",
+        ),
+    }
+}
+
+/// Decode a fleet release by its content type.
+pub fn decode_fleet(payload: &[u8], content_type: Option<&str>) -> Result<proto::FleetRelease> {
+    if content_type.is_some_and(|c| c.starts_with("application/json")) {
+        Ok(serde_json::from_slice(payload)?)
+    } else {
+        Ok(proto::FleetRelease::decode(payload)?)
+    }
+}
+
+/// What the fleet task needs from the pipeline.
+pub(crate) struct FleetTask {
+    pub v: Arc<Validated>,
+    pub producer: kafka::Producer,
+    pub board: Arc<StatusBoard>,
+    pub input_partitions: i32,
+    pub output_partitions: i32,
+    pub events: Option<mpsc::UnboundedSender<proto::FleetRelease>>,
+}
+
+/// Start the task on a thread of its own (a blocking consumer); it ends
+/// soon after `stop` turns true.
+pub(crate) fn spawn(
+    t: FleetTask,
+    stop: watch::Receiver<bool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let handle = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("fleet".into())
+        .spawn(move || {
+            if let Err(e) = run(&t, stop, &handle) {
+                tracing::error!("fleet-wide releases stopped: {e:#}");
+            }
+        })
+        .context("starting the fleet thread")
+}
+
+fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Handle) -> Result<()> {
+    let k = &t.v.config.kafka;
+    let topic = &k.output_topic;
+    let mut c = kafka::client_config(&k.brokers, &k.properties);
+    c.set("group.id", "fleetdp-fleet")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    let consumer: BaseConsumer<Quiet> = c
+        .create_with_context(Quiet)
+        .context("creating the fleet consumer")?;
+    consumer.assign(&start_positions(&consumer, topic, t)?)?;
+    let mut combiner = Combiner::new(t.v.clone(), t.input_partitions);
+    let mut foreign = 0u64;
+    while !*stop.borrow() {
+        let mut out = vec![];
+        if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
+            let msg = msg.with_context(|| format!("reading {topic}"))?;
+            let ct = header(&msg, CONTENT_TYPE);
+            match msg.payload() {
+                Some(p) if is_fleet(&msg) => {
+                    if let Ok(f) = decode_fleet(p, ct) {
+                        combiner.seen(&f);
+                    }
+                }
+                Some(p) => match kafka::decode_release(p, ct) {
+                    Ok(r) => {
+                        let (how, done) = combiner.offer(r, Instant::now());
+                        if how == Offered::Foreign {
+                            foreign += 1;
+                            if foreign.is_power_of_two() {
+                                tracing::warn!(
+                                    foreign,
+                                    "releases of another plan or stream on {topic}: not combined"
+                                );
+                            }
+                        }
+                        out = done;
+                    }
+                    Err(_) => foreign += 1,
+                },
+                None => {}
+            }
+        }
+        out.extend(combiner.due(Instant::now()));
+        crate::telemetry::fleet_pending(combiner.waiting());
+        for f in out {
+            match rt.block_on(publish(t, &f, &mut stop)) {
+                Ok(()) => observe(t, f),
+                Err(e) if e.downcast_ref::<kafka::Stopped>().is_some() => return Ok(()),
+                // Derived data: a record that cannot be written is logged
+                // and counted; the window releases it combines stay.
+                Err(e) => {
+                    tracing::error!(stream = %f.stream, window_seq = f.window_seq, "fleet release not written: {e:#}")
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every output partition from `fleet.lookback` ago (its end where the
+/// broker cannot tell).
+fn start_positions(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &str,
+    t: &FleetTask,
+) -> Result<TopicPartitionList> {
+    let since = crate::clock::now_ms() - t.v.fleet.lookback.as_millis() as i64;
+    let mut ask = TopicPartitionList::new();
+    for p in 0..t.output_partitions {
+        ask.add_partition_offset(topic, p, Offset::Offset(since))?;
+    }
+    let found = consumer.offsets_for_times(ask, Duration::from_secs(10));
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..t.output_partitions {
+        let at = found
+            .as_ref()
+            .ok()
+            .and_then(|f| f.find_partition(topic, p))
+            .map(|e| e.offset())
+            .filter(|o| matches!(o, Offset::Offset(_) | Offset::End))
+            .unwrap_or(Offset::End);
+        tpl.add_partition_offset(topic, p, at)?;
+    }
+    if let Err(e) = found {
+        tracing::warn!("fleet: cannot look back on {topic} ({e}); starting at its end");
+    }
+    Ok(tpl)
+}
+
+async fn publish(
+    t: &FleetTask,
+    f: &proto::FleetRelease,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<()> {
+    let k = &t.v.config.kafka;
+    let (payload, ct) = encode_fleet(f, k.output_format);
+    let key = proto::fleet_key(&f.stream, f.window_seq);
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: CONTENT_TYPE,
+            value: Some(ct),
+        })
+        .insert(Header {
+            key: RECORD_KIND,
+            value: Some(FLEET),
+        });
+    kafka::produce_acked(
+        &t.producer,
+        kafka::Record {
+            topic: &k.output_topic,
+            key: key.as_bytes(),
+            payload: Some(&payload),
+            partition: Some(0),
+            headers,
+            timestamp_ms: Some(f.released_at_ms),
+        },
+        stop,
+    )
+    .await?;
+    Ok(())
+}
+
+fn observe(t: &FleetTask, f: proto::FleetRelease) {
+    t.board.record_fleet(&f);
+    crate::telemetry::fleet_released(&f.stream, f.complete);
+    tracing::info!(
+        stream = %f.stream,
+        window_seq = f.window_seq,
+        partitions = f.partitions.len(),
+        complete = f.complete,
+        "fleet release"
+    );
+    if let Some(tx) = &t.events {
+        let _ = tx.send(f);
+    }
+}

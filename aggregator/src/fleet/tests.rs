@@ -1,0 +1,195 @@
+//! The combiner's decisions: what completes a seq, the change-one timer,
+//! the add-remove rule without one, the bound on waiting seqs, releases of
+//! another plan, and records read back from the topic.
+
+use super::*;
+use crate::config::Config;
+use crate::dp::rng::ReleaseKey;
+use std::sync::Arc;
+
+const CHANGE_ONE: &str = r#"
+[kafka]
+brokers = "b"
+input_topic = "in"
+output_topic = "out"
+dead_letter_topic = "dlq"
+[privacy]
+epsilon_per_device = 4.0
+horizon = "24h"
+[fleet]
+max_wait = "10s"
+max_pending = 3
+[[stream]]
+name = "t"
+lower = 0.0
+upper = 100.0
+resolution = 0.5
+window_size = 4
+max_windows_per_device = 10
+statistics = ["count", "sum", "mean", "std", "quantiles"]
+quantiles = [0.5]
+"#;
+
+fn validated(text: &str) -> Arc<Validated> {
+    Arc::new(Config::parse(text).unwrap().validate().unwrap())
+}
+
+fn add_remove() -> Arc<Validated> {
+    let text = CHANGE_ONE
+        .replace(
+            "horizon = \"24h\"",
+            "horizon = \"24h\"\nrelation = \"add-remove\"",
+        )
+        .replace("window_size = 4", "window = \"1m\"");
+    validated(&text)
+}
+
+/// Partition `p`'s release of `seq`, values `values` (grid units).
+fn release(v: &Validated, p: i32, seq: u64, values: &[i64]) -> proto::WindowRelease {
+    let s = &v.plan.streams[0];
+    let key = ReleaseKey::from_bytes([1; 32]);
+    let stats = s.release(&key, p, seq, values);
+    proto::WindowRelease {
+        stream: "t".into(),
+        partition: p,
+        window_seq: seq,
+        n: if s.spec.window_size > 0 {
+            values.len() as u64
+        } else {
+            0
+        },
+        statistics: stats
+            .iter()
+            .map(|x| proto::Statistic {
+                name: x.name.clone(),
+                values: x.values.clone(),
+                level: x.level,
+                mechanism: x.mechanism.clone(),
+                sensitivity: x.sensitivity,
+                scale: x.scale,
+                spent: x.spent,
+                half_width: x.half_width,
+                bin_edges: vec![],
+            })
+            .collect(),
+        guarantee: Some(crate::pipeline::guarantee(v, s)),
+        released_at_ms: 1000 + p as i64 + seq as i64 * 10,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_seq_is_combined_once_every_partition_released_it() {
+    let v = validated(CHANGE_ONE);
+    let mut c = Combiner::new(v.clone(), 3);
+    let t0 = Instant::now();
+    for p in [2, 0] {
+        let (how, out) = c.offer(release(&v, p, 0, &[80, 90, 100, 110]), t0);
+        assert_eq!((how, out.len()), (Offered::Kept, 0));
+    }
+    let (_, out) = c.offer(release(&v, 1, 0, &[80, 90, 100, 110]), t0);
+    let f = &out[0];
+    assert!(f.complete && f.partitions == [0, 1, 2] && f.input_partitions == 3);
+    assert_eq!((f.n, f.released_at_ms), (12, 1002));
+    let count = &f.statistics[0];
+    assert_eq!((count.values[0], count.half_width), (12.0, Some(0.0)));
+    // Equal n: the mean of the partitions' (differently noised) means.
+    let mean = &f.statistics[2];
+    let parts: f64 = (0..3)
+        .map(|p| release(&v, p, 0, &[80, 90, 100, 110]).statistics[2].values[0])
+        .sum();
+    assert!((mean.values[0] - parts / 3.0).abs() < 1e-9);
+    assert!(mean.half_width.unwrap() > 0.0 && mean.combination == "weighted_mean");
+    assert_eq!(f.statistics[3].combination, "pooled");
+    // A copy of a release of that seq (a replay) adds nothing.
+    let (how, out) = c.offer(release(&v, 1, 0, &[80, 90, 100, 110]), t0);
+    assert_eq!((how, out.len()), (Offered::Done, 0));
+    assert_eq!(c.waiting(), 0);
+}
+
+#[test]
+fn a_partition_past_the_seq_never_holds_it_up() {
+    let v = validated(CHANGE_ONE);
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    // Partition 1 is already at seq 5 (its seq 4 came before the look-back).
+    assert!(c.offer(release(&v, 1, 5, &[1, 2, 3, 4]), t0).1.is_empty());
+    let (_, out) = c.offer(release(&v, 0, 4, &[1, 2, 3, 4]), t0);
+    assert_eq!(out.len(), 1);
+    assert!(!out[0].complete && out[0].partitions == [0] && out[0].window_seq == 4);
+}
+
+#[test]
+fn change_one_publishes_a_partial_record_after_the_wait_then_the_whole() {
+    let v = validated(CHANGE_ONE);
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    c.offer(release(&v, 0, 0, &[1, 2, 3, 4]), t0);
+    assert!(c.due(t0 + Duration::from_secs(9)).is_empty());
+    let partial = c.due(t0 + Duration::from_secs(10));
+    assert_eq!(partial.len(), 1);
+    assert!(!partial[0].complete && partial[0].partitions == [0]);
+    assert!(
+        c.due(t0 + Duration::from_secs(20)).is_empty(),
+        "once per set"
+    );
+    let (_, out) = c.offer(
+        release(&v, 1, 0, &[5, 6, 7, 8]),
+        t0 + Duration::from_secs(30),
+    );
+    assert!(out[0].complete && out[0].partitions == [0, 1], "superseded");
+}
+
+#[test]
+fn add_remove_never_publishes_on_a_timer_only_past_the_bound() {
+    let v = add_remove();
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    for seq in 0..3 {
+        c.offer(release(&v, 0, seq, &[1, 2, 3]), t0);
+    }
+    assert!(c.due(t0 + Duration::from_secs(3600)).is_empty());
+    assert_eq!(c.waiting(), 3);
+    // A fourth waiting seq is over `max_pending = 3`: the oldest goes out.
+    let (_, out) = c.offer(release(&v, 0, 3, &[1, 2, 3]), t0);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].window_seq == 0 && !out[0].complete);
+    assert_eq!(c.waiting(), 3);
+    // Under add-remove the window sizes are not public: n is 0 and the
+    // count is the noisy one, with its interval.
+    assert_eq!(out[0].n, 0);
+    assert!(out[0].statistics[0].half_width.unwrap() > 0.0);
+}
+
+#[test]
+fn releases_of_another_plan_or_stream_are_not_combined() {
+    let v = validated(CHANGE_ONE);
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    let mut other = release(&v, 0, 0, &[1, 2, 3, 4]);
+    other.guarantee.as_mut().unwrap().per_window *= 2.0;
+    assert_eq!(c.offer(other, t0).0, Offered::Foreign);
+    let mut unknown = release(&v, 0, 0, &[1, 2, 3, 4]);
+    unknown.stream = "nope".into();
+    assert_eq!(c.offer(unknown, t0).0, Offered::Foreign);
+    let outside = release(&v, 7, 0, &[1, 2, 3, 4]);
+    assert_eq!(c.offer(outside, t0).0, Offered::Foreign);
+    assert_eq!(c.waiting(), 0);
+}
+
+#[test]
+fn a_complete_record_read_back_ends_the_wait() {
+    let v = validated(CHANGE_ONE);
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    c.offer(release(&v, 0, 0, &[1, 2, 3, 4]), t0);
+    c.seen(&proto::FleetRelease {
+        stream: "t".into(),
+        window_seq: 0,
+        complete: true,
+        ..Default::default()
+    });
+    assert_eq!(c.waiting(), 0);
+    let (how, out) = c.offer(release(&v, 1, 0, &[1, 2, 3, 4]), t0);
+    assert_eq!((how, out.len()), (Offered::Done, 0));
+}
