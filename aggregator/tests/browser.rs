@@ -1,6 +1,7 @@
 //! The status page in headless Chromium against a running demo: it loads,
-//! shows the streams with their charts — time and unit axes, 95% bands, a
-//! legend per partition —, the budget as per-window spend and horizon
+//! shows the streams with their charts — the fleet-wide ones first, each
+//! partition's under a drill-down; time and unit axes, 95% bands, legends —,
+//! the budget as per-window spend and horizon
 //! progress, and updates (the windows count grows between loads, and within
 //! one load the page's poll computes a rate), with no console errors. A
 //! screenshot is kept at target/test-artifacts/status-page.png.
@@ -121,6 +122,23 @@ fn status_page_loads_shows_the_streams_and_updates() {
         );
     }
     assert!(first.contains("partition 0"), "no legend");
+    // The fleet-wide view leads each stream; partitions are a drill-down.
+    let card = &first[first.find("data-stream=\"cabin_temp_c\"").unwrap()..];
+    let (fleet_at, drill_at) = (
+        card.find("class=\"chart fleet\"")
+            .expect("no fleet-wide chart"),
+        card.find("<details class=\"partitions\"")
+            .expect("no per-partition drill-down"),
+    );
+    assert!(fleet_at < drill_at, "the fleet-wide charts come first");
+    assert!(
+        card.contains("fleet-wide (all partitions)"),
+        "no fleet legend"
+    );
+    assert!(
+        card.contains("fleet-wide, 2 partitions, window"),
+        "no fleet label"
+    );
     assert!(first.contains("per window, at most"), "no budget line");
     assert!(
         first.contains("aria-label=\"horizon elapsed\""),

@@ -239,8 +239,10 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
     );
     let prom = format!("http://127.0.0.1:{prom_port}");
     let mean = r#"fleetdp_release_value{stream="cabin_temp_c",statistic="mean"}"#;
+    let fleet = r#"fleetdp_fleet_release_value{stream="cabin_temp_c",statistic="mean"}"#;
     let scraped = wait_for(Duration::from_secs(120), || {
         query(&prom, mean).is_ok_and(|r| !r.is_empty())
+            && query(&prom, fleet).is_ok_and(|r| !r.is_empty())
             && query(&prom, "fleetdp_consumer_lag").is_ok_and(|r| !r.is_empty())
             && query(&prom, "rate(fleetdp_windows_released_total[1m])").is_ok_and(|r| !r.is_empty())
     });
@@ -264,7 +266,7 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
     }
     // The dashboard's panels of the demo's stream have data.
     for q in &dashboard {
-        if q.contains("fleetdp_release_value") || q.contains("fleetdp_budget") {
+        if q.contains("release_value") || q.contains("fleetdp_budget") {
             assert!(!query(&prom, q).unwrap().is_empty(), "{q:?} is empty");
         }
     }

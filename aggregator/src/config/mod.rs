@@ -288,6 +288,36 @@ pub struct Validated {
     pub fleet: Fleet,
 }
 
+impl Validated {
+    /// The guarantee a stream's releases carry (its partitions' and its
+    /// fleet-wide releases').
+    pub fn guarantee(&self, stream: &crate::dp::release::StreamPlan) -> proto::Guarantee {
+        use crate::dp::mechanism::zcdp_to_approx_dp;
+        use crate::dp::rational::to_f64;
+        let plan = &self.plan;
+        let budget = &plan.privacy.budget;
+        let per_horizon = to_f64(&plan.per_horizon);
+        proto::Guarantee {
+            relation: plan.privacy.relation.to_string(),
+            unit: "device".into(),
+            measure: match budget.measure {
+                Measure::Pure => "pure".into(),
+                Measure::Zcdp => "zcdp".into(),
+            },
+            per_window: to_f64(&stream.per_window),
+            per_horizon,
+            delta: budget.delta,
+            epsilon_at_delta: match budget.measure {
+                Measure::Pure => per_horizon,
+                Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),
+            },
+            horizon_seconds: self.horizon.as_secs(),
+            max_readings_per_device: stream.spec.max_readings_per_device,
+            max_windows_per_device: stream.spec.max_windows_per_device,
+        }
+    }
+}
+
 /// Every duration setting lies in [1 ms, 10 years]: shorter ones are below
 /// the service's clock resolution, longer ones overflow millisecond
 /// arithmetic on event times.

@@ -89,7 +89,7 @@ impl Combiner {
         let Some(s) = self.stream_of(&r.stream) else {
             return (Offered::Foreign, vec![]);
         };
-        let current = crate::pipeline::guarantee(&self.v, &self.v.plan.streams[s]);
+        let current = self.v.guarantee(&self.v.plan.streams[s]);
         if r.guarantee.as_ref() != Some(&current)
             || !(0..self.input_partitions).contains(&r.partition)
         {

@@ -17,6 +17,7 @@ pub(crate) use combiner::{Combiner, Offered};
 use crate::config::{OutputFormat, Validated};
 use crate::kafka::{self, header, Quiet, CONTENT_TYPE};
 use crate::state::RECORD_KIND;
+pub use crate::state::{is_fleet, FLEET};
 use crate::status::StatusBoard;
 use anyhow::{Context as _, Result};
 use prost::Message as _;
@@ -27,17 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 
-/// [`RECORD_KIND`] of a fleet-wide release on the output topic.
-pub const FLEET: &str = "fleet";
-
 /// Content type of a protobuf `FleetRelease`.
 pub const FLEET_PROTOBUF: &str = "application/vnd.fleetdp.fleet+protobuf";
-
-/// Whether an output-topic message is a fleet-wide release (window
-/// releases carry no [`RECORD_KIND`] header).
-pub fn is_fleet<M: Message>(msg: &M) -> bool {
-    header(msg, RECORD_KIND) == Some(FLEET)
-}
 
 /// Encode a fleet release; returns (payload, content type).
 pub fn encode_fleet(f: &proto::FleetRelease, format: OutputFormat) -> (Vec<u8>, &'static str) {

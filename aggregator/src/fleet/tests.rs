@@ -72,7 +72,7 @@ fn release(v: &Validated, p: i32, seq: u64, values: &[i64]) -> proto::WindowRele
                 bin_edges: vec![],
             })
             .collect(),
-        guarantee: Some(crate::pipeline::guarantee(v, s)),
+        guarantee: Some(v.guarantee(s)),
         released_at_ms: 1000 + p as i64 + seq as i64 * 10,
         ..Default::default()
     }

@@ -22,7 +22,7 @@ mod release;
 pub use crate::clock::now_ms;
 
 pub use dead_letter::TRUNCATED_PAYLOAD as TRUNCATED_DEAD_LETTER_BYTES;
-pub use release::{build_release, encode_release, guarantee};
+pub use release::{build_release, encode_release};
 
 use crate::config::Validated;
 use crate::dp::release::ReleasedStatistic;

@@ -6,8 +6,6 @@
 use super::consume::Consuming;
 use super::{now_ms, ReleaseEvent};
 use crate::config::{OutputFormat, Validated};
-use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
-use crate::dp::rational;
 use crate::dp::release::{QuantileTrack, ReleasedStatistic, RunningValue, StatKind, StreamPlan};
 use crate::kafka::Stopped;
 use crate::state::{self, LaneState, ReleaseRecord, WindowRecords};
@@ -66,7 +64,7 @@ pub fn build_release(
         n: public.n,
         padded: public.padded,
         statistics,
-        guarantee: Some(guarantee(v, stream)),
+        guarantee: Some(v.guarantee(stream)),
         released_at_ms: public.released_at_ms.unwrap_or_else(now_ms),
         running: running
             .iter()
@@ -97,32 +95,6 @@ pub fn build_release(
                 combined_bins: r.combined_bins.clone().map(|c| c.0).unwrap_or_default(),
             })
             .collect(),
-    }
-}
-
-/// The guarantee a stream's releases carry (its partitions' and its fleet
-/// releases').
-pub fn guarantee(v: &Validated, stream: &StreamPlan) -> proto::Guarantee {
-    let plan = &v.plan;
-    let budget = &plan.privacy.budget;
-    let per_horizon = rational::to_f64(&plan.per_horizon);
-    proto::Guarantee {
-        relation: plan.privacy.relation.to_string(),
-        unit: "device".into(),
-        measure: match budget.measure {
-            Measure::Pure => "pure".into(),
-            Measure::Zcdp => "zcdp".into(),
-        },
-        per_window: rational::to_f64(&stream.per_window),
-        per_horizon,
-        delta: budget.delta,
-        epsilon_at_delta: match budget.measure {
-            Measure::Pure => per_horizon,
-            Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),
-        },
-        horizon_seconds: v.horizon.as_secs(),
-        max_readings_per_device: stream.spec.max_readings_per_device,
-        max_windows_per_device: stream.spec.max_windows_per_device,
     }
 }
 

@@ -38,12 +38,21 @@ use prost::Message as _;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 
-/// Header telling the state topic's record kinds apart.
+/// Header telling the state topic's record kinds apart (and, on the output
+/// topic, fleet-wide releases from window releases, which have none).
 pub const RECORD_KIND: &str = "fleetdp-record";
 /// [`RECORD_KIND`] of a window's charges (or their tombstone).
 pub const CHARGES: &str = "charges";
 /// [`RECORD_KIND`] of a ledger entry.
 pub const LEDGER: &str = "ledger";
+/// [`RECORD_KIND`] of a fleet-wide release on the output topic
+/// ([`crate::fleet`]; derived, never part of a restore).
+pub const FLEET: &str = "fleet";
+
+/// Whether an output-topic message is a fleet-wide release.
+pub fn is_fleet<M: rdkafka::message::Message>(msg: &M) -> bool {
+    crate::kafka::header(msg, RECORD_KIND) == Some(FLEET)
+}
 
 /// The key of record `record` of a window's charges.
 pub(crate) fn charges_key(stream: &str, partition: i32, seq: u64, record: u32) -> String {

@@ -241,7 +241,7 @@ pub fn restore(
         progress,
         |msg| {
             // Fleet-wide releases (derived; their own record kind).
-            if crate::fleet::is_fleet(msg) {
+            if super::is_fleet(msg) {
                 return Ok(());
             }
             if let Some(payload) = msg.payload() {
