@@ -2,10 +2,13 @@
 //! windows and measurements, and the composition check.
 //!
 //! Privacy argument: a device touches at most `W` windows of a stream per
-//! horizon and, within a window, every measurement once; sequential
-//! composition adds ε (pure DP) or ρ (zCDP). So the per-device loss per
-//! horizon is `Σ_streams W · Σ_measurements spent`, computed exactly and
-//! refused when above the declared budget.
+//! horizon in each of at most `G` groups (1 without group-by,
+//! [`crate::groups`]) and, within a window, every measurement once;
+//! sequential composition adds ε (pure DP) or ρ (zCDP), and groups compose
+//! in parallel (a device's cost depends on `G`, not on how many groups
+//! exist). So the per-device loss per horizon is
+//! `Σ_streams G · (W · Σ_measurements spent + running totals)`, computed
+//! exactly and refused when above the declared budget.
 
 use super::mechanism::Measure;
 use super::rational::{self, exact};
@@ -30,8 +33,12 @@ pub struct StreamClaim {
     pub name: String,
     /// Fraction of the horizon budget, in `(0, 1]`.
     pub share: f64,
-    /// `W`: windows of this stream one device may touch per horizon.
+    /// `W`: windows of this stream one device may touch per horizon, in
+    /// each of its groups.
     pub windows_per_horizon: u32,
+    /// `G`: groups of this stream one device may count in per horizon (1:
+    /// no group-by).
+    pub groups_per_device: u32,
     /// Noisy measurements per window (the per-window budget is split evenly).
     pub measurements: usize,
 }
@@ -41,6 +48,8 @@ pub struct StreamClaim {
 pub struct StreamSpend {
     pub name: String,
     pub windows_per_horizon: u32,
+    /// `G` (1: no group-by): everything below is spent in each group.
+    pub groups_per_device: u32,
     pub per_window: BigRational,
     /// Spent once per horizon, not per window (running totals).
     pub per_horizon: BigRational,
@@ -57,6 +66,8 @@ pub enum BudgetError {
     Share { name: String, share: f64 },
     #[error("stream '{name}': max_windows_per_device must be ≥ 1")]
     Windows { name: String },
+    #[error("stream '{name}': max_groups_per_device must be in [1, {max}]")]
+    Groups { name: String, max: u32 },
     #[error("budget shares add up to {total} > 1: {detail}")]
     SharesOver { total: f64, detail: String },
     #[error("plan spends {unit} = {spent:.6} per device per horizon, above the declared {declared}: {detail}")]
@@ -102,7 +113,7 @@ impl Accountant {
         }
     }
 
-    /// Budget per measurement of each stream: `share · total / W / m`
+    /// Budget per measurement of each stream: `share · total / (G·W·m)`
     /// (exact; `None` for a stream with no noisy measurement).
     pub fn allocate(
         &self,
@@ -122,6 +133,12 @@ impl Accountant {
                     name: c.name.clone(),
                 });
             }
+            if !(1..=crate::groups::MAX_GROUPS_PER_DEVICE).contains(&c.groups_per_device) {
+                return Err(BudgetError::Groups {
+                    name: c.name.clone(),
+                    max: crate::groups::MAX_GROUPS_PER_DEVICE,
+                });
+            }
             sum += exact(c.share);
             let _ = write!(detail, "{} {}; ", c.name, c.share);
         }
@@ -135,25 +152,34 @@ impl Accountant {
             .iter()
             .map(|c| {
                 (c.measurements > 0).then(|| {
-                    let den = BigInt::from(c.windows_per_horizon as u64 * c.measurements as u64);
+                    let den = BigInt::from(c.windows_per_horizon as u64)
+                        * BigInt::from(c.groups_per_device)
+                        * BigInt::from(c.measurements as u64);
                     &self.total * exact(c.share) / BigRational::from_integer(den)
                 })
             })
             .collect())
     }
 
-    /// Per-device loss per horizon: `Σ W · per_window`, refused when above
-    /// the declared budget.
+    /// Per-device loss per horizon: `Σ G · (W · per_window + per_horizon)`,
+    /// refused when above the declared budget.
     pub fn compose(&self, spends: &[StreamSpend]) -> Result<BigRational, BudgetError> {
         let mut total = BigRational::zero();
         let mut detail = String::new();
         for s in spends {
             assert!(!s.per_window.is_negative());
-            let h = &s.per_window * BigRational::from_integer(BigInt::from(s.windows_per_horizon))
-                + &s.per_horizon;
+            let g = BigRational::from_integer(BigInt::from(s.groups_per_device));
+            let h = (&s.per_window
+                * BigRational::from_integer(BigInt::from(s.windows_per_horizon))
+                + &s.per_horizon)
+                * &g;
+            let groups = match s.groups_per_device {
+                1 => String::new(),
+                g => format!("{g} groups × "),
+            };
             let _ = write!(
                 detail,
-                "{} {} windows × {:.6}{} = {:.6}; ",
+                "{} {groups}{} windows × {:.6}{} = {:.6}; ",
                 s.name,
                 s.windows_per_horizon,
                 rational::to_f64(&s.per_window),
@@ -197,8 +223,51 @@ mod tests {
             name: name.into(),
             share,
             windows_per_horizon: w,
+            groups_per_device: 1,
             measurements: m,
         }
+    }
+
+    fn spend(name: &str, w: u32, g: u32, per_window: BigRational) -> StreamSpend {
+        StreamSpend {
+            name: name.into(),
+            windows_per_horizon: w,
+            groups_per_device: g,
+            per_window,
+            per_horizon: BigRational::zero(),
+        }
+    }
+
+    /// Group-by composes in parallel across groups: the cost scales with
+    /// `G`, whatever the number of groups; hand-computed.
+    #[test]
+    fn groups_compose_by_g_not_by_their_number() {
+        let a = pure(3.0);
+        let mut c = claim("by_firmware", 1.0, 4, 3);
+        c.groups_per_device = 2;
+        // 3 / (G·W·m) = 3 / (2·4·3) = 1/8 per measurement.
+        assert_eq!(a.allocate(&[c.clone()]).unwrap(), vec![Some(ratio(1, 8))]);
+        // Spent: G · W · (3 measurements × 1/8) = 2·4·3/8 = 3: exactly the budget.
+        assert_eq!(
+            a.compose(&[spend("by_firmware", 4, 2, ratio(3, 8))])
+                .unwrap(),
+            ratio(3, 1)
+        );
+        // With running totals (1/2 per horizon per group): 2·(4·1/4 + 1/2) = 3.
+        let mut s = spend("by_firmware", 4, 2, ratio(1, 4));
+        s.per_horizon = ratio(1, 2);
+        assert_eq!(a.compose(&[s]).unwrap(), ratio(3, 1));
+        // One more group per device is over: 3·4·3/8 = 4.5 > 3, named.
+        let e = a
+            .compose(&[spend("by_firmware", 4, 3, ratio(3, 8))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("3 groups × 4 windows") && e.contains("4.5"),
+            "{e}"
+        );
+        c.groups_per_device = 0;
+        assert!(matches!(a.allocate(&[c]), Err(BudgetError::Groups { .. })));
     }
 
     #[test]
@@ -214,20 +283,7 @@ mod tests {
         // a: 2·0.5/4/2 = 1/8; b: 2·0.25/1/1 = 1/2; c: nothing noisy.
         assert_eq!(got, vec![Some(ratio(1, 8)), Some(ratio(1, 2)), None]);
         let total = a
-            .compose(&[
-                StreamSpend {
-                    name: "a".into(),
-                    windows_per_horizon: 4,
-                    per_window: ratio(1, 4),
-                    per_horizon: BigRational::zero(),
-                },
-                StreamSpend {
-                    name: "b".into(),
-                    windows_per_horizon: 1,
-                    per_window: ratio(1, 2),
-                    per_horizon: BigRational::zero(),
-                },
-            ])
+            .compose(&[spend("a", 4, 1, ratio(1, 4)), spend("b", 1, 1, ratio(1, 2))])
             .unwrap();
         assert_eq!(total, ratio(3, 2));
     }
@@ -243,14 +299,7 @@ mod tests {
             msg.contains("1.2") && msg.contains("a 0.7") && msg.contains("b 0.5"),
             "{msg}"
         );
-        let e = a
-            .compose(&[StreamSpend {
-                name: "a".into(),
-                windows_per_horizon: 24,
-                per_window: ratio(1, 20),
-                per_horizon: BigRational::zero(),
-            }])
-            .unwrap_err();
+        let e = a.compose(&[spend("a", 24, 1, ratio(1, 20))]).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("1.2") && msg.contains("24 windows") && msg.contains("declared 1"),

@@ -11,7 +11,9 @@
 pub mod accountant;
 pub mod accuracy;
 pub mod continual;
+pub mod groups;
 pub mod joint;
+pub mod keyselect;
 pub mod mechanism;
 pub mod rational;
 pub mod relation;

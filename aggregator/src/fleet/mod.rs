@@ -84,7 +84,10 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     let mut c = kafka::client_config(&k.brokers, &k.properties);
     c.set("group.id", "fleetdp-fleet")
         .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        // The output topic is quiet between releases: answer a fetch soon
+        // after a release lands rather than after librdkafka's 500 ms.
+        .set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating the fleet consumer")?;
@@ -138,32 +141,43 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     Ok(())
 }
 
-/// Every output partition from `fleet.lookback` ago (its end where the
-/// broker cannot tell).
+/// Every output partition from `fleet.lookback` ago; where the broker has
+/// nothing that recent (or cannot tell), from its high watermark as read
+/// now — not "the end" at some later moment, which would skip releases
+/// written in between.
 fn start_positions(
     consumer: &BaseConsumer<Quiet>,
     topic: &str,
     t: &FleetTask,
 ) -> Result<TopicPartitionList> {
     let since = crate::clock::now_ms() - t.v.fleet.lookback.as_millis() as i64;
+    let timeout = Duration::from_secs(10);
     let mut ask = TopicPartitionList::new();
     for p in 0..t.output_partitions {
         ask.add_partition_offset(topic, p, Offset::Offset(since))?;
     }
-    let found = consumer.offsets_for_times(ask, Duration::from_secs(10));
+    // The watermarks first: whatever lands after them is read either way.
+    let mut high = Vec::new();
+    for p in 0..t.output_partitions {
+        let (_, h) = consumer
+            .fetch_watermarks(topic, p, timeout)
+            .with_context(|| format!("watermarks of {topic}/{p}"))?;
+        high.push(h);
+    }
+    let found = consumer.offsets_for_times(ask, timeout);
+    if let Err(e) = &found {
+        tracing::warn!("fleet: cannot look back on {topic} ({e}); starting at its high watermarks");
+    }
     let mut tpl = TopicPartitionList::new();
     for p in 0..t.output_partitions {
-        let at = found
-            .as_ref()
-            .ok()
-            .and_then(|f| f.find_partition(topic, p))
-            .map(|e| e.offset())
-            .filter(|o| matches!(o, Offset::Offset(_) | Offset::End))
-            .unwrap_or(Offset::End);
-        tpl.add_partition_offset(topic, p, at)?;
-    }
-    if let Err(e) = found {
-        tracing::warn!("fleet: cannot look back on {topic} ({e}); starting at its end");
+        let at = match found.as_ref().ok().and_then(|f| f.find_partition(topic, p)) {
+            Some(e) => match e.offset() {
+                Offset::Offset(o) if o >= 0 => o.min(high[p as usize]),
+                _ => high[p as usize],
+            },
+            None => high[p as usize],
+        };
+        tpl.add_partition_offset(topic, p, Offset::Offset(at))?;
     }
     Ok(tpl)
 }

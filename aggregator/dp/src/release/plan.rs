@@ -386,6 +386,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             // What running totals take is not split over windows.
             share: s.budget_share * (1.0 - s.running_share),
             windows_per_horizon: s.max_windows_per_device,
+            groups_per_device: 1,
             measurements: ms.iter().map(Measurement::weight).sum(),
         })
         .collect();
@@ -512,6 +513,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         .map(|s| StreamSpend {
             name: s.spec.name.clone(),
             windows_per_horizon: s.spec.max_windows_per_device,
+            groups_per_device: 1,
             per_window: s.per_window.clone(),
             per_horizon: s
                 .running
