@@ -118,6 +118,16 @@ pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> Cl
     c
 }
 
+/// A consumer configuration for reading a topic by assignment: its own
+/// `group` (never committed to), no auto-commit, no end-of-partition events.
+pub(crate) fn reader_config(base: &ClientConfig, group: &str) -> ClientConfig {
+    let mut c = base.clone();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    c
+}
+
 /// Value of a header, if present and UTF-8.
 pub fn header<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
     let h = msg.headers()?;
@@ -221,12 +231,9 @@ pub fn read_topic(
     progress: ReadProgress<'_>,
     mut f: impl FnMut(&rdkafka::message::BorrowedMessage<'_>) -> Result<()>,
 ) -> Result<()> {
-    let mut c = config.clone();
-    c.set("group.id", "fleetdp-topic-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        // As for the pipeline's consumer: no 1 s pauses when the local queue fills.
-        .set("fetch.queue.backoff.ms", "20");
+    let mut c = reader_config(config, "fleetdp-topic-reader");
+    // As for the pipeline's consumer: no 1 s pauses when the local queue fills.
+    c.set("fetch.queue.backoff.ms", "20");
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating topic reader")?;

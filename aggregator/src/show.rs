@@ -36,29 +36,24 @@ pub(crate) struct View<'a> {
     spent: f64,
 }
 
-impl<'a> From<&'a proto::Statistic> for View<'a> {
-    fn from(s: &'a proto::Statistic) -> Self {
-        View {
-            name: &s.name,
-            level: s.level,
-            values: &s.values,
-            half_width: s.half_width,
-            spent: s.spent,
+/// Both statistic messages have these fields under the same names.
+macro_rules! view_from {
+    ($t:ty) => {
+        impl<'a> From<&'a $t> for View<'a> {
+            fn from(s: &'a $t) -> Self {
+                View {
+                    name: &s.name,
+                    level: s.level,
+                    values: &s.values,
+                    half_width: s.half_width,
+                    spent: s.spent,
+                }
+            }
         }
-    }
+    };
 }
-
-impl<'a> From<&'a proto::FleetStatistic> for View<'a> {
-    fn from(s: &'a proto::FleetStatistic) -> Self {
-        View {
-            name: &s.name,
-            level: s.level,
-            values: &s.values,
-            half_width: s.half_width,
-            spent: s.spent,
-        }
-    }
-}
+view_from!(proto::Statistic);
+view_from!(proto::FleetStatistic);
 
 impl View<'_> {
     fn label(&self) -> String {

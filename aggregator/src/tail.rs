@@ -47,10 +47,7 @@ enum Printed {
 pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u64> {
     let k = &v.config.kafka;
     let units = crate::show::units(v);
-    let mut c = client_config(&k.brokers, &k.properties);
-    c.set("group.id", "fleetdp-tail")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false");
+    let c = crate::kafka::reader_config(&client_config(&k.brokers, &k.properties), "fleetdp-tail");
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating the tail consumer")?;

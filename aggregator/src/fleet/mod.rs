@@ -81,13 +81,13 @@ pub(crate) fn spawn(
 fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Handle) -> Result<()> {
     let k = &t.v.config.kafka;
     let topic = &k.output_topic;
-    let mut c = kafka::client_config(&k.brokers, &k.properties);
-    c.set("group.id", "fleetdp-fleet")
-        .set("enable.auto.commit", "false")
-        .set("enable.partition.eof", "false")
-        // The output topic is quiet between releases: answer a fetch soon
-        // after a release lands rather than after librdkafka's 500 ms.
-        .set("fetch.wait.max.ms", "100");
+    let mut c = kafka::reader_config(
+        &kafka::client_config(&k.brokers, &k.properties),
+        "fleetdp-fleet",
+    );
+    // The output topic is quiet between releases: answer a fetch soon
+    // after a release lands rather than after librdkafka's 500 ms.
+    c.set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating the fleet consumer")?;

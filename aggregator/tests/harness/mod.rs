@@ -352,13 +352,19 @@ pub fn read_all(broker: &Broker, topic: &str) -> Vec<Read> {
     out
 }
 
-/// Window releases in the output topic (fleet-wide ones left out).
-pub fn releases(broker: &Broker, topic: &str) -> Vec<proto::WindowRelease> {
+/// The output topic's records of one kind (fleet-wide or not), decoded,
+/// in topic order.
+fn decoded<T>(
+    broker: &Broker,
+    topic: &str,
+    fleet: bool,
+    decode: fn(&[u8], Option<&str>) -> anyhow::Result<T>,
+) -> Vec<T> {
     read_all(broker, topic)
         .into_iter()
-        .filter(|r| !r.is_fleet())
+        .filter(|r| r.is_fleet() == fleet)
         .map(|r| {
-            fleetdp::kafka::decode_release(
+            decode(
                 &r.payload,
                 r.headers.get("content-type").map(String::as_str),
             )
@@ -367,19 +373,14 @@ pub fn releases(broker: &Broker, topic: &str) -> Vec<proto::WindowRelease> {
         .collect()
 }
 
+/// Window releases in the output topic (fleet-wide ones left out).
+pub fn releases(broker: &Broker, topic: &str) -> Vec<proto::WindowRelease> {
+    decoded(broker, topic, false, fleetdp::kafka::decode_release)
+}
+
 /// Fleet-wide releases in the output topic, in topic order.
 pub fn fleet_releases(broker: &Broker, topic: &str) -> Vec<proto::FleetRelease> {
-    read_all(broker, topic)
-        .into_iter()
-        .filter(|r| r.is_fleet())
-        .map(|r| {
-            fleetdp::fleet::decode_fleet(
-                &r.payload,
-                r.headers.get("content-type").map(String::as_str),
-            )
-            .unwrap()
-        })
-        .collect()
+    decoded(broker, topic, true, fleetdp::fleet::decode_fleet)
 }
 
 /// Poll `cond` until it holds or `timeout` passes.
