@@ -44,7 +44,7 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
 /// reading's `stream_index` is its stream's index in the plan), its input
 /// format and limits.
 pub fn decoder(v: &Validated) -> Decoder {
-    Decoder::new(
+    let d = Decoder::new(
         v.plan.streams.iter().map(|s| s.spec.name.clone()),
         v.config.kafka.input_format,
         Limits {
@@ -52,7 +52,11 @@ pub fn decoder(v: &Validated) -> Decoder {
             max_readings_per_message: v.config.limits.max_readings_per_message,
             ..Limits::default()
         },
-    )
+    );
+    match &v.mapping {
+        Some(m) => d.with_mapping(m.clone()),
+        None => d,
+    }
 }
 
 /// Message-by-message processing state.

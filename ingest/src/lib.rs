@@ -8,7 +8,10 @@
 //! ever contains a reading's value.
 
 mod json;
+mod mapped;
 mod scan;
+
+pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
 
 use prost::Message;
 use proto::{DeviceReading, ReadingBatch};
@@ -181,6 +184,17 @@ pub struct Decoder {
     streams: HashMap<String, usize, foldhash::fast::RandomState>,
     default_format: Format,
     limits: Limits,
+    /// JSON payloads are the fleet's own documents, read by this mapping.
+    mapping: Option<Mapping>,
+}
+
+/// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
+/// accepted spelled as strings only to be rejected with the right reason.
+pub(crate) fn spelled_not_finite(s: &str) -> bool {
+    matches!(
+        s.to_ascii_lowercase().as_str(),
+        "nan" | "inf" | "-inf" | "infinity" | "-infinity"
+    )
 }
 
 fn missing(field: &str, index: usize) -> Rejection {
@@ -204,7 +218,14 @@ impl Decoder {
                 .collect(),
             default_format,
             limits,
+            mapping: None,
         }
+    }
+
+    /// Read JSON payloads as the fleet's own documents (`[input]`).
+    pub fn with_mapping(mut self, mapping: Mapping) -> Self {
+        self.mapping = Some(mapping);
+        self
     }
 
     /// Decode a payload; `content_type` is the message's header, if any.
@@ -252,6 +273,10 @@ impl Decoder {
                     .map(|r| (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms))
                     .collect()
             }
+            Format::Json if self.mapping.is_some() => {
+                let m = self.mapping.as_ref().expect("matched");
+                m.readings(payload, self.limits.max_readings_per_message)?
+            }
             Format::Json => {
                 let max = self.limits.max_readings_per_message;
                 let list = json::parse(payload, max).map_err(|e| match e {
@@ -268,14 +293,7 @@ impl Decoder {
                     let value = match r.value {
                         None | Some(serde_json::Value::Null) => None,
                         Some(serde_json::Value::Number(n)) => n.as_f64(),
-                        // JSON has no NaN/∞ literals; accept them spelled as strings
-                        // only to reject them with the right reason.
-                        Some(serde_json::Value::String(s))
-                            if matches!(
-                                s.to_ascii_lowercase().as_str(),
-                                "nan" | "inf" | "-inf" | "infinity" | "-infinity"
-                            ) =>
-                        {
+                        Some(serde_json::Value::String(s)) if spelled_not_finite(&s) => {
                             Some(f64::NAN)
                         }
                         Some(_) => {

@@ -3,7 +3,7 @@
 //! rejected with a reason. CI runs 10⁵ cases per property; for a long run:
 //! `PROPTEST_CASES=10000000 cargo test --release -p fleetdp-ingest --test fuzz`.
 
-use fleetdp_ingest::{Decoder, Format, Limits};
+use fleetdp_ingest::{Decoder, Format, Limits, Mapping, Path, TimeUnit};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -24,6 +24,63 @@ fn decoder(format: Format) -> Decoder {
             ..Limits::default()
         },
     )
+}
+
+/// `[input]` for documents `{"vin", "ts" (ms), "m": {"temp"}, "speed"}`.
+fn mapped() -> Decoder {
+    decoder(Format::Json).with_mapping(Mapping {
+        device_id: Path::parse("vin").unwrap(),
+        event_time: Path::parse("/ts").unwrap(),
+        unit: TimeUnit::Milliseconds,
+        streams: vec![
+            ("temp".into(), Path::parse("m.temp").unwrap()),
+            ("speed".into(), Path::parse("/speed").unwrap()),
+        ],
+    })
+}
+
+/// A field of a document: absent, or one of several kinds of value.
+#[derive(Debug, Clone)]
+enum Field {
+    Absent,
+    Null,
+    Int(i64),
+    Num(f64),
+    Text(String),
+    List,
+}
+
+fn field() -> impl Strategy<Value = Field> {
+    prop_oneof![
+        Just(Field::Absent),
+        Just(Field::Null),
+        any::<i64>().prop_map(Field::Int),
+        (-1e6f64..1e6).prop_map(Field::Num),
+        prop_oneof![
+            Just("NaN".to_string()),
+            Just(String::new()),
+            "[a-z0-9]{1,8}",
+            ".{250,300}"
+        ]
+        .prop_map(Field::Text),
+        Just(Field::List),
+    ]
+}
+
+impl Field {
+    fn json(&self) -> Option<serde_json::Value> {
+        Some(match self {
+            Field::Absent => return None,
+            Field::Null => serde_json::Value::Null,
+            Field::Int(i) => serde_json::json!(i),
+            Field::Num(x) => serde_json::json!(x),
+            Field::Text(t) => serde_json::json!(t),
+            Field::List => serde_json::json!([1]),
+        })
+    }
+    fn present(&self) -> bool {
+        !matches!(self, Field::Absent | Field::Null)
+    }
 }
 
 fn content_type() -> impl Strategy<Value = Option<String>> {
@@ -85,6 +142,52 @@ proptest! {
     fn arbitrary_bytes_never_panic(payload in prop::collection::vec(any::<u8>(), 0..600), ct in content_type()) {
         for f in [Format::Protobuf, Format::ProtobufBatch, Format::Json] {
             check(&decoder(f), &payload, ct.as_deref());
+        }
+        check(&mapped(), &payload, ct.as_deref());
+    }
+
+    /// Mapped documents: accepted exactly when every document has a device
+    /// id (a non-empty string of ≤ 256 bytes, or an integer), an integer
+    /// time, at least one mapped metric, and every metric present is a
+    /// finite number; then one reading per metric present.
+    #[test]
+    fn mapped_documents_are_accepted_exactly_when_valid(
+        docs in prop::collection::vec((field(), field(), field(), field()), 0..30)
+    ) {
+        let list: Vec<serde_json::Value> = docs
+            .iter()
+            .map(|(vin, ts, temp, speed)| {
+                let mut d = serde_json::Map::new();
+                if let Some(v) = vin.json() { d.insert("vin".into(), v); }
+                if let Some(v) = ts.json() { d.insert("ts".into(), v); }
+                if let Some(v) = temp.json() { d.insert("m".into(), serde_json::json!({ "temp": v })); }
+                if let Some(v) = speed.json() { d.insert("speed".into(), v); }
+                d.insert("other".into(), serde_json::json!({"x": [1, 2]}));
+                serde_json::Value::Object(d)
+            })
+            .collect();
+        let payload = serde_json::to_vec(&list).unwrap();
+        let metric_ok = |f: &Field| matches!(f, Field::Absent | Field::Null | Field::Int(_) | Field::Num(_));
+        let readings: usize = docs.iter().map(|(_, _, t, s)| usize::from(t.present()) + usize::from(s.present())).sum();
+        let valid = !docs.is_empty()
+            && payload.len() <= 4096
+            && readings <= 50
+            && docs.iter().all(|(vin, ts, temp, speed)| {
+                let vin_ok = match vin {
+                    Field::Text(t) => !t.is_empty() && t.len() <= 256,
+                    Field::Int(_) => true,
+                    _ => false,
+                };
+                vin_ok
+                    && matches!(ts, Field::Int(_))
+                    && (temp.present() || speed.present())
+                    && metric_ok(temp)
+                    && metric_ok(speed)
+            });
+        let got = mapped().decode(&payload, Some("application/json"));
+        prop_assert_eq!(got.is_ok(), valid, "{:?}", got.err());
+        if let Ok(rs) = got {
+            prop_assert_eq!(rs.len(), readings);
         }
     }
 

@@ -15,11 +15,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod fleet;
+mod input;
 mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use fleet::{Fleet, FleetConfig, MAX_FLEET_DURATION, MAX_PENDING};
+pub use input::InputConfig;
 pub use stream::StreamConfig;
 
 /// The whole file.
@@ -34,6 +36,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     #[serde(default)]
     pub fleet: FleetConfig,
+    /// A fleet's own JSON documents (absent: FleetDP's reading format).
+    #[serde(default)]
+    pub input: Option<InputConfig>,
     #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
 }
@@ -286,6 +291,8 @@ pub struct Validated {
     pub stall_timeout: Duration,
     /// `[fleet]`.
     pub fleet: Fleet,
+    /// `[input]`, if declared.
+    pub mapping: Option<ingest::Mapping>,
 }
 
 impl Validated {
@@ -435,6 +442,12 @@ impl Config {
             bail!("http.stall_timeout: {:?} is shorter than the loop's 1 s heartbeat allows; use at least 2s", self.http.stall_timeout);
         }
         let fleet = self.fleet.validate()?;
+        let declared: Vec<String> = self.streams.iter().map(|s| s.name.clone()).collect();
+        let mapping = self
+            .input
+            .as_ref()
+            .map(|i| i.mapping(&declared))
+            .transpose()?;
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -453,6 +466,7 @@ impl Config {
             max_clock_skew,
             stall_timeout,
             fleet,
+            mapping,
         })
     }
 

@@ -253,7 +253,9 @@ fn every_configuration_key_is_in_the_readme() {
     let reference = &readme[start..end];
     let mut missing = Vec::new();
     let mut total = 0;
-    for section in ["kafka", "privacy", "http", "limits", "stream"] {
+    for section in [
+        "kafka", "privacy", "http", "limits", "fleet", "input", "stream",
+    ] {
         let keys = keys_of(section);
         assert!(keys.len() >= 3, "[{section}] keys: {keys:?}");
         for k in keys {
@@ -268,4 +270,51 @@ fn every_configuration_key_is_in_the_readme() {
         missing.is_empty(),
         "keys missing from the README's configuration reference: {missing:?}"
     );
+}
+
+/// `[input]` and `[fleet]` are bounded at start, each error naming its field.
+#[test]
+fn input_and_fleet_settings_are_checked() {
+    let with = |table: &str| format!("{SAMPLE}\n{table}");
+    let input = |body: &str| with(&format!("[input]\n{body}"));
+    let ok = input("device_id = \"vin\"\nevent_time = \"/ts\"\nevent_time_unit = \"rfc3339\"\n[input.streams]\ncabin_temp_c = \"cabin.temp\"");
+    let v = Config::parse(&ok).unwrap().validate().unwrap();
+    let m = v.mapping.expect("a mapping");
+    assert_eq!(m.streams[0].0, "cabin_temp_c");
+    assert_eq!(m.streams[0].1.as_str(), "cabin.temp");
+    let cases = [
+        (
+            input("device_id = \"\"\nevent_time = \"ts\"\n[input.streams]\ncabin_temp_c = \"t\""),
+            "input.device_id",
+        ),
+        (
+            input("device_id = \"vin\"\nevent_time = \"a..b\"\n[input.streams]\ncabin_temp_c = \"t\""),
+            "input.event_time",
+        ),
+        (
+            input("device_id = \"vin\"\nevent_time = \"ts\"\nevent_time_unit = \"minutes\"\n[input.streams]\ncabin_temp_c = \"t\""),
+            "input.event_time_unit",
+        ),
+        (
+            input("device_id = \"vin\"\nevent_time = \"ts\"\n[input.streams]\nspeed = \"v\""),
+            "input.streams.speed",
+        ),
+        (
+            input("device_id = \"vin\"\nevent_time = \"ts\"\n[input.streams]\ncabin_temp_c = \"/\""),
+            "input.streams.cabin_temp_c",
+        ),
+        (
+            input("device_id = \"vin\"\nevent_time = \"ts\"\n[input.streams]"),
+            "input.streams",
+        ),
+        (with("[fleet]\nmax_wait = \"8d\""), "fleet.max_wait"),
+        (with("[fleet]\nlookback = \"forever\""), "fleet.lookback"),
+        (with("[fleet]\nmax_pending = 0"), "fleet.max_pending"),
+        (with("[fleet]\nmax_pending = 1000001"), "fleet.max_pending"),
+    ];
+    for (text, field) in cases {
+        let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(field), "expected {field:?} in: {msg}");
+    }
 }

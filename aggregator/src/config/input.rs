@@ -1,0 +1,62 @@
+//! `[input]`: reading a fleet's own JSON documents — where the device id,
+//! the event time and each stream's value live (paths), and how the time is
+//! written. Validated at start; each error names the field.
+
+use anyhow::{anyhow, bail, Result};
+use ingest::{Mapping, Path, TimeUnit};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// The `[input]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputConfig {
+    /// Path of the device id (a JSON Pointer such as `/vin` or a dotted
+    /// path such as `vehicle.vin`).
+    pub device_id: String,
+    /// Path of the event time.
+    pub event_time: String,
+    /// `ms` (default), `s`, `us`, `ns` or `rfc3339`.
+    #[serde(default = "default_unit")]
+    pub event_time_unit: String,
+    /// Stream name = path of its value; one message may carry several.
+    pub streams: BTreeMap<String, String>,
+}
+
+fn default_unit() -> String {
+    "ms".into()
+}
+
+impl InputConfig {
+    /// The mapping, its streams in `declared` order.
+    pub(crate) fn mapping(&self, declared: &[String]) -> Result<Mapping> {
+        let path =
+            |field: &str, text: &str| Path::parse(text).map_err(|e| anyhow!("input.{field}: {e}"));
+        let unit = TimeUnit::parse(&self.event_time_unit).ok_or_else(|| {
+            anyhow!(
+                "input.event_time_unit: {:?} is not one of \"ms\", \"s\", \"us\", \"ns\", \"rfc3339\"",
+                self.event_time_unit
+            )
+        })?;
+        if self.streams.is_empty() {
+            bail!("input.streams: map at least one declared stream to the path of its value");
+        }
+        for name in self.streams.keys() {
+            if !declared.contains(name) {
+                bail!("input.streams.{name}: not a declared [[stream]]");
+            }
+        }
+        let mut streams = Vec::new();
+        for name in declared {
+            if let Some(p) = self.streams.get(name) {
+                streams.push((name.clone(), path(&format!("streams.{name}"), p)?));
+            }
+        }
+        Ok(Mapping {
+            device_id: path("device_id", &self.device_id)?,
+            event_time: path("event_time", &self.event_time)?,
+            unit,
+            streams,
+        })
+    }
+}

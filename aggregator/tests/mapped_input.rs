@@ -1,0 +1,113 @@
+//! A fleet's own multi-metric JSON topic over the broker (`[input]`): each
+//! document (`vin`, an RFC 3339 `ts`, several metrics in nested objects)
+//! gives one reading per mapped metric it carries; windows of both streams
+//! are released with the readings' true values inside their intervals; a
+//! document with a malformed time or a non-numeric metric is dead-lettered
+//! whole, its header naming the path and never the value.
+
+mod harness;
+
+use fleetdp::Partitioner;
+use harness::*;
+use std::time::Duration;
+
+const STREAMS: &str =
+    "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\n\
+    window_size = 10\nmax_windows_per_device = 10\nbudget_share = 0.5\nstatistics = [\"count\", \"mean\"]\n\n\
+    [[stream]]\nname = \"battery\"\nlower = 10.0\nupper = 15.0\nresolution = 0.01\n\
+    window_size = 5\nmax_windows_per_device = 10\nbudget_share = 0.5\nstatistics = [\"count\", \"mean\"]";
+
+const INPUT: &str =
+    "[input]\ndevice_id = \"vin\"\nevent_time = \"/ts\"\nevent_time_unit = \"rfc3339\"\n\
+    [input.streams]\ntemp = \"cabin.temp_c\"\nbattery = \"/battery/volts\"";
+
+fn doc(vin: &str, body: &str) -> Out {
+    Out {
+        partition: Some(Partitioner::Murmur2.partition(vin.as_bytes(), 1).unwrap()),
+        key: vin.to_string(),
+        payload: body.as_bytes().to_vec(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+#[test]
+fn multi_metric_documents_are_read_by_the_mapping() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "mapped", 1).await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 50.0\nhorizon = \"24h\"",
+            INPUT,
+            STREAMS,
+        );
+        let ts = |i: usize| {
+            let at = std::time::UNIX_EPOCH
+                + Duration::from_millis((now_ms() - 60_000) as u64 + i as u64);
+            humantime::format_rfc3339_millis(at).to_string()
+        };
+        // Ten vehicles report both metrics; five more only the temperature.
+        let mut msgs: Vec<Out> = (0..10)
+            .map(|i| {
+                doc(
+                    &format!("VIN{i}"),
+                    &format!(
+                        r#"{{"vin":"VIN{i}","ts":"{}","cabin":{{"temp_c":{}}},"battery":{{"volts":12.5}},"odo":123}}"#,
+                        ts(i),
+                        20 + i
+                    ),
+                )
+            })
+            .collect();
+        // Bad: a time that is not RFC 3339; a metric that is not a number.
+        msgs.push(doc("BAD1", r#"{"vin":"BAD1","ts":"yesterday","cabin":{"temp_c":21}}"#));
+        msgs.push(doc(
+            "BAD2",
+            &format!(r#"{{"vin":"BAD2","ts":"{}","cabin":{{"temp_c":"secret-hot"}}}}"#, ts(20)),
+        ));
+        for i in 10..15 {
+            msgs.push(doc(
+                &format!("VIN{i}"),
+                &format!(r#"{{"vin":"VIN{i}","ts":"{}","cabin":{{"temp_c":{}}}}}"#, ts(i), 20 + i),
+            ));
+        }
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, [6; 32]);
+        assert!(
+            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
+            "released {}",
+            count(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(count(&c.readings_accepted), 25, "15 temperatures and 10 voltages");
+
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let mean = |r: &proto::WindowRelease| {
+            let m = r.statistics.iter().find(|s| s.name == "mean").unwrap();
+            (m.values[0], m.half_width.unwrap())
+        };
+        let temp: Vec<_> = rs.iter().filter(|r| r.stream == "temp").collect();
+        let battery: Vec<_> = rs.iter().filter(|r| r.stream == "battery").collect();
+        assert_eq!((temp.len(), battery.len()), (1, 2), "10 + 5 temperatures, 5 + 5 voltages");
+        let (m, hw) = mean(temp[0]);
+        assert!((m - 24.5).abs() <= hw, "temp mean {m} ± {hw}, true 24.5");
+        for b in battery {
+            let (m, hw) = mean(b);
+            assert!((m - 12.5).abs() <= hw, "battery mean {m} ± {hw}, true 12.5");
+        }
+
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        let details: Vec<(&str, &str)> = dlq
+            .iter()
+            .map(|m| (m.headers["fleetdp-reason"].as_str(), m.headers["fleetdp-detail"].as_str()))
+            .collect();
+        assert_eq!(details.len(), 2, "{details:?}");
+        assert!(details[0].1.contains("'/ts' is not an RFC 3339 time"), "{details:?}");
+        assert_eq!(details[1].0, "undecodable");
+        assert!(details[1].1.contains("'cabin.temp_c' is not a number"), "{details:?}");
+        assert!(!details[1].1.contains("secret"), "a value in a dead letter's detail");
+    });
+}
