@@ -174,7 +174,10 @@ fn shapes_config(mapped: bool) -> Validated {
 
 /// The same reports: (FleetDP protobuf readings, five per report; mapped
 /// JSON documents, one per report).
-fn shaped_messages(reports: usize) -> (Vec<(String, Vec<u8>)>, Vec<(String, Vec<u8>)>) {
+/// (key, payload) per message.
+type Messages = Vec<(String, Vec<u8>)>;
+
+fn shaped_messages(reports: usize) -> (Messages, Messages) {
     use prost::Message as _;
     let (mut proto, mut docs) = (Vec::new(), Vec::new());
     for i in 0..reports {
