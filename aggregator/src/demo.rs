@@ -36,6 +36,9 @@ pub struct DemoOptions {
     pub key: Option<ReleaseKey>,
     /// Print every partition's release too (the fleet-wide ones always).
     pub partitions: bool,
+    /// The fleet publishes its own multi-metric JSON documents, read through
+    /// an `[input]` mapping ([`crate::sim::DOCUMENT_MAPPING`]).
+    pub documents: bool,
 }
 
 /// ε per device per horizon of `fleetdp demo --tight`.
@@ -55,10 +58,15 @@ pub struct DemoOutcome {
     pub windows_released: u64,
 }
 
-/// The demo configuration pointed at `brokers` (tight: see [`DemoOptions`]).
-pub fn demo_config(brokers: &str, tight: bool) -> Result<Validated> {
+/// The demo configuration pointed at `brokers` (tight, documents: see
+/// [`DemoOptions`]).
+pub fn demo_config(brokers: &str, tight: bool, documents: bool) -> Result<Validated> {
     let mut c = Config::parse(DEMO_CONFIG).context("embedded demo config")?;
     c.kafka.brokers = brokers.to_string();
+    if documents {
+        c.input =
+            Some(toml::from_str(crate::sim::DOCUMENT_MAPPING).context("the documents' mapping")?);
+    }
     if tight {
         c.privacy.epsilon_per_device = Some(TIGHT_EPSILON);
         c.streams.iter_mut().for_each(|s| s.target_error.clear());
@@ -111,7 +119,7 @@ pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     // The mock cluster is not Send: it lives on this thread for the whole run.
     let mock = MockCluster::new(1).context("starting the in-process Kafka cluster")?;
     let brokers = mock.bootstrap_servers();
-    let v = demo_config(&brokers, opts.tight)?;
+    let v = demo_config(&brokers, opts.tight, opts.documents)?;
     let k = &v.config.kafka;
     mock.create_topic(&k.input_topic, 2, 1)?;
     mock.create_topic(&k.output_topic, 2, 1)?;
@@ -140,6 +148,14 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     } else {
         println!(
             "The budget is split by each stream's target_error (see deploy/demo.toml); `--tight` shows ε = {TIGHT_EPSILON}."
+        );
+    }
+    if opts.documents {
+        println!(
+            "--documents: each device sends one JSON document per report, e.g. \
+             {{\"vin\":\"dev-000001\",\"ts\":\"2026-01-01T00:00:00.450Z\",\"cabin\":{{\"temp_c\":21.3}},\
+             \"battery\":{{\"volts\":12.61}},\"speed_kmh\":58.2,\"odo_km\":10001}}, read through this [input] table:{}",
+            crate::sim::DOCUMENT_MAPPING.replace("\n[streams]", "\n[input.streams]").replace('\n', "\n    ")
         );
     }
     let report = crate::report::PlanReport::new(&v).to_text();
@@ -191,6 +207,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let spec = FleetSpec {
         devices: opts.devices,
         seed: opts.seed,
+        documents: opts.documents,
         ..FleetSpec::default()
     };
     let mut fleet = Fleet::new(spec);

@@ -52,6 +52,10 @@ enum Command {
         /// always printed).
         #[arg(long)]
         partitions: bool,
+        /// The fleet sends its own multi-metric JSON documents (vin, an
+        /// RFC 3339 ts, nested metrics), read through an [input] mapping.
+        #[arg(long)]
+        documents: bool,
     },
     /// Run the service against a Kafka cluster.
     Run {
@@ -216,6 +220,7 @@ fn main() -> ExitCode {
             seed,
             tight,
             partitions,
+            documents,
         } => {
             init_logging(cli.log_json, "warn");
             fleetdp::demo::run(fleetdp::demo::DemoOptions {
@@ -227,6 +232,7 @@ fn main() -> ExitCode {
                 tight,
                 key: None,
                 partitions,
+                documents,
             })
             .map(|_| ())
         }

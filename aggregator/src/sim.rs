@@ -53,7 +53,24 @@ pub struct FleetSpec {
     /// Fraction of readings that are wild outliers (top-coded on arrival).
     pub outlier_fraction: f64,
     pub format: Format,
+    /// One JSON document per device per round carrying every signal, in a
+    /// fleet's own shape ([`DOCUMENT_MAPPING`]) instead of FleetDP's
+    /// readings; `format` is then ignored.
+    pub documents: bool,
 }
+
+/// Where the simulated documents keep each field, as an `[input]` table:
+/// `{"vin", "ts" (RFC 3339), "cabin": {"temp_c"}, "battery": {"volts"},
+/// "speed_kmh", "odo_km"}`.
+pub const DOCUMENT_MAPPING: &str = r#"
+device_id = "vin"
+event_time = "ts"
+event_time_unit = "rfc3339"
+[streams]
+cabin_temp_c = "cabin.temp_c"
+battery_v = "/battery/volts"
+speed_kmh = "speed_kmh"
+"#;
 
 impl Default for FleetSpec {
     fn default() -> Self {
@@ -66,6 +83,7 @@ impl Default for FleetSpec {
             bad_fraction: 0.002,
             outlier_fraction: 0.005,
             format: Format::Protobuf,
+            documents: false,
         }
     }
 }
@@ -139,7 +157,10 @@ impl Fleet {
 
     /// Messages in one round.
     pub fn round_len(&self) -> usize {
-        self.devices.len() * self.spec.signals.len()
+        match self.spec.documents {
+            true => self.devices.len(),
+            false => self.devices.len() * self.spec.signals.len(),
+        }
     }
 
     /// Event time of the current round.
@@ -213,6 +234,9 @@ impl Fleet {
 
     /// The next message.
     pub fn next_message(&mut self) -> SimMessage {
+        if self.spec.documents {
+            return self.next_document();
+        }
         let n_sig = self.spec.signals.len();
         let (d, s) = (self.cursor / n_sig, self.cursor % n_sig);
         let signal = self.spec.signals[s];
@@ -258,6 +282,60 @@ impl Fleet {
             content_type: ct,
             reading: Some((signal, v)),
             bad: None,
+        }
+    }
+}
+
+impl Fleet {
+    /// The next device report as a document ([`DOCUMENT_MAPPING`]); bad
+    /// ones are garbage, a time that is not RFC 3339, or a `"NaN"` metric.
+    fn next_document(&mut self) -> SimMessage {
+        let d = self.cursor;
+        let t = self.round_start_ms()
+            + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64);
+        self.cursor += 1;
+        if self.cursor == self.round_len() {
+            self.cursor = 0;
+            self.round += 1;
+        }
+        let id = self.devices[d].id.clone();
+        let at = std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64);
+        let mut doc = serde_json::json!({
+            "vin": id,
+            "ts": humantime::format_rfc3339_millis(at).to_string(),
+            "odo_km": 10_000 + d,
+        });
+        let bad = (self.rng.gen::<f64>() < self.spec.bad_fraction).then(|| {
+            let kind =
+                [BadKind::Garbage, BadKind::MissingField, BadKind::NaN][self.bad_counter % 3];
+            self.bad_counter += 1;
+            kind
+        });
+        for signal in self.spec.signals.clone() {
+            let v = self.value(d, signal, t);
+            let v = match bad {
+                Some(BadKind::NaN) => serde_json::json!("NaN"),
+                _ => serde_json::json!(v),
+            };
+            match signal {
+                Signal::CabinTemp => doc["cabin"] = serde_json::json!({ "temp_c": v }),
+                Signal::BatteryVolts => doc["battery"] = serde_json::json!({ "volts": v }),
+                Signal::Speed => doc["speed_kmh"] = v,
+            }
+        }
+        if bad == Some(BadKind::MissingField) {
+            doc["ts"] = serde_json::json!("yesterday");
+        }
+        let payload = match bad {
+            Some(BadKind::Garbage) => b"{\"vin\": ".to_vec(),
+            _ => serde_json::to_vec(&doc).expect("json"),
+        };
+        SimMessage {
+            key: id,
+            payload,
+            content_type: Format::Json.content_type(),
+            reading: None,
+            bad,
         }
     }
 }
@@ -372,6 +450,40 @@ mod tests {
             a.round_start_ms(),
             FleetSpec::default().start_ms + 2 * 15 * 60 * 1000
         );
+    }
+
+    /// Documents: one per device per round with every signal, bad ones
+    /// mixed in; the mapping reads the good ones into three readings each.
+    #[test]
+    fn documents_carry_every_signal_and_read_through_the_mapping() {
+        let mut f = Fleet::new(FleetSpec {
+            devices: 20,
+            bad_fraction: 0.2,
+            documents: true,
+            ..FleetSpec::default()
+        });
+        assert_eq!(f.round_len(), 20);
+        let table: crate::config::InputConfig = toml::from_str(DOCUMENT_MAPPING).unwrap();
+        let streams: Vec<String> = Signal::ALL.iter().map(|s| s.stream().to_string()).collect();
+        let decoder =
+            ingest::Decoder::new(streams.clone(), Format::Json, ingest::Limits::default())
+                .with_mapping(table.mapping(&streams).unwrap());
+        let (mut good, mut bad) = (0, std::collections::HashSet::new());
+        for _ in 0..200 {
+            let m = f.next_message();
+            let got = decoder.decode(&m.payload, Some(m.content_type));
+            match m.bad {
+                None => {
+                    assert_eq!(got.unwrap().len(), 3);
+                    good += 1;
+                }
+                Some(k) => {
+                    assert!(got.is_err(), "{k:?} accepted");
+                    bad.insert(k as u8);
+                }
+            }
+        }
+        assert!(good > 100 && bad.len() == 3, "{good} good, kinds {bad:?}");
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub const EXACT_COUNT_METRICS: &[&str] = &[
     name::CONSUMER_LAG,
     name::RELEASE_LATENCY,
     name::LANE_DEVICES,
+    // How many seqs wait depends on how far partitions lag (input volume).
+    name::FLEET_PENDING,
 ];
 
 /// Release-latency histogram buckets (seconds), 1 ms to 10 s.

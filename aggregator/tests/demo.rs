@@ -19,6 +19,7 @@ fn the_default_demo_releases_figures_a_newcomer_can_trust() {
         tight: false,
         key: Some(ReleaseKey::from_bytes([7; 32])),
         partitions: false,
+        documents: false,
     })
     .expect("the demo runs");
     eprintln!("{}", out.summary);
