@@ -232,6 +232,19 @@ impl Fleet {
         }
     }
 
+    /// Device `d`'s event time in this round (devices spread over the
+    /// round, deterministically); then move the cursor on.
+    fn step(&mut self, d: usize) -> i64 {
+        let t = self.round_start_ms()
+            + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64);
+        self.cursor += 1;
+        if self.cursor == self.round_len() {
+            self.cursor = 0;
+            self.round += 1;
+        }
+        t
+    }
+
     /// The next message.
     pub fn next_message(&mut self) -> SimMessage {
         if self.spec.documents {
@@ -240,14 +253,7 @@ impl Fleet {
         let n_sig = self.spec.signals.len();
         let (d, s) = (self.cursor / n_sig, self.cursor % n_sig);
         let signal = self.spec.signals[s];
-        // Spread devices over the round, deterministically.
-        let t = self.round_start_ms()
-            + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64);
-        self.cursor += 1;
-        if self.cursor == self.round_len() {
-            self.cursor = 0;
-            self.round += 1;
-        }
+        let t = self.step(d);
         let id = self.devices[d].id.clone();
         if self.rng.gen::<f64>() < self.spec.bad_fraction {
             let kind = [
@@ -291,13 +297,7 @@ impl Fleet {
     /// ones are garbage, a time that is not RFC 3339, or a `"NaN"` metric.
     fn next_document(&mut self) -> SimMessage {
         let d = self.cursor;
-        let t = self.round_start_ms()
-            + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64);
-        self.cursor += 1;
-        if self.cursor == self.round_len() {
-            self.cursor = 0;
-            self.round += 1;
-        }
+        let t = self.step(d);
         let id = self.devices[d].id.clone();
         let at = std::time::UNIX_EPOCH + Duration::from_millis(t.max(0) as u64);
         let mut doc = serde_json::json!({

@@ -62,16 +62,8 @@ impl<'de> Visitor<'de> for Payload<'_> {
         f.write_str("a reading object, an array of readings or {\"readings\": [...]}")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(r) = seq.next_element::<JsonReading>()? {
-            if out.len() == self.max {
-                self.too_many.set(true);
-                return Err(de::Error::custom("too many readings"));
-            }
-            out.push(r);
-        }
-        Ok(out)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        bounded_seq(seq, self.max, self.too_many)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
@@ -93,6 +85,24 @@ impl<'de> Visitor<'de> for Payload<'_> {
         // ignored); any other object is one reading.
         Ok(list.unwrap_or_else(|| vec![one]))
     }
+}
+
+/// The elements of `seq`, at most `max`: at the first one more, parsing
+/// stops with an error and `too_many` is set (nothing past it is read).
+pub(crate) fn bounded_seq<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
+    mut seq: A,
+    max: usize,
+    too_many: &Cell<bool>,
+) -> Result<Vec<T>, A::Error> {
+    let mut out = Vec::new();
+    while let Some(x) = seq.next_element::<T>()? {
+        if out.len() == max {
+            too_many.set(true);
+            return Err(de::Error::custom("too many elements"));
+        }
+        out.push(x);
+    }
+    Ok(out)
 }
 
 /// The `readings` array of a batch object.

@@ -246,16 +246,8 @@ impl<'de> Visitor<'de> for Docs<'_> {
         f.write_str("a JSON document or an array of documents")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
-        while let Some(doc) = seq.next_element::<Value>()? {
-            if out.len() == self.max {
-                self.too_many.set(true);
-                return Err(de::Error::custom("too many documents"));
-            }
-            out.push(doc);
-        }
-        Ok(out)
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        crate::json::bounded_seq(seq, self.max, self.too_many)
     }
 
     fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
