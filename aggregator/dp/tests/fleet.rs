@@ -8,7 +8,7 @@
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, PartRelease, PrivacySpec, StatKind, StreamSpec, SumWidths};
+use fleetdp_dp::release::{plan, FleetCache, PartRelease, PrivacySpec, StatKind, StreamSpec};
 use fleetdp_dp::rng::ReleaseKey;
 use rand::{Rng, SeedableRng};
 
@@ -83,7 +83,7 @@ fn run(
         .remove(0);
     let key = ReleaseKey::from_bytes([3; 32]);
     let mut data = rand_chacha::ChaCha8Rng::seed_from_u64(m as u64 * 7 + eps as u64);
-    let mut widths = SumWidths::default();
+    let mut cache = FleetCache::default();
     let mut tallies: Vec<Tally> = names
         .iter()
         .map(|&(name, bin)| Tally {
@@ -121,7 +121,7 @@ fn run(
                 statistics: r,
             })
             .collect();
-        let fleet = s.combine(&parts, &mut widths).unwrap();
+        let fleet = s.combine(&parts, &mut cache).unwrap();
         let all: Vec<i64> = windows.concat();
         let truth = s.truth(&all);
         for t in &mut tallies {

@@ -13,7 +13,7 @@
 
 use crate::config::Validated;
 use crate::dp::relation::Relation;
-use crate::dp::release::{PartRelease, ReleasedStatistic, SumWidths};
+use crate::dp::release::{FleetCache, PartRelease, ReleasedStatistic};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -46,7 +46,10 @@ pub(crate) struct Combiner {
     input_partitions: i32,
     timer: Option<Duration>,
     max_pending: usize,
-    widths: Vec<SumWidths>,
+    caches: Vec<FleetCache>,
+    /// Each stream's guarantee under this plan: a release carrying another
+    /// was made under another plan.
+    guarantees: Vec<proto::Guarantee>,
     pending: BTreeMap<(usize, u64), Pending>,
     /// Highest seq each (stream, partition) has released.
     progress: HashMap<(usize, i32), u64>,
@@ -63,7 +66,8 @@ impl Combiner {
             input_partitions,
             timer,
             max_pending: f.max_pending,
-            widths: (0..streams).map(|_| SumWidths::default()).collect(),
+            caches: (0..streams).map(|_| FleetCache::default()).collect(),
+            guarantees: v.plan.streams.iter().map(|s| v.guarantee(s)).collect(),
             pending: BTreeMap::new(),
             progress: HashMap::new(),
             done: vec![BTreeSet::new(); streams],
@@ -89,8 +93,7 @@ impl Combiner {
         let Some(s) = self.stream_of(&r.stream) else {
             return (Offered::Foreign, vec![]);
         };
-        let current = self.v.guarantee(&self.v.plan.streams[s]);
-        if r.guarantee.as_ref() != Some(&current)
+        if r.guarantee.as_ref() != Some(&self.guarantees[s])
             || !(0..self.input_partitions).contains(&r.partition)
         {
             return (Offered::Foreign, vec![]);
@@ -164,7 +167,7 @@ impl Combiner {
             let w = &self.pending[&k];
             out.extend(build(
                 &self.v,
-                &mut self.widths[k.0],
+                &mut self.caches[k.0],
                 self.input_partitions,
                 k,
                 w,
@@ -195,7 +198,7 @@ impl Combiner {
     }
 
     fn build(&mut self, k: (usize, u64), w: &Pending) -> Option<proto::FleetRelease> {
-        build(&self.v, &mut self.widths[k.0], self.input_partitions, k, w)
+        build(&self.v, &mut self.caches[k.0], self.input_partitions, k, w)
     }
 }
 
@@ -203,7 +206,7 @@ impl Combiner {
 /// which [`Combiner::offer`]'s checks rule out).
 fn build(
     v: &Validated,
-    widths: &mut SumWidths,
+    cache: &mut FleetCache,
     input_partitions: i32,
     (s, seq): (usize, u64),
     w: &Pending,
@@ -223,7 +226,7 @@ fn build(
             statistics: st,
         })
         .collect();
-    let combined = match plan.combine(&parts, widths) {
+    let combined = match plan.combine(&parts, cache) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(stream = %plan.spec.name, window_seq = seq, "fleet release not combined: {e}");

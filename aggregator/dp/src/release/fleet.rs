@@ -61,14 +61,19 @@ pub enum CombineError {
     },
 }
 
-/// Half-widths of sums of `m` draws, per (measurement, `m`): a convolution
-/// is worth computing once per stream and partition count.
+/// What a stream's combinations reuse: the plan's statistic names in
+/// release order (public; computed once), and the half-widths of sums of
+/// `m` draws per (measurement, `m`) — a convolution is worth computing once
+/// per stream and partition count. One per stream.
 #[derive(Debug, Default)]
-pub struct SumWidths(HashMap<(usize, usize), f64>);
+pub struct FleetCache {
+    layout: Option<Vec<String>>,
+    widths: HashMap<(usize, usize), f64>,
+}
 
-impl SumWidths {
-    fn get(&mut self, plan: &StreamPlan, measurement: usize, copies: usize) -> f64 {
-        *self.0.entry((measurement, copies)).or_insert_with(|| {
+impl FleetCache {
+    fn width(&mut self, plan: &StreamPlan, measurement: usize, copies: usize) -> f64 {
+        *self.widths.entry((measurement, copies)).or_insert_with(|| {
             match &plan.measurements[measurement].mechanism {
                 Mechanism::Additive(n) => sum_half_width(n, copies),
                 Mechanism::Select(_) => f64::NAN,
@@ -82,15 +87,16 @@ impl StreamPlan {
     pub fn combine(
         &self,
         parts: &[PartRelease<'_>],
-        widths: &mut SumWidths,
+        cache: &mut FleetCache,
     ) -> Result<Vec<FleetStatistic>, CombineError> {
         let first = parts.first().ok_or(CombineError::Empty)?;
-        let expected: Vec<String> = first.statistics.iter().map(|s| s.name.clone()).collect();
-        let planned = self.describe();
-        let layout: Vec<String> = planned.iter().map(|s| s.name.clone()).collect();
+        let layout = cache
+            .layout
+            .get_or_insert_with(|| self.describe().into_iter().map(|s| s.name).collect())
+            .clone();
         for p in parts {
-            let found: Vec<String> = p.statistics.iter().map(|s| s.name.clone()).collect();
-            if found != layout || found != expected {
+            if !p.statistics.iter().map(|s| &s.name).eq(layout.iter()) {
+                let found = p.statistics.iter().map(|s| s.name.clone()).collect();
                 return Err(CombineError::Statistics {
                     found,
                     expected: layout,
@@ -101,7 +107,7 @@ impl StreamPlan {
         let res = self.universe.resolution();
         let change_one = self.neighbouring.relation == Relation::ChangeOne;
         let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
-        let count_at = planned.iter().position(|s| s.name == "count");
+        let count_at = layout.iter().position(|s| s == "count");
         // Weights: n (public) under change-one; the released noisy count
         // under add-remove if there is one, else equal.
         let weights: Vec<f64> = parts
@@ -138,7 +144,7 @@ impl StreamPlan {
                 return Some((0.0, 0.0));
             }
             let sd = sum_variance(noise, m).sqrt() * per;
-            Some((sd, widths.get(self, idx, m) * per))
+            Some((sd, cache.width(self, idx, m) * per))
         };
         let idx = |pred: fn(&Measurement) -> bool| self.find(pred).map(|(i, _)| i);
         let count_m = idx(|m| *m == Measurement::Count);
@@ -146,9 +152,9 @@ impl StreamPlan {
         let direct = idx(|m| *m == Measurement::Sum);
         let hist = idx(|m| matches!(m, Measurement::Histogram { .. }));
         let boundary = idx(|m| *m == Measurement::Boundary);
-        let mean_at = planned.iter().position(|s| s.name == "mean");
+        let mean_at = layout.iter().position(|s| s == "mean");
         let fleet_mean = mean_at.map(weighted);
-        let variance_at = planned.iter().position(|s| s.name == "variance");
+        let variance_at = layout.iter().position(|s| s == "variance");
         // Pooled variance: Σ w_p (v_p + (μ_p − μ)²) / Σ w_p, with the
         // between-partition term where the means are released.
         let pooled = |var_of: &dyn Fn(&PartRelease<'_>) -> f64| -> (f64, &'static str) {
@@ -170,9 +176,9 @@ impl StreamPlan {
             (v, how)
         };
 
-        let mut out = Vec::with_capacity(planned.len());
-        for (i, s) in planned.iter().enumerate() {
-            let (values, combination, noise) = match s.name.as_str() {
+        let mut out = Vec::with_capacity(layout.len());
+        for (i, name) in layout.iter().enumerate() {
+            let (values, combination, noise) = match name.as_str() {
                 // Change-one: the exact window sizes.
                 "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
                 "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
@@ -211,7 +217,7 @@ impl StreamPlan {
                 _ => (vec![weighted(i)], "weighted_mean", None),
             };
             out.push(FleetStatistic {
-                name: s.name.clone(),
+                name: name.clone(),
                 level: first.statistics[i].level,
                 values,
                 combination: combination.to_string(),
