@@ -200,6 +200,15 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
     }
 }
 
+/// A fleet-wide release ([`crate::fleet`]) by its content type.
+pub fn decode_fleet(payload: &[u8], content_type: Option<&str>) -> Result<proto::FleetRelease> {
+    if content_type.is_some_and(|c| c.starts_with("application/json")) {
+        Ok(serde_json::from_slice(payload)?)
+    } else {
+        Ok(proto::FleetRelease::decode(payload)?)
+    }
+}
+
 /// A release as recorded in the ledger.
 pub fn decode_release(payload: &[u8], content_type: Option<&str>) -> Result<proto::WindowRelease> {
     if content_type.is_some_and(|c| c.starts_with("application/json")) {

@@ -6,7 +6,8 @@
 //! offsets.
 
 use crate::config::Validated;
-use crate::kafka::{client_config, decode_release, header, partition_count, Quiet, CONTENT_TYPE};
+use crate::kafka::{client_config, partition_count, Quiet};
+use crate::state::OutputRecord;
 use anyhow::{Context, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -35,12 +36,6 @@ pub struct TailOptions {
     pub idle: Option<Duration>,
     /// Only fleet-wide releases.
     pub fleet_only: bool,
-}
-
-/// A record of the output topic.
-enum Printed {
-    Window(proto::WindowRelease),
-    Fleet(proto::FleetRelease),
 }
 
 /// Print releases to `out` until `max` or `idle` is reached (or forever).
@@ -73,20 +68,13 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
             continue;
         };
         let msg = msg.with_context(|| format!("reading {topic}"))?;
-        let Some(payload) = msg.payload() else {
+        if opts.fleet_only && !crate::state::is_fleet(&msg) {
             continue;
-        };
-        let ct = header(&msg, CONTENT_TYPE);
-        let decoded = if crate::fleet::is_fleet(&msg) {
-            crate::fleet::decode_fleet(payload, ct).map(Printed::Fleet)
-        } else if opts.fleet_only {
-            continue;
-        } else {
-            decode_release(payload, ct).map(Printed::Window)
-        };
-        let r = match decoded {
-            Ok(r) => r,
-            Err(e) => {
+        }
+        let r = match crate::state::decode_output(&msg) {
+            None => continue,
+            Some(Ok(r)) => r,
+            Some(Err(e)) => {
                 eprintln!(
                     "{topic}/{}@{}: not a release ({e}); skipped",
                     msg.partition(),
@@ -96,20 +84,20 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
             }
         };
         let released_at = match &r {
-            Printed::Window(w) => w.released_at_ms,
-            Printed::Fleet(f) => f.released_at_ms,
+            OutputRecord::Window(w) => w.released_at_ms,
+            OutputRecord::Fleet(f) => f.released_at_ms,
         };
         let at = humantime::format_rfc3339_seconds(
             std::time::UNIX_EPOCH + Duration::from_millis(released_at.max(0) as u64),
         );
         let at = format!("[{at}]");
         match (opts.format, &r) {
-            (TailFormat::Json, Printed::Window(w)) => serde_json::to_writer(&mut *out, w)?,
-            (TailFormat::Json, Printed::Fleet(f)) => serde_json::to_writer(&mut *out, f)?,
-            (TailFormat::Table, Printed::Window(w)) => {
+            (TailFormat::Json, OutputRecord::Window(w)) => serde_json::to_writer(&mut *out, w)?,
+            (TailFormat::Json, OutputRecord::Fleet(f)) => serde_json::to_writer(&mut *out, f)?,
+            (TailFormat::Table, OutputRecord::Window(w)) => {
                 write!(out, "{}", crate::show::release(&at, w, None, &units))?
             }
-            (TailFormat::Table, Printed::Fleet(f)) => {
+            (TailFormat::Table, OutputRecord::Fleet(f)) => {
                 write!(out, "{}", crate::show::fleet(&at, f, None, &units))?
             }
         }

@@ -15,14 +15,16 @@ mod combiner;
 pub(crate) use combiner::{Combiner, Offered};
 
 use crate::config::{OutputFormat, Validated};
-use crate::kafka::{self, header, Quiet, CONTENT_TYPE};
+pub use crate::kafka::decode_fleet;
+use crate::kafka::{self, Quiet, CONTENT_TYPE};
 use crate::state::RECORD_KIND;
+use crate::state::{decode_output, OutputRecord};
 pub use crate::state::{is_fleet, FLEET};
 use crate::status::StatusBoard;
 use anyhow::{Context as _, Result};
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,15 +41,6 @@ pub fn encode_fleet(f: &proto::FleetRelease, format: OutputFormat) -> (Vec<u8>, 
             serde_json::to_vec(f).expect("fleet releases serialise"),
             "application/json",
         ),
-    }
-}
-
-/// Decode a fleet release by its content type.
-pub fn decode_fleet(payload: &[u8], content_type: Option<&str>) -> Result<proto::FleetRelease> {
-    if content_type.is_some_and(|c| c.starts_with("application/json")) {
-        Ok(serde_json::from_slice(payload)?)
-    } else {
-        Ok(proto::FleetRelease::decode(payload)?)
     }
 }
 
@@ -98,29 +91,22 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         let mut out = vec![];
         if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
             let msg = msg.with_context(|| format!("reading {topic}"))?;
-            let ct = header(&msg, CONTENT_TYPE);
-            match msg.payload() {
-                Some(p) if is_fleet(&msg) => {
-                    if let Ok(f) = decode_fleet(p, ct) {
-                        combiner.seen(&f);
-                    }
-                }
-                Some(p) => match kafka::decode_release(p, ct) {
-                    Ok(r) => {
-                        let (how, done) = combiner.offer(r, Instant::now());
-                        if how == Offered::Foreign {
-                            foreign += 1;
-                            if foreign.is_power_of_two() {
-                                tracing::warn!(
-                                    foreign,
-                                    "releases of another plan or stream on {topic}: not combined"
-                                );
-                            }
+            match decode_output(&msg) {
+                Some(Ok(OutputRecord::Fleet(f))) => combiner.seen(&f),
+                Some(Ok(OutputRecord::Window(r))) => {
+                    let (how, done) = combiner.offer(r, Instant::now());
+                    if how == Offered::Foreign {
+                        foreign += 1;
+                        if foreign.is_power_of_two() {
+                            tracing::warn!(
+                                foreign,
+                                "releases of another plan or stream on {topic}: not combined"
+                            );
                         }
-                        out = done;
                     }
-                    Err(_) => foreign += 1,
-                },
+                    out = done;
+                }
+                Some(Err(_)) => foreign += 1,
                 None => {}
             }
         }

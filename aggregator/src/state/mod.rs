@@ -54,6 +54,30 @@ pub fn is_fleet<M: rdkafka::message::Message>(msg: &M) -> bool {
     crate::kafka::header(msg, RECORD_KIND) == Some(FLEET)
 }
 
+/// A record of the output topic.
+#[derive(Debug, Clone)]
+pub enum OutputRecord {
+    Window(proto::WindowRelease),
+    Fleet(proto::FleetRelease),
+}
+
+/// An output-topic message decoded by its kind ([`RECORD_KIND`]) and
+/// content type; `None` without a payload. Whoever reads the output topic
+/// (restore, the fleet task, `fleetdp tail`) tells the kinds apart here: a
+/// fleet record read as a window release would decode (JSON ignores
+/// unknown fields) into a wrong one.
+pub fn decode_output<M: rdkafka::message::Message>(
+    msg: &M,
+) -> Option<anyhow::Result<OutputRecord>> {
+    let payload = msg.payload()?;
+    let ct = crate::kafka::header(msg, CONTENT_TYPE);
+    Some(if is_fleet(msg) {
+        crate::kafka::decode_fleet(payload, ct).map(OutputRecord::Fleet)
+    } else {
+        crate::kafka::decode_release(payload, ct).map(OutputRecord::Window)
+    })
+}
+
 /// The key of record `record` of a window's charges.
 pub(crate) fn charges_key(stream: &str, partition: i32, seq: u64, record: u32) -> String {
     let key = proto::release_key(stream, partition, seq);
@@ -294,6 +318,52 @@ mod tests {
         }
         for bad in ["hello", "a/1", "a/x/1", "a/1/2/0", "a/1/2/3/4", "/1/2"] {
             assert_eq!(parse_charges_key(bad), None, "{bad}");
+        }
+    }
+
+    /// The kind header decides: a JSON fleet record without it would pass
+    /// for a window release (JSON ignores unknown fields), which is why
+    /// every reader of the output topic goes through `decode_output`.
+    #[test]
+    fn output_records_are_told_apart_by_their_kind() {
+        use rdkafka::message::{OwnedMessage, Timestamp};
+        let fleet = proto::FleetRelease {
+            stream: "temp".into(),
+            window_seq: 7,
+            partitions: vec![0, 1],
+            ..Default::default()
+        };
+        let payload = serde_json::to_vec(&fleet).unwrap();
+        let msg = |kind: Option<&str>| {
+            let mut h = OwnedHeaders::new().insert(Header {
+                key: CONTENT_TYPE,
+                value: Some("application/json"),
+            });
+            if let Some(k) = kind {
+                h = h.insert(Header {
+                    key: RECORD_KIND,
+                    value: Some(k),
+                });
+            }
+            OwnedMessage::new(
+                Some(payload.clone()),
+                None,
+                "out".into(),
+                Timestamp::NotAvailable,
+                0,
+                0,
+                Some(h),
+            )
+        };
+        match decode_output(&msg(Some(FLEET))) {
+            Some(Ok(OutputRecord::Fleet(f))) => assert_eq!(f, fleet),
+            other => panic!("{other:?}"),
+        }
+        match decode_output(&msg(None)) {
+            Some(Ok(OutputRecord::Window(w))) => {
+                assert_eq!((w.stream.as_str(), w.window_seq), ("temp", 7))
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! beside the device table being rebuilt.
 
 use super::{LaneState, CHARGES, LEDGER, RECORD_KIND};
-use crate::kafka::{decode_release, header, read_topic, ReadProgress, CONTENT_TYPE};
+use crate::kafka::{header, read_topic, ReadProgress};
 use crate::window::{Resume, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Result};
 use prost::Message as _;
@@ -240,19 +240,18 @@ pub fn restore(
         stop,
         progress,
         |msg| {
-            // Fleet-wide releases (derived; their own record kind).
-            if super::is_fleet(msg) {
-                return Ok(());
-            }
-            if let Some(payload) = msg.payload() {
-                let Ok(r) = decode_release(payload, header(msg, CONTENT_TYPE)) else {
+            match super::decode_output(msg) {
+                Some(Ok(super::OutputRecord::Window(r))) => {
+                    seen.entry((r.stream.clone(), r.partition))
+                        .or_default()
+                        .insert(r.window_seq, (r.last_offset, r.last_event_time_ms));
+                }
+                // Fleet-wide releases: derived, not part of a lane's state.
+                Some(Ok(super::OutputRecord::Fleet(_))) | None => {}
+                Some(Err(_)) => {
                     let at = format!("{output_topic}/{}@{}", msg.partition(), msg.offset());
                     skip(&mut skipped, at, "not a release");
-                    return Ok(());
-                };
-                seen.entry((r.stream.clone(), r.partition))
-                    .or_default()
-                    .insert(r.window_seq, (r.last_offset, r.last_event_time_ms));
+                }
             }
             Ok(())
         },
