@@ -193,3 +193,48 @@ fn a_complete_record_read_back_ends_the_wait() {
     let (how, out) = c.offer(release(&v, 1, 0, &[1, 2, 3, 4]), t0);
     assert_eq!((how, out.len()), (Offered::Done, 0));
 }
+
+/// Neighbouring streams release the same windows with other values: the
+/// combiner's decisions (which seqs, which partitions, when, complete or
+/// not) and every public field of its records must not differ, under both
+/// relations — only the combined values may.
+#[test]
+fn decisions_and_public_fields_ignore_the_released_values() {
+    for v in [validated(CHANGE_ONE), add_remove()] {
+        let run = |values: &[i64]| {
+            let mut c = Combiner::new(v.clone(), 2);
+            let t0 = Instant::now();
+            let mut out = Vec::new();
+            for (step, (p, seq)) in [(0, 0), (0, 1), (1, 0), (0, 2), (1, 1), (0, 3)]
+                .iter()
+                .enumerate()
+            {
+                let at = t0 + Duration::from_secs(step as u64 * 4);
+                out.extend(c.offer(release(&v, *p, *seq, values), at).1);
+                out.extend(c.due(at));
+            }
+            out.extend(c.due(t0 + Duration::from_secs(60)));
+            out.into_iter()
+                .map(|f| {
+                    let shape: Vec<_> = f
+                        .statistics
+                        .iter()
+                        .map(|s| (s.name.clone(), s.combination.clone(), s.half_width, s.std))
+                        .collect();
+                    (
+                        f.window_seq,
+                        f.partitions,
+                        f.complete,
+                        f.n,
+                        f.released_at_ms,
+                        f.guarantee,
+                        shape,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (run(&[10, 20, 30, 40]), run(&[200, 0, 200, 0]));
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "{:?}", v.plan.privacy.relation);
+    }
+}
