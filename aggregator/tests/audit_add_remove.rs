@@ -50,6 +50,7 @@ fn stream() -> StreamPlan {
         window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        groups: None,
     };
     let privacy = PrivacySpec {
         relation: Relation::AddRemove,

@@ -112,6 +112,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        groups: None,
     };
     let privacy = PrivacySpec {
         relation,

@@ -77,6 +77,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         window_timeout_ms: None,
         running_share: pick(rng, &[0.0, 0.0, 0.2]),
         running_lifetime: 1 << 16,
+        groups: None,
     };
     if s.statistics.is_empty() {
         s.statistics.push(StatKind::Mean);

@@ -105,6 +105,7 @@ fn spec(stat: &str, relation: Relation, adaptive: bool, running: bool) -> Stream
         window_timeout_ms: None,
         running_share: if running { 0.5 } else { 0.0 },
         running_lifetime: 1 << 10,
+        groups: None,
     }
 }
 

@@ -12,6 +12,7 @@
 mod adaptive;
 mod evaluate;
 mod fleet;
+mod grouped;
 mod moments;
 mod plan;
 mod running;
@@ -23,6 +24,7 @@ mod tests;
 pub use adaptive::*;
 pub use evaluate::*;
 pub use fleet::*;
+pub use grouped::{group_stream_name, GroupOf, GroupSpec, MAX_GROUPS_PER_STREAM, MAX_GROUP_KEY};
 pub use plan::*;
 pub use running::*;
 pub use spec::*;

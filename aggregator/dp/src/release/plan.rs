@@ -108,6 +108,8 @@ pub struct StreamPlan {
     pub per_window: BigRational,
     /// Running totals, when `running_share > 0`.
     pub running: Option<RunningPlan>,
+    /// A group of a grouped stream (its name is `<stream>[<key>]`).
+    pub group: Option<GroupOf>,
 }
 
 /// The whole calibrated configuration.
@@ -354,6 +356,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             return Err(field_err(spec, "name", "declared twice"));
         }
         let u = validate_spec(spec, privacy.relation)?;
+        grouped::validate_groups(spec)?;
         let ms = measurements_for(spec, &u, privacy.relation)?;
         let r = spec.running_share;
         if !(r.is_finite() && (0.0..1.0).contains(&r)) {
@@ -386,7 +389,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             // What running totals take is not split over windows.
             share: s.budget_share * (1.0 - s.running_share),
             windows_per_horizon: s.max_windows_per_device,
-            groups_per_device: 1,
+            groups_per_device: grouped::groups_per_device(s),
             measurements: ms.iter().map(Measurement::weight).sum(),
         })
         .collect();
@@ -506,6 +509,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             measurements,
             per_window,
             running,
+            group: None,
         });
     }
     let spends: Vec<StreamSpend> = streams
@@ -513,7 +517,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         .map(|s| StreamSpend {
             name: s.spec.name.clone(),
             windows_per_horizon: s.spec.max_windows_per_device,
-            groups_per_device: 1,
+            groups_per_device: grouped::groups_per_device(&s.spec),
             per_window: s.per_window.clone(),
             per_horizon: s
                 .running
@@ -524,7 +528,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
     let per_horizon = accountant.compose(&spends)?;
     Ok(Plan {
         privacy: privacy.clone(),
-        streams,
+        streams: streams.into_iter().flat_map(grouped::expand).collect(),
         per_horizon,
     })
 }

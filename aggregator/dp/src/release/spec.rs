@@ -107,6 +107,9 @@ pub struct StreamSpec {
     /// BLT stays private beyond it (error then grows faster); the pure-DP
     /// tree stops there. Rounded up to a power of two.
     pub running_lifetime: u64,
+    /// `group_by`: released per group of a public key set (one planned
+    /// stream per group, [`super::grouped`]); `None`: one release.
+    pub groups: Option<GroupSpec>,
 }
 
 /// Privacy settings shared by all streams.

@@ -33,6 +33,7 @@ pub(crate) fn spec() -> StreamSpec {
         window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        groups: None,
     }
 }
 
