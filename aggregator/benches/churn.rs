@@ -66,6 +66,7 @@ fn restore_part() {
         midpoint: 0,
         timeout_ms: None,
         window_ms: None,
+        group: None,
     };
     let mut w = Windower::new(vec![rules], 3_600_000, 60_000);
     let (start, _) = rss_kb();
@@ -73,7 +74,7 @@ fn restore_part() {
     // Sized as restore sizes it: from its first pass's estimate.
     let mut sketch = fleetdp::state::Distinct::default();
     (0..devices).for_each(|d| sketch.add(splitmix(d)));
-    let mut r = w.restorer(sketch.estimate() as usize);
+    let mut r = w.restorer(0, sketch.estimate() as usize);
     let records = PER_WINDOW.div_ceil(PER_RECORD) as u32;
     for seq in 0..WINDOWS {
         for rec in 0..records as u64 {
@@ -122,6 +123,7 @@ fn main() {
         midpoint: 0,
         timeout_ms: None,
         window_ms: None,
+        group: None,
     };
     let mut w = Windower::new(vec![rules], HORIZON_MS, 60_000);
     let mut closed = Vec::new();

@@ -196,6 +196,7 @@ fn shaped_messages(reports: usize) -> (Messages, Messages) {
                 stream: stream.into(),
                 value: Some(value),
                 event_time_ms: Some(t),
+                labels: Default::default(),
             };
             proto.push((vin.clone(), r.encode_to_vec()));
         }

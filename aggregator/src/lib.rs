@@ -23,7 +23,9 @@
 //!    `pipeline/dead_letter.rs` first;
 //! 5. [`telemetry`] counts it all, [`http`] serves `/metrics`, the probes
 //!    and the status page from `status.rs`;
-//! 6. [`fleet`] reads the releases back from the output topic and publishes
+//! 6. [`registry`] follows the device registry topic (dimension values of
+//!    grouped streams; `config/dimensions.rs` turns them into a group);
+//! 7. [`fleet`] reads the releases back from the output topic and publishes
 //!    each window seq's fleet-wide combination.
 //!
 //! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
@@ -61,6 +63,7 @@ pub mod fleet;
 pub mod http;
 pub mod kafka;
 pub mod pipeline;
+pub mod registry;
 pub mod report;
 pub mod sim;
 pub mod state;

@@ -2,11 +2,15 @@
 //! validate, top-code, check lateness, bound contributions and window. The
 //! pipeline wraps it with I/O; the benchmarks drive it directly.
 
+use crate::config::dimensions::Grouping;
 use crate::config::Validated;
 use crate::dp::universe::TopCoder;
 use crate::partitioner::Partitioner;
+use crate::registry::{label, Registry};
 use crate::telemetry::{Counters, MessageMetrics, StreamMetrics};
-use crate::window::{device_key, Admission, ClosedWindow, FastMap, StreamRules, Windower};
+use crate::window::{
+    device_key, Admission, ClosedWindow, FastMap, LaneGroup, StreamRules, Windower,
+};
 use ingest::{Decoder, Limits, Reason, Rejection};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,7 +32,8 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
     v.plan
         .streams
         .iter()
-        .map(|s| StreamRules {
+        .enumerate()
+        .map(|(i, s)| StreamRules {
             name: s.spec.name.clone(),
             window_size: s.spec.window_size as usize,
             max_readings_per_device: s.spec.max_readings_per_device,
@@ -36,16 +41,26 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
             midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
             timeout_ms: s.spec.window_timeout_ms.map(|t| t as i64),
             window_ms: s.spec.window_ms.map(|w| w as i64),
+            group: s.group.as_ref().map(|g| LaneGroup {
+                first: i - g.index as usize,
+                count: v.plan.streams[i - g.index as usize..]
+                    .iter()
+                    .take_while(|o| o.group.as_ref().is_some_and(|o| o.base == g.base))
+                    .count(),
+                index: g.index,
+                max_groups: g.max_groups_per_device,
+            }),
         })
         .collect()
 }
 
-/// The service's decoder for a configuration: its streams in plan order (a
-/// reading's `stream_index` is its stream's index in the plan), its input
-/// format and limits.
+/// The service's decoder for a configuration: its declared streams in
+/// order (a reading's `stream_index` is its stream's index in the
+/// configuration; [`Processor`] finds its planned stream, the group's for
+/// a grouped stream), its input format and limits.
 pub fn decoder(v: &Validated) -> Decoder {
     let d = Decoder::new(
-        v.plan.streams.iter().map(|s| s.spec.name.clone()),
+        v.config.streams.iter().map(|s| s.name.clone()),
         v.config.kafka.input_format,
         Limits {
             max_message_bytes: v.config.limits.max_message_bytes,
@@ -59,9 +74,19 @@ pub fn decoder(v: &Validated) -> Decoder {
     }
 }
 
+/// A declared stream's planned streams: one, or one per group.
+struct Declared {
+    /// Plan index of the stream, or of its first group.
+    first: usize,
+    grouping: Option<Grouping>,
+}
+
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
+    declared: Vec<Declared>,
+    /// Dimension values of devices (grouped streams), if `[registry]`.
+    registry: Option<Arc<Registry>>,
     names: FastMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
@@ -95,8 +120,23 @@ impl Processor {
             .iter()
             .map(|s| StreamMetrics::new(&s.spec.name))
             .collect();
+        let mut first = 0;
+        let declared = v
+            .groupings
+            .iter()
+            .map(|g| {
+                let d = Declared {
+                    first,
+                    grouping: g.clone(),
+                };
+                first += g.as_ref().map_or(1, |g| g.keys().len());
+                d
+            })
+            .collect();
         Self {
             decoder,
+            declared,
+            registry: None,
             coders: v.plan.streams.iter().map(|s| s.top_coder()).collect(),
             windower: Windower::new(
                 stream_rules(v),
@@ -114,6 +154,13 @@ impl Processor {
             input_partitions: None,
             skew_ms: v.max_clock_skew.as_millis() as i64,
         }
+    }
+
+    /// Look grouped streams' dimension values up in `registry` (readings'
+    /// labels take precedence).
+    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        self.registry = Some(registry);
+        self
     }
 
     /// The input topic's partition count; until it is set, the partition
@@ -195,7 +242,13 @@ impl Processor {
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
         for (i, r) in readings.iter().enumerate() {
-            let s = r.stream_index;
+            let d = &self.declared[r.stream_index];
+            let s = d.first
+                + match (&d.grouping, &self.registry) {
+                    (None, _) => 0,
+                    (Some(g), Some(reg)) => reg.group_of(g, &r.device_id, &r.labels),
+                    (Some(g), None) => g.index(|dim| label(&r.labels, dim)),
+                } as usize;
             // A wrong clock must not move any lane: judged against the
             // message's own timestamp, stored with it (the same on replay).
             let stamp = timestamp_ms.unwrap_or(r.event_time_ms);
@@ -283,6 +336,7 @@ impl Processor {
                 Admission::DroppedOutOfOrder => t.dropped_out_of_order += 1,
                 Admission::DroppedWindowFull => t.dropped_window_full += 1,
                 Admission::DroppedDeviceLimit => t.dropped_device_limit += 1,
+                Admission::DroppedGroupCap => t.dropped_group_cap += 1,
             }
         }
         Ok(())

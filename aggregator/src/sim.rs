@@ -221,6 +221,7 @@ impl Fleet {
                     stream: stream.to_string(),
                     value,
                     event_time_ms: Some(t),
+                    labels: Default::default(),
                 };
                 if self.spec.format == Format::ProtobufBatch {
                     let b = proto::ReadingBatch { readings: vec![r] };

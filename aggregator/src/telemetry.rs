@@ -41,6 +41,8 @@ pub mod name {
     pub const FLEET_PENDING: &str = "fleetdp_fleet_pending";
     pub const FLEET_VALUE: &str = "fleetdp_fleet_release_value";
     pub const FLEET_HALF_WIDTH: &str = "fleetdp_fleet_release_half_width";
+    pub const REGISTRY_DEVICES: &str = "fleetdp_registry_devices";
+    pub const REGISTRY_REJECTED: &str = "fleetdp_registry_rejected_total";
 }
 
 /// Every metric the service exports.
@@ -71,6 +73,8 @@ pub const METRICS: &[&str] = &[
     name::FLEET_PENDING,
     name::FLEET_VALUE,
     name::FLEET_HALF_WIDTH,
+    name::REGISTRY_DEVICES,
+    name::REGISTRY_REJECTED,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -306,6 +310,16 @@ pub(crate) fn fleet_released(stream: &str, complete: bool) {
 }
 
 /// Window seqs waiting for partitions' releases.
+/// Devices held by the registry (a public table: not an input count).
+pub(crate) fn registry_devices(devices: usize) {
+    metrics::gauge!(name::REGISTRY_DEVICES).set(devices as f64);
+}
+
+/// A registry record not applied, by reason (`key`, `value`, `full`).
+pub(crate) fn registry_rejected(reason: &'static str) {
+    metrics::counter!(name::REGISTRY_REJECTED, "reason" => reason).increment(1);
+}
+
 pub(crate) fn fleet_pending(seqs: usize) {
     metrics::gauge!(name::FLEET_PENDING).set(seqs as f64);
 }
@@ -351,6 +365,7 @@ pub(crate) struct Tally {
     pub dropped_out_of_order: u64,
     pub dropped_window_full: u64,
     pub dropped_device_limit: u64,
+    pub dropped_group_cap: u64,
 }
 
 /// At most one device-limit log line per stream this often.
@@ -365,6 +380,7 @@ pub(crate) struct StreamMetrics {
     dropped_out_of_order: metrics::Counter,
     dropped_window_full: metrics::Counter,
     dropped_device_limit: metrics::Counter,
+    dropped_group_cap: metrics::Counter,
     opened: metrics::Counter,
     stream: String,
     /// When the device limit was last logged.
@@ -385,6 +401,7 @@ impl StreamMetrics {
             dropped_out_of_order: dropped("out_of_order"),
             dropped_window_full: dropped("window_full"),
             dropped_device_limit: dropped("device_limit"),
+            dropped_group_cap: dropped("group_cap"),
             stream: stream.to_string(),
             device_limit_logged: None,
             opened: metrics::counter!(name::WINDOWS_OPENED, "stream" => stream.to_string()),
@@ -419,6 +436,12 @@ impl StreamMetrics {
             c.dropped_horizon_cap
                 .fetch_add(t.dropped_horizon_cap, Ordering::Relaxed);
             self.dropped_horizon_cap.increment(t.dropped_horizon_cap);
+        }
+        if t.dropped_group_cap > 0 {
+            // A per-horizon cap too (G groups), counted with W's.
+            c.dropped_horizon_cap
+                .fetch_add(t.dropped_group_cap, Ordering::Relaxed);
+            self.dropped_group_cap.increment(t.dropped_group_cap);
         }
         for (n, counter) in [
             (t.dropped_late, &self.dropped_late),

@@ -74,6 +74,7 @@ fn block(s: &StreamPlan, key: &ReleaseKey, run: u64, extra: bool) -> Vec<(Publis
         midpoint: 5,
         timeout_ms: None,
         window_ms: Some(LEN),
+        group: None,
     };
     // A horizon per block: every block is a fresh stretch of time.
     let horizon = LEN * BLOCK as i64;

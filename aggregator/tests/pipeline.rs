@@ -175,6 +175,7 @@ fn bad_input_goes_to_the_dead_letter_topic_with_its_reason() {
                 stream: "cabin_temp_c".into(),
                 value: Some(20.0 + i as f64 % 7.0),
                 event_time_ms: Some(t_ms),
+                labels: Default::default(),
             }
             .encode_to_vec(),
             content_type: None,

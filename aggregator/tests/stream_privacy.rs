@@ -153,6 +153,7 @@ fn run(setup: Setup, p: &StreamPlan, stream: &[Reading]) -> Run {
         midpoint: 1,
         timeout_ms,
         window_ms,
+        group: None,
     };
     let mut win = Windower::new(vec![rules], HORIZON, LATENESS);
     if window_ms.is_some() {

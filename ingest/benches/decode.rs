@@ -37,6 +37,7 @@ fn mapped(unit: TimeUnit) -> Decoder {
             ("rpm".into(), Path::parse("engine.rpm").unwrap()),
             ("fuel".into(), Path::parse("fuel.level").unwrap()),
         ],
+        labels: vec![],
     })
 }
 
@@ -63,6 +64,7 @@ fn main() {
                 stream: STREAMS[i % 5].into(),
                 value: Some(20.0 + (i % 100) as f64 / 10.0),
                 event_time_ms: Some(1_795_541_400_000 + i as i64),
+                labels: Default::default(),
             }
             .encode_to_vec()
         })

@@ -16,6 +16,8 @@ pub(crate) struct JsonReading {
     pub stream: Option<String>,
     pub value: Option<serde_json::Value>,
     pub event_time_ms: Option<i64>,
+    /// Dimension values (`{"firmware": "4.2"}`).
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Why a payload was refused.
@@ -76,6 +78,7 @@ impl<'de> Visitor<'de> for Payload<'_> {
                 "stream" => one.stream = map.next_value()?,
                 "value" => one.value = map.next_value()?,
                 "event_time_ms" => one.event_time_ms = map.next_value()?,
+                "labels" => one.labels = map.next_value()?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -154,7 +154,17 @@ pub struct Reading {
     pub stream_index: usize,
     pub value: f64,
     pub event_time_ms: i64,
+    /// Dimension values sent with the reading (name, value), sorted by name.
+    pub labels: Labels,
 }
+
+/// A reading's dimension values: (name, value) pairs.
+pub type Labels = Vec<(String, String)>;
+
+/// Most labels one reading may carry.
+pub const MAX_LABELS: usize = 16;
+/// Longest label name or value (bytes).
+pub const MAX_LABEL_BYTES: usize = 64;
 
 /// Decoding limits.
 #[derive(Debug, Clone)]
@@ -174,8 +184,27 @@ impl Default for Limits {
     }
 }
 
-/// (device_id, stream, value, event_time_ms) as decoded, before validation.
-type RawReading = (Option<String>, Option<String>, Option<f64>, Option<i64>);
+/// A reading as decoded, before validation.
+#[derive(Debug, Default)]
+pub(crate) struct RawReading {
+    pub device_id: Option<String>,
+    pub stream: Option<String>,
+    pub value: Option<f64>,
+    pub event_time_ms: Option<i64>,
+    pub labels: Labels,
+}
+
+impl From<DeviceReading> for RawReading {
+    fn from(r: DeviceReading) -> Self {
+        RawReading {
+            device_id: Some(r.device_id),
+            stream: Some(r.stream),
+            value: r.value,
+            event_time_ms: r.event_time_ms,
+            labels: r.labels.into_iter().collect(),
+        }
+    }
+}
 
 /// Decodes and validates messages against the declared streams.
 #[derive(Debug, Clone)]
@@ -256,9 +285,8 @@ impl Decoder {
                 let r = DeviceReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
                 })?;
-                let raw = (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms);
                 self.check_count(1)?;
-                return Ok(vec![self.validate(0, raw)?]);
+                return Ok(vec![self.validate(0, r.into())?]);
             }
             Format::ProtobufBatch => {
                 // Counted from the framing first: nothing is materialised
@@ -270,7 +298,7 @@ impl Decoder {
                     .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
                     .readings
                     .into_iter()
-                    .map(|r| (Some(r.device_id), Some(r.stream), r.value, r.event_time_ms))
+                    .map(RawReading::from)
                     .collect()
             }
             Format::Json if self.mapping.is_some() => {
@@ -303,7 +331,16 @@ impl Decoder {
                             ))
                         }
                     };
-                    out.push((r.device_id, r.stream, value, r.event_time_ms));
+                    out.push(RawReading {
+                        device_id: r.device_id,
+                        stream: r.stream,
+                        value,
+                        event_time_ms: r.event_time_ms,
+                        labels: r
+                            .labels
+                            .map(|l| l.into_iter().collect())
+                            .unwrap_or_default(),
+                    });
                 }
                 out
             }
@@ -331,7 +368,13 @@ impl Decoder {
 
     /// Check one decoded reading (the `i`th of its message).
     fn validate(&self, i: usize, raw: RawReading) -> Result<Reading, Rejection> {
-        let (device_id, stream, value, event_time_ms) = raw;
+        let RawReading {
+            device_id,
+            stream,
+            value,
+            event_time_ms,
+            mut labels,
+        } = raw;
         let device_id = device_id
             .filter(|d| !d.is_empty())
             .ok_or_else(|| missing("device_id", i))?;
@@ -365,14 +408,40 @@ impl Decoder {
                 ),
             ));
         };
+        check_labels(i, &mut labels)?;
         Ok(Reading {
             device_id,
             stream,
             stream_index,
             value,
             event_time_ms,
+            labels,
         })
     }
+}
+
+/// Bound a reading's labels and sort them by name (the rejection names the
+/// label, never its value).
+fn check_labels(i: usize, labels: &mut Labels) -> Result<(), Rejection> {
+    if labels.len() > MAX_LABELS {
+        return Err(Rejection::new(
+            Reason::Oversize,
+            format!("reading {i}: more than {MAX_LABELS} labels"),
+        ));
+    }
+    for (name, value) in labels.iter() {
+        if name.is_empty() || name.len() > MAX_LABEL_BYTES || value.len() > MAX_LABEL_BYTES {
+            return Err(Rejection::new(
+                Reason::Oversize,
+                format!(
+                    "reading {i}: label {:?}: names 1 to {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}",
+                    truncate(name, MAX_LABEL_BYTES)
+                ),
+            ));
+        }
+    }
+    labels.sort_unstable();
+    Ok(())
 }
 
 /// serde_json errors quote input; keep only the category and position.
@@ -406,6 +475,7 @@ mod tests {
             stream: "temp".into(),
             value,
             event_time_ms: Some(1000),
+            labels: Default::default(),
         }
     }
 
@@ -490,6 +560,44 @@ mod tests {
             let got = d.decode(&payload, ct).unwrap_err();
             assert_eq!(got.reason, reason, "{got}");
         }
+    }
+
+    /// Labels arrive in every format, sorted by name; too many or too long
+    /// ones are refused naming the label, never quoting its value.
+    #[test]
+    fn labels_in_every_format_and_their_bounds() {
+        let d = decoder();
+        let mut r = reading(Some(1.0));
+        r.labels = [("region", "eu"), ("firmware", "4.2")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let want = vec![
+            ("firmware".to_string(), "4.2".to_string()),
+            ("region".to_string(), "eu".to_string()),
+        ];
+        assert_eq!(d.decode(&r.encode_to_vec(), None).unwrap()[0].labels, want);
+        let json = br#"{"device_id":"a","stream":"temp","value":3,"event_time_ms":5,"labels":{"region":"eu","firmware":"4.2"}}"#;
+        let got = d.decode(json, Some("application/json")).unwrap();
+        assert_eq!(got[0].labels, want);
+        let json = br#"{"device_id":"a","stream":"temp","value":3,"event_time_ms":5,"labels":{"region":7}}"#;
+        assert_eq!(
+            d.decode(json, Some("application/json")).unwrap_err().reason,
+            Reason::Undecodable
+        );
+        let mut long = reading(Some(1.0));
+        long.labels.insert("region".into(), "secret-".repeat(20));
+        let e = d.decode(&long.encode_to_vec(), None).unwrap_err();
+        assert_eq!(e.reason, Reason::Oversize);
+        assert!(
+            e.detail.contains("region") && !e.detail.contains("secret"),
+            "{e}"
+        );
+        let mut many = reading(Some(1.0));
+        for i in 0..=MAX_LABELS {
+            many.labels.insert(format!("l{i}"), "x".into());
+        }
+        let e = d.decode(&many.encode_to_vec(), None).unwrap_err();
+        assert!(e.detail.contains("labels"), "{e}");
     }
 
     #[test]

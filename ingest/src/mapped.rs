@@ -128,10 +128,11 @@ pub struct Mapping {
     pub unit: TimeUnit,
     /// (stream name, path of its value), in declaration order.
     pub streams: Vec<(String, Path)>,
+    /// (dimension, path of its value): labels of every reading of a document.
+    pub labels: Vec<(String, Path)>,
 }
 
-/// A mapped reading before validation: (device id, stream, value, time).
-pub(crate) type Raw = (Option<String>, Option<String>, Option<f64>, Option<i64>);
+use crate::RawReading as Raw;
 
 impl Mapping {
     /// The readings of a payload of documents (at most `max_docs`).
@@ -153,6 +154,17 @@ impl Mapping {
                     .to_ms(v)
                     .ok_or_else(|| bad(i, &self.event_time, self.unit_hint()))?,
             };
+            let mut labels = Vec::new();
+            for (name, path) in &self.labels {
+                match path.find(doc) {
+                    None | Some(Value::Null) => {}
+                    Some(Value::String(s)) => labels.push((name.clone(), s.clone())),
+                    Some(Value::Number(n)) if n.is_u64() || n.is_i64() => {
+                        labels.push((name.clone(), n.to_string()))
+                    }
+                    Some(_) => return Err(bad(i, path, "is not a string or an integer")),
+                }
+            }
             let before = out.len();
             for (stream, path) in &self.streams {
                 let value = match path.find(doc) {
@@ -161,12 +173,13 @@ impl Mapping {
                     Some(Value::String(s)) if crate::spelled_not_finite(s) => Some(f64::NAN),
                     Some(_) => return Err(bad(i, path, "is not a number")),
                 };
-                out.push((
-                    Some(device.clone()),
-                    Some(stream.clone()),
+                out.push(Raw {
+                    device_id: Some(device.clone()),
+                    stream: Some(stream.clone()),
                     value,
-                    Some(time),
-                ));
+                    event_time_ms: Some(time),
+                    labels: labels.clone(),
+                });
             }
             if out.len() == before {
                 let paths: Vec<&str> = self.streams.iter().map(|(_, p)| p.as_str()).collect();
@@ -272,6 +285,7 @@ mod tests {
                 ("battery_v".into(), Path::parse("/battery/v").unwrap()),
                 ("tyre_fl".into(), Path::parse("tyres.0").unwrap()),
             ],
+            labels: vec![],
         }
     }
 
@@ -304,21 +318,56 @@ mod tests {
         let r = m.readings(doc, 10).unwrap();
         assert_eq!(r.len(), 3);
         assert_eq!(
-            r[0],
             (
-                Some("WVW1".into()),
-                Some("cabin_temp_c".into()),
+                r[0].device_id.as_deref(),
+                r[0].stream.as_deref(),
+                r[0].value,
+                r[0].event_time_ms
+            ),
+            (
+                Some("WVW1"),
+                Some("cabin_temp_c"),
                 Some(21.5),
                 Some(1_795_541_400_250)
             )
         );
-        assert_eq!(r[2].2, Some(2.4));
+        assert_eq!(r[2].value, Some(2.4));
         // A report without the battery: two readings.
         let doc = br#"[{"vin":7,"ts":"2026-11-24T17:30:00Z","cabin":{"temp":20}},
                        {"vin":"B","ts":"2026-11-24T17:30:01Z","tyres":[2.2]}]"#;
         let r = m.readings(doc, 10).unwrap();
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0].0.as_deref(), Some("7"));
+        assert_eq!(r[0].device_id.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn mapped_labels_are_read_from_their_paths() {
+        let mut m = mapping(TimeUnit::Rfc3339);
+        m.labels = vec![
+            ("firmware".into(), Path::parse("meta.fw").unwrap()),
+            ("model".into(), Path::parse("/meta/model").unwrap()),
+        ];
+        let doc = br#"{"vin":"A","ts":"2026-11-24T17:30:00Z","cabin":{"temp":20},"tyres":[2.2],
+                      "meta":{"fw":"4.2","model":3}}"#;
+        let r = m.readings(doc, 10).unwrap();
+        assert_eq!(r.len(), 2);
+        for x in &r {
+            assert_eq!(
+                x.labels,
+                vec![
+                    ("firmware".into(), "4.2".into()),
+                    ("model".into(), "3".into())
+                ]
+            );
+        }
+        let doc =
+            br#"{"vin":"A","ts":"2026-11-24T17:30:00Z","cabin":{"temp":20},"meta":{"fw":[1]}}"#;
+        let e = m.readings(doc, 10).unwrap_err();
+        assert!(e.detail.contains("meta.fw"), "{e}");
+        // Absent labels are fine: the device's group is then `other` or
+        // the registry's.
+        let doc = br#"{"vin":"A","ts":"2026-11-24T17:30:00Z","cabin":{"temp":20}}"#;
+        assert!(m.readings(doc, 10).unwrap()[0].labels.is_empty());
     }
 
     #[test]

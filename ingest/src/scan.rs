@@ -67,6 +67,7 @@ mod tests {
                         },
                         value: Some(i as f64),
                         event_time_ms: Some(i as i64),
+                        labels: Default::default(),
                     })
                     .collect(),
             };

@@ -36,6 +36,7 @@ fn mapped() -> Decoder {
             ("temp".into(), Path::parse("m.temp").unwrap()),
             ("speed".into(), Path::parse("/speed").unwrap()),
         ],
+        labels: vec![],
     })
 }
 
@@ -131,6 +132,7 @@ fn reading() -> impl Strategy<Value = proto::DeviceReading> {
                 stream,
                 value,
                 event_time_ms,
+                labels: Default::default(),
             },
         )
 }

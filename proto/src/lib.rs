@@ -54,6 +54,7 @@ mod tests {
             stream: "speed".into(),
             value: Some(12.5),
             event_time_ms: Some(1_700_000_000_000),
+            labels: Default::default(),
         };
         let b = ReadingBatch {
             readings: vec![r.clone(), r.clone()],

@@ -21,6 +21,9 @@ pub struct InputConfig {
     pub event_time_unit: String,
     /// Stream name = path of its value; one message may carry several.
     pub streams: BTreeMap<String, String>,
+    /// Dimension name = path of its value (for streams with `group_by`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn default_unit() -> String {
@@ -52,11 +55,20 @@ impl InputConfig {
                 streams.push((name.clone(), path(&format!("streams.{name}"), p)?));
             }
         }
+        if self.labels.len() > ingest::MAX_LABELS {
+            bail!("input.labels: at most {} labels", ingest::MAX_LABELS);
+        }
+        let labels = self
+            .labels
+            .iter()
+            .map(|(name, p)| Ok((name.clone(), path(&format!("labels.{name}"), p)?)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Mapping {
             device_id: path("device_id", &self.device_id)?,
             event_time: path("event_time", &self.event_time)?,
             unit,
             streams,
+            labels,
         })
     }
 }

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod dimensions;
 mod fleet;
 mod input;
 mod stream;
@@ -39,6 +40,12 @@ pub struct Config {
     /// A fleet's own JSON documents (absent: FleetDP's reading format).
     #[serde(default)]
     pub input: Option<InputConfig>,
+    /// Public key sets of the dimensions streams may `group_by`.
+    #[serde(default)]
+    pub dimensions: BTreeMap<String, Vec<String>>,
+    /// The device registry topic (dimension values per device).
+    #[serde(default)]
+    pub registry: Option<dimensions::RegistryConfig>,
     #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
 }
@@ -293,9 +300,25 @@ pub struct Validated {
     pub fleet: Fleet,
     /// `[input]`, if declared.
     pub mapping: Option<ingest::Mapping>,
+    /// Per declared stream (config order): how its readings find their
+    /// group, if it has `group_by`.
+    pub groupings: Vec<Option<dimensions::Grouping>>,
 }
 
 impl Validated {
+    /// The dimensions some stream groups by (what the registry keeps).
+    pub fn grouped_dimensions(&self) -> Vec<String> {
+        let mut d: Vec<String> = self
+            .groupings
+            .iter()
+            .flatten()
+            .flat_map(|g| g.dimensions().map(str::to_string))
+            .collect();
+        d.sort();
+        d.dedup();
+        d
+    }
+
     /// The guarantee a stream's releases carry (its partitions' and its
     /// fleet-wide releases').
     pub fn guarantee(&self, stream: &crate::dp::release::StreamPlan) -> proto::Guarantee {
@@ -321,6 +344,7 @@ impl Validated {
             horizon_seconds: self.horizon.as_secs(),
             max_readings_per_device: stream.spec.max_readings_per_device,
             max_windows_per_device: stream.spec.max_windows_per_device,
+            max_groups_per_device: stream.group.as_ref().map_or(1, |g| g.max_groups_per_device),
         }
     }
 }
@@ -402,7 +426,7 @@ impl Config {
         nonempty("kafka.dead_letter_topic", &k.dead_letter_topic)?;
         nonempty("kafka.group_id", &k.group_id)?;
         let state = k.state_topic();
-        let topics = [
+        let topics: [&String; 4] = [
             &k.input_topic,
             &k.output_topic,
             &k.dead_letter_topic,
@@ -452,11 +476,20 @@ impl Config {
             relation: self.privacy.relation,
             budget: self.budget()?,
         };
+        dimensions::validate(&self.dimensions)?;
         let specs = self
             .streams
             .iter()
-            .map(|s| s.to_spec(horizon))
+            .map(|s| s.to_spec(horizon, &self.dimensions))
             .collect::<Result<Vec<_>>>()?;
+        let groupings = self
+            .streams
+            .iter()
+            .map(|s| s.grouping(&self.dimensions))
+            .collect::<Result<Vec<_>>>()?;
+        if let Some(r) = &self.registry {
+            r.validate(&topics, groupings.iter().any(Option::is_some))?;
+        }
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
         Ok(Validated {
             config: self,
@@ -467,6 +500,7 @@ impl Config {
             stall_timeout,
             fleet,
             mapping,
+            groupings,
         })
     }
 

@@ -2,10 +2,12 @@
 //! the privacy core's [`StreamSpec`] (durations parsed and bounded here, so
 //! the core sees only numbers).
 
+use super::dimensions::Grouping;
 use super::duration;
-use crate::dp::release::{StatKind, StreamSpec};
+use crate::dp::release::{GroupSpec, StatKind, StreamSpec};
 use anyhow::{bail, Result};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One `[[stream]]` (see the README's configuration reference).
@@ -58,6 +60,12 @@ pub struct StreamConfig {
     /// The readings' unit, for people (status page axes, `fleetdp tail`).
     #[serde(default)]
     pub unit: Option<String>,
+    /// Release per group: dimensions of `[dimensions]` (e.g. `["firmware"]`).
+    #[serde(default)]
+    pub group_by: Vec<String>,
+    /// `G`: groups of this stream one device may count in per horizon.
+    #[serde(default)]
+    pub max_groups_per_device: Option<u32>,
 }
 
 /// Longest `unit` (characters).
@@ -78,8 +86,23 @@ fn default_running_lifetime() -> u64 {
 impl StreamConfig {
     /// The core's spec: durations parsed (errors name the stream and the
     /// field), time windows checked to divide `horizon`.
-    pub fn to_spec(&self, horizon: Duration) -> Result<StreamSpec> {
+    pub fn to_spec(
+        &self,
+        horizon: Duration,
+        dimensions: &BTreeMap<String, Vec<String>>,
+    ) -> Result<StreamSpec> {
         let field = |f: &str| format!("stream '{}': {f}", self.name);
+        let groups = match (self.grouping(dimensions)?, self.max_groups_per_device) {
+            (None, Some(_)) => bail!(
+                "{}: only with group_by (a stream without groups is one group)",
+                field("max_groups_per_device")
+            ),
+            (None, None) => None,
+            (Some(g), max) => Some(GroupSpec {
+                keys: g.keys(),
+                max_groups_per_device: max.unwrap_or(1),
+            }),
+        };
         if let Some(u) = &self.unit {
             if u.chars().count() > MAX_UNIT_CHARS || u.chars().any(char::is_control) {
                 bail!(
@@ -132,6 +155,15 @@ impl StreamConfig {
             window_timeout_ms,
             running_share: self.running_share,
             running_lifetime: self.running_lifetime,
+            groups,
         })
+    }
+
+    /// How this stream finds a reading's group (`None`: not grouped).
+    pub fn grouping(&self, dimensions: &BTreeMap<String, Vec<String>>) -> Result<Option<Grouping>> {
+        if self.group_by.is_empty() {
+            return Ok(None);
+        }
+        Grouping::new(&self.name, &self.group_by, dimensions).map(Some)
     }
 }

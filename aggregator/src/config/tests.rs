@@ -227,11 +227,13 @@ fn keys_of(section: &str) -> Vec<String> {
         )
     };
     let err = Config::parse(&text).unwrap_err().to_string();
+    // serde lists "one of `a`, `b`" or, for two, "`a` or `b`".
     let list = err
         .split("expected one of ")
         .nth(1)
+        .or_else(|| err.split("expected ").nth(1))
         .unwrap_or_else(|| panic!("no key list for [{section}]: {err}"));
-    let list = list.lines().next().unwrap();
+    let list = list.lines().next().unwrap().replace(" or ", ",");
     list.split(',')
         .map(|k| k.trim().trim_matches('`').to_string())
         .filter(|k| !k.is_empty())
@@ -254,10 +256,10 @@ fn every_configuration_key_is_in_the_readme() {
     let mut missing = Vec::new();
     let mut total = 0;
     for section in [
-        "kafka", "privacy", "http", "limits", "fleet", "input", "stream",
+        "kafka", "privacy", "http", "limits", "fleet", "input", "stream", "registry",
     ] {
         let keys = keys_of(section);
-        assert!(keys.len() >= 3, "[{section}] keys: {keys:?}");
+        assert!(keys.len() >= 2, "[{section}] keys: {keys:?}");
         for k in keys {
             total += 1;
             if !reference.contains(&format!("`{k}`")) {
@@ -316,5 +318,71 @@ fn input_and_fleet_settings_are_checked() {
         let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
         let msg = format!("{err:#}");
         assert!(msg.contains(field), "expected {field:?} in: {msg}");
+    }
+}
+
+/// `[dimensions]`, `group_by` and `[registry]` are bounded at start, each
+/// error naming its field; a valid grouping plans one stream per group.
+#[test]
+fn groups_are_validated_and_planned() {
+    let grouped = SAMPLE.replace(
+        "[[stream]]\n",
+        "[dimensions]\nfirmware = [\"4.1\", \"4.2\"]\n\n[[stream]]\ngroup_by = [\"firmware\"]\nmax_groups_per_device = 2\n",
+    );
+    let v = Config::parse(&grouped).unwrap().validate().unwrap();
+    let names: Vec<&str> = v
+        .plan
+        .streams
+        .iter()
+        .map(|s| s.spec.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "cabin_temp_c[firmware=4.1]",
+            "cabin_temp_c[firmware=4.2]",
+            "cabin_temp_c[firmware=other]"
+        ]
+    );
+    assert_eq!(v.guarantee(&v.plan.streams[1]).max_groups_per_device, 2);
+    let registry = "[registry]\ntopic = \"devices\"\n\n[[stream]]\n";
+    let cases = [
+        (
+            grouped.replace("\"4.1\", ", "\"other\", "),
+            "dimensions.firmware",
+        ),
+        (
+            grouped.replace("[\"firmware\"]\nmax", "[\"model\"]\nmax"),
+            "group_by",
+        ),
+        (
+            grouped.replace("max_groups_per_device = 2", "max_groups_per_device = 0"),
+            "max_groups_per_device",
+        ),
+        (
+            SAMPLE.replace("[[stream]]\n", "[[stream]]\nmax_groups_per_device = 2\n"),
+            "max_groups_per_device",
+        ),
+        (SAMPLE.replacen("[[stream]]\n", registry, 1), "registry"),
+        (
+            grouped.replacen("[[stream]]\n", &registry.replace("devices", "readings"), 1),
+            "registry.topic",
+        ),
+        (
+            grouped.replacen(
+                "[[stream]]\n",
+                &registry.replace("topic = \"devices\"", "topic = \"d\"\nmax_devices = 0"),
+                1,
+            ),
+            "registry.max_devices",
+        ),
+    ];
+    for (text, field) in cases {
+        let e = Config::parse(&text)
+            .and_then(Config::validate)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(field), "{field}: {e}");
     }
 }

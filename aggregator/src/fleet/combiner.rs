@@ -261,6 +261,7 @@ fn build(
         last_event_time_ms: rs().map(|r| r.last_event_time_ms).max().unwrap_or(0),
         statistics,
         guarantee: first.guarantee.clone(),
+        group: crate::config::dimensions::group_map(plan),
         released_at_ms: rs().map(|r| r.released_at_ms).max().unwrap_or(0),
     })
 }

@@ -103,7 +103,7 @@ impl Consuming<'_> {
             let mut lane_charges = charges.remove(&lane).unwrap_or_default();
             let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
             let expected = devices.get(&lane).map_or(0, |d| d.estimate());
-            let mut restorer = self.processor.windower().restorer(expected as usize);
+            let mut restorer = self.processor.windower().restorer(i, expected as usize);
             for (seq, at) in lane_charges {
                 if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, seq))) {
                     if !self.opts.allow_plan_change {

@@ -29,6 +29,7 @@ use crate::dp::release::ReleasedStatistic;
 use crate::dp::rng::ReleaseKey;
 use crate::kafka;
 use crate::process::Processor;
+use crate::registry::Registry;
 use crate::status::StatusBoard;
 use crate::telemetry::{budget_gauges, Counters};
 use anyhow::{Context as _, Result};
@@ -210,6 +211,16 @@ impl Pipeline {
                 let _ = f.send(true);
             })
         };
+        let registry = match &v.config.registry {
+            Some(r) => {
+                let (handle, table) = self
+                    .load_registry(&base, r, fleet_stopped.clone(), shutdown.clone())
+                    .await?;
+                processor = processor.with_registry(table);
+                Some(handle)
+            }
+            None => None,
+        };
         let fleet = match v.fleet.enabled {
             true => Some(crate::fleet::spawn(
                 crate::fleet::FleetTask {
@@ -266,11 +277,32 @@ impl Pipeline {
         close(consumer).await;
         let _ = fleet_stop.send(true);
         forward.abort();
-        if let Some(f) = fleet {
-            // It polls every 200 ms.
-            let _ = tokio::task::spawn_blocking(move || f.join()).await;
+        for t in fleet.into_iter().chain(registry) {
+            // They poll every 200 ms.
+            let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         result
+    }
+
+    /// Start following the device registry and wait until it is read up
+    /// to where it stood at start (no reading is grouped before).
+    async fn load_registry(
+        &self,
+        base: &rdkafka::ClientConfig,
+        r: &crate::config::dimensions::RegistryConfig,
+        stop: watch::Receiver<bool>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> Result<(std::thread::JoinHandle<()>, Arc<Registry>)> {
+        let table = Arc::new(Registry::new(self.v.grouped_dimensions(), r.max_devices));
+        let (handle, loaded) = crate::registry::spawn(base, &r.topic, table.clone(), stop)?;
+        tracing::info!(topic = %r.topic, "reading the device registry");
+        tokio::select! {
+            done = loaded => done
+                .map_err(|_| anyhow::anyhow!("the registry thread ended while loading"))?
+                .with_context(|| format!("registry.topic ({})", r.topic))?,
+            _ = shutdown.wait_for(|s| *s) => anyhow::bail!("stopped while loading the device registry"),
+        }
+        Ok((handle, table))
     }
 }
 

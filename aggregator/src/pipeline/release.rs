@@ -65,6 +65,7 @@ pub fn build_release(
         padded: public.padded,
         statistics,
         guarantee: Some(v.guarantee(stream)),
+        group: crate::config::dimensions::group_map(stream),
         released_at_ms: public.released_at_ms.unwrap_or_else(now_ms),
         running: running
             .iter()

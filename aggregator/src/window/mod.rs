@@ -35,11 +35,13 @@ impl Windower {
     }
 }
 mod counts;
+mod groups;
 mod types;
 
 pub use types::*;
 
 use counts::{DeviceCounts, Layout};
+use groups::GroupTable;
 
 #[derive(Debug, Default)]
 struct Open {
@@ -109,6 +111,9 @@ impl DeviceHorizon {
 #[derive(Debug, Clone)]
 pub struct RestoredLane {
     devices: DeviceCounts,
+    /// Grouped streams: the devices' groups from the same charges (one
+    /// group: this lane's).
+    groups: Option<(u32, GroupTable)>,
     /// Per window: (latest horizon charged, state records declared).
     live: std::collections::BTreeMap<u64, (i64, u32)>,
 }
@@ -117,6 +122,11 @@ impl RestoredLane {
     /// Count one state record of window `seq` (which has `records` in all).
     /// Each device is charged once per window and horizon.
     pub fn add(&mut self, seq: u64, records: u32, charges: &[(u64, i64)]) {
+        if let Some((group, t)) = &mut self.groups {
+            for &(dk, h) in charges {
+                t.record(dk, h, *group);
+            }
+        }
         for &(dk, h) in charges {
             // Every restored device is kept, whatever the device limit:
             // refusing one would hand it fresh caps.
@@ -146,6 +156,9 @@ pub struct Windower {
     /// The seq of the window the last accepted reading went to.
     last_accepted_seq: u64,
     lanes: FastMap<(usize, i32), Lane>,
+    /// Grouped streams: each device's groups, per (first group's stream
+    /// index, partition).
+    groups: FastMap<(usize, i32), GroupTable>,
     /// Per stream: windows opened so far (a public count).
     opened: Vec<u64>,
     /// Most devices a lane counts ([`Admission::DroppedDeviceLimit`]).
@@ -181,6 +194,7 @@ impl Windower {
             lateness_ms,
             last_accepted_seq: 0,
             lanes: FastMap::default(),
+            groups: FastMap::default(),
             device_limit: usize::MAX,
             layout: Layout::DEFAULT,
         }
@@ -267,6 +281,9 @@ impl Windower {
                     window_end(seq, len),
                 ));
             }
+            if closed.len() > lane_before {
+                self.sweep_groups(s, p);
+            }
         }
     }
 
@@ -292,24 +309,34 @@ impl Windower {
         partition: i32,
         windows: Vec<(u64, Vec<(u64, i64)>)>,
     ) {
-        let mut r = self.restorer(0);
+        let mut r = self.restorer(stream, 0);
         for (seq, charges) in windows {
             r.add(seq, charge_records(charges.len()), &charges);
         }
         self.install_restored(stream, partition, r);
     }
 
-    /// An empty [`RestoredLane`] for this windower, its table sized for
-    /// about `devices` devices (a hint: it grows past it as needed).
-    pub fn restorer(&self, devices: usize) -> RestoredLane {
+    /// An empty [`RestoredLane`] for a lane of `stream`, its table sized
+    /// for about `devices` devices (a hint: it grows past it as needed).
+    pub fn restorer(&self, stream: usize, devices: usize) -> RestoredLane {
         RestoredLane {
             devices: DeviceCounts::with_capacity(self.layout, devices),
+            groups: self.rules[stream]
+                .group
+                .map(|g| (g.index, GroupTable::default())),
             live: std::collections::BTreeMap::new(),
         }
     }
 
-    /// Replace a lane's device counts with restored ones.
+    /// Replace a lane's device counts with restored ones (a grouped lane's
+    /// device groups are added to its stream's table).
     pub fn install_restored(&mut self, stream: usize, partition: i32, r: RestoredLane) {
+        if let (Some(g), Some((_, t))) = (self.rules[stream].group, &r.groups) {
+            self.groups
+                .entry((g.first, partition))
+                .or_default()
+                .merge(t);
+        }
         let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.devices = r.devices;
         lane.live = r
@@ -322,6 +349,7 @@ impl Windower {
     /// Forget a partition's open windows (revoked; they rebuild by replay).
     pub fn drop_partition(&mut self, partition: i32) {
         self.lanes.retain(|&(_, p), _| p != partition);
+        self.groups.retain(|&(_, p), _| p != partition);
     }
 
     /// Whether a reading is older than the lane's reference (the latest
@@ -374,6 +402,46 @@ impl Windower {
     /// the last one released.
     #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
     pub fn admit_at(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        at: (i64, u32),
+        dk: u64,
+        units: i64,
+        event_ms: i64,
+        msg_ms: i64,
+        closed: &mut Vec<ClosedWindow>,
+    ) -> Admission {
+        let before = closed.len();
+        let a = self.admit_one(stream, partition, at, dk, units, event_ms, msg_ms, closed);
+        if closed.len() > before {
+            self.sweep_groups(stream, partition);
+        }
+        a
+    }
+
+    /// A grouped lane closed a window: forget device groups of horizons no
+    /// lane of its stream accepts any more (the slowest lane decides).
+    fn sweep_groups(&mut self, stream: usize, partition: i32) {
+        let Some(g) = self.rules[stream].group else {
+            return;
+        };
+        let before = (g.first..g.first + g.count)
+            .map(|s| {
+                self.lanes
+                    .get(&(s, partition))
+                    .map_or(0, |l| l.swept_before)
+            })
+            .min()
+            .unwrap_or(0);
+        if let Some(t) = self.groups.get_mut(&(g.first, partition)) {
+            t.sweep(before);
+        }
+    }
+
+    /// [`Windower::admit_at`] without the group sweep.
+    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    fn admit_one(
         &mut self,
         stream: usize,
         partition: i32,
@@ -440,6 +508,12 @@ impl Windower {
         // lane on reaches this (time windows never hold such readings).
         if horizon < lane.swept_before {
             return Admission::DroppedLate;
+        }
+        if let Some(g) = rules.group {
+            let t = self.groups.get(&(g.first, partition));
+            if t.is_some_and(|t| !t.admits(dk, horizon, g.index, g.max_groups)) {
+                return Admission::DroppedGroupCap;
+            }
         }
         let open_from = lane.next_seq;
         let Lane {
@@ -520,6 +594,12 @@ impl Windower {
         let Some(judged) = judged else {
             return Admission::DroppedDeviceLimit;
         };
+        if let (Some(g), Admission::Accepted) = (rules.group, judged) {
+            self.groups
+                .entry((g.first, partition))
+                .or_default()
+                .record(dk, horizon, g.index);
+        }
         if judged == Admission::Accepted
             && rules.window_ms.is_none()
             && lane.open.values.len() >= rules.window_size

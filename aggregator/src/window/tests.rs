@@ -35,6 +35,7 @@ fn rules(
         midpoint: 50,
         timeout_ms: timeout,
         window_ms,
+        group: None,
     }]
 }
 
@@ -505,4 +506,66 @@ fn the_device_limit_drops_new_devices_until_a_sweep() {
     assert_eq!(admit(&mut w, 6, 1, 1100), Admission::Accepted);
     assert_eq!(admit(&mut w, 7, 3, 1200), Admission::Accepted);
     assert_eq!(admit(&mut w, 8, 4, 1300), Admission::Accepted);
+}
+
+/// Three groups of one stream (count windows of 1), `G` = 2.
+fn grouped_windower() -> Windower {
+    let rules = (0..3)
+        .map(|i| StreamRules {
+            group: Some(LaneGroup {
+                first: 0,
+                count: 3,
+                index: i,
+                max_groups: 2,
+            }),
+            ..rules(1, 1, 100, None, None).remove(0)
+        })
+        .collect();
+    Windower::new(rules, 1000, 3000)
+}
+
+/// The group cap survives a restart: the groups of released windows are
+/// rebuilt from their charges, so a device in two groups before the
+/// restart is refused a third one after it, and still admitted in its own.
+#[test]
+fn restored_charges_rebuild_the_group_cap() {
+    let mut w = grouped_windower();
+    let mut closed = Vec::new();
+    let a = device_key("a");
+    for group in 0..2 {
+        assert_eq!(
+            w.admit(group, 0, group as i64, a, 1, 10, 10, &mut closed),
+            Admission::Accepted
+        );
+    }
+    assert_eq!(
+        w.admit(2, 0, 2, a, 1, 10, 10, &mut closed),
+        Admission::DroppedGroupCap
+    );
+    let mut w2 = grouped_windower();
+    for c in &closed {
+        let at = Resume {
+            last_seq: c.seq,
+            last_offset: c.last_offset,
+            last_index: 0,
+            reference_event_ms: 10,
+        };
+        w2.resume(c.stream, 0, at);
+        w2.restore_charges(c.stream, 0, vec![(c.seq, c.charges.clone())]);
+    }
+    let mut closed2 = Vec::new();
+    assert_eq!(
+        w2.admit(2, 0, 3, a, 1, 11, 11, &mut closed2),
+        Admission::DroppedGroupCap
+    );
+    assert_eq!(
+        w2.admit(1, 0, 4, a, 1, 11, 11, &mut closed2),
+        Admission::Accepted
+    );
+    // Without the restore the third group would have been admitted.
+    let mut fresh = grouped_windower();
+    assert_eq!(
+        fresh.admit(2, 0, 3, a, 1, 11, 11, &mut closed2),
+        Admission::Accepted
+    );
 }

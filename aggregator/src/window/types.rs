@@ -36,6 +36,22 @@ pub struct StreamRules {
     pub timeout_ms: Option<i64>,
     /// Time windows of this length (ms); `None`: count windows of `window_size`.
     pub window_ms: Option<i64>,
+    /// A group of a grouped stream: its lane shares the device's group cap
+    /// with its sibling groups.
+    pub group: Option<LaneGroup>,
+}
+
+/// Where a group's lane sits among its stream's groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneGroup {
+    /// Stream index of the stream's first group (groups are consecutive).
+    pub first: usize,
+    /// How many groups the stream has.
+    pub count: usize,
+    /// This group's position.
+    pub index: u32,
+    /// `G`: groups a device may count in per horizon.
+    pub max_groups: u32,
 }
 
 /// Most readings one time window holds; later ones are dropped
@@ -63,6 +79,9 @@ pub enum Admission {
     DroppedDeviceLimit,
     /// Time windows: the window holds [`MAX_TIME_WINDOW_READINGS`].
     DroppedWindowFull,
+    /// Grouped streams: the device already counts in `G` other groups of
+    /// the stream in this horizon.
+    DroppedGroupCap,
 }
 
 /// A full window, ready to release.

@@ -42,6 +42,14 @@ pub struct GroupOf {
     pub max_groups_per_device: u32,
 }
 
+impl GroupOf {
+    /// The group's (dimension, value) pairs, from its key
+    /// (`model=a,firmware=4.2`).
+    pub fn values(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.key.split(',').filter_map(|kv| kv.split_once('='))
+    }
+}
+
 /// A grouped stream's planned name.
 pub fn group_stream_name(base: &str, key: &str) -> String {
     format!("{base}[{key}]")

@@ -1,0 +1,262 @@
+//! `[dimensions]` (public key sets) and a stream's `group_by`: the group
+//! keys a grouped stream is planned with, and [`Grouping`], which finds a
+//! reading's group from its labels or the device registry.
+//!
+//! Every dimension gets an implicit `other` value for devices whose value
+//! is missing or not declared, so no reading is lost and the key set stays
+//! the declared one: which groups are released never depends on the data.
+
+use anyhow::{bail, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// `[registry]`: the device registry topic (see the README).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// A compacted topic keyed by device id; values are JSON objects of
+    /// the device's dimension values.
+    pub topic: String,
+    /// Most devices held (≈ 100 bytes each); records of further devices
+    /// are refused and counted (`fleetdp_registry_rejected_total{reason="full"}`).
+    #[serde(default = "default_max_devices")]
+    pub max_devices: usize,
+}
+
+fn default_max_devices() -> usize {
+    10_000_000
+}
+
+/// The largest `registry.max_devices`.
+pub const MAX_REGISTRY_DEVICES: usize = 1_000_000_000;
+
+impl RegistryConfig {
+    /// Check the table; `topics` are the service's other topics.
+    pub fn validate(&self, topics: &[&String], grouped: bool) -> Result<()> {
+        if self.topic.trim().is_empty() {
+            bail!("registry.topic: must not be empty");
+        }
+        if topics.contains(&&self.topic) {
+            bail!(
+                "registry.topic: {} is already one of the service's kafka topics",
+                self.topic
+            );
+        }
+        if !(1..=MAX_REGISTRY_DEVICES).contains(&self.max_devices) {
+            bail!(
+                "registry.max_devices: must be in [1, {MAX_REGISTRY_DEVICES}], got {}",
+                self.max_devices
+            );
+        }
+        if !grouped {
+            bail!("registry: no [[stream]] has group_by, so the registry would not be used; remove [registry] or group a stream");
+        }
+        Ok(())
+    }
+}
+
+/// Most dimensions one stream may group by.
+pub const MAX_GROUP_BY: usize = 4;
+/// Most declared values per dimension (`other` comes on top).
+pub const MAX_DIMENSION_VALUES: usize = 1_000;
+/// Longest dimension name or value (bytes).
+pub const MAX_LABEL_BYTES: usize = 64;
+/// The value of devices whose value is missing or not declared.
+pub const OTHER: &str = "other";
+
+/// Names and values: what a key is made of (`=` and `,` separate them).
+fn check_label(field: &str, what: &str, v: &str) -> Result<()> {
+    if v.is_empty()
+        || v.len() > MAX_LABEL_BYTES
+        || !v
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        bail!("{field}: {what} {v:?} must be 1 to {MAX_LABEL_BYTES} characters of A-Z, a-z, 0-9, '_', '.', '-'");
+    }
+    Ok(())
+}
+
+/// A planned stream's group as published (`group` of a release): empty
+/// for a stream without groups.
+pub fn group_map(s: &crate::dp::release::StreamPlan) -> std::collections::HashMap<String, String> {
+    s.group
+        .iter()
+        .flat_map(|g| g.values())
+        .map(|(d, v)| (d.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Check `[dimensions]`.
+pub fn validate(dims: &BTreeMap<String, Vec<String>>) -> Result<()> {
+    for (name, values) in dims {
+        let field = format!("dimensions.{name}");
+        check_label(&field, "name", name)?;
+        if values.is_empty() || values.len() > MAX_DIMENSION_VALUES {
+            bail!("{field}: declare 1 to {MAX_DIMENSION_VALUES} values");
+        }
+        for (i, v) in values.iter().enumerate() {
+            check_label(&field, "value", v)?;
+            if v == OTHER {
+                bail!("{field}: \"{OTHER}\" is implicit (devices without a declared value); remove it");
+            }
+            if values[..i].contains(v) {
+                bail!("{field}: {v:?} declared twice");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How one grouped stream finds a reading's group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grouping {
+    /// Per dimension (most significant first): its name and declared
+    /// values; a value's position is its digit, `other` the last digit.
+    dims: Vec<(String, Vec<String>)>,
+}
+
+impl Grouping {
+    /// The grouping of a stream's `group_by` over `[dimensions]`.
+    pub fn new(
+        stream: &str,
+        group_by: &[String],
+        dims: &BTreeMap<String, Vec<String>>,
+    ) -> Result<Grouping> {
+        let field = format!("stream '{stream}': group_by");
+        if group_by.is_empty() || group_by.len() > MAX_GROUP_BY {
+            bail!("{field}: 1 to {MAX_GROUP_BY} dimensions");
+        }
+        let mut out = Vec::new();
+        let mut groups = 1usize;
+        for (i, d) in group_by.iter().enumerate() {
+            if group_by[..i].contains(d) {
+                bail!("{field}: {d:?} twice");
+            }
+            let Some(values) = dims.get(d) else {
+                bail!("{field}: {d:?} is not declared in [dimensions] (e.g. {d} = [\"a\", \"b\"])");
+            };
+            groups = groups.saturating_mul(values.len() + 1);
+            out.push((d.clone(), values.clone()));
+        }
+        let max = crate::dp::release::MAX_GROUPS_PER_STREAM;
+        if groups > max {
+            bail!("{field}: {groups} groups (every combination of values, each dimension with \"{OTHER}\"); at most {max}");
+        }
+        Ok(Grouping { dims: out })
+    }
+
+    /// The dimensions' names.
+    pub fn dimensions(&self) -> impl Iterator<Item = &str> {
+        self.dims.iter().map(|(d, _)| d.as_str())
+    }
+
+    /// Every group's key (`firmware=4.2`, `model=a,region=eu`), by index.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys = vec![String::new()];
+        for (d, values) in &self.dims {
+            let vals: Vec<&str> = values.iter().map(String::as_str).chain([OTHER]).collect();
+            keys = keys
+                .iter()
+                .flat_map(|k| {
+                    vals.iter().map(move |v| {
+                        if k.is_empty() {
+                            format!("{d}={v}")
+                        } else {
+                            format!("{k},{d}={v}")
+                        }
+                    })
+                })
+                .collect();
+        }
+        keys
+    }
+
+    /// The group index of a device whose dimension values `value_of` gives
+    /// (`None` or an undeclared value: `other`).
+    pub fn index<'a>(&self, value_of: impl Fn(&str) -> Option<&'a str>) -> u32 {
+        let mut index = 0usize;
+        for (d, values) in &self.dims {
+            let digit = value_of(d)
+                .and_then(|v| values.iter().position(|x| x == v))
+                .unwrap_or(values.len());
+            index = index * (values.len() + 1) + digit;
+        }
+        index as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims() -> BTreeMap<String, Vec<String>> {
+        BTreeMap::from([
+            ("model".to_string(), vec!["a".to_string(), "b".to_string()]),
+            ("firmware".to_string(), vec!["4.1".to_string()]),
+        ])
+    }
+
+    #[test]
+    fn keys_and_indices_agree() {
+        let g = Grouping::new("s", &["model".into(), "firmware".into()], &dims()).unwrap();
+        let keys = g.keys();
+        assert_eq!(
+            keys,
+            [
+                "model=a,firmware=4.1",
+                "model=a,firmware=other",
+                "model=b,firmware=4.1",
+                "model=b,firmware=other",
+                "model=other,firmware=4.1",
+                "model=other,firmware=other"
+            ]
+        );
+        let labels = |m: &'static str, f: &'static str| {
+            move |d: &str| match d {
+                "model" => Some(m),
+                "firmware" => Some(f),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            keys[g.index(labels("b", "4.1")) as usize],
+            "model=b,firmware=4.1"
+        );
+        assert_eq!(
+            keys[g.index(labels("z", "4.1")) as usize],
+            "model=other,firmware=4.1"
+        );
+        assert_eq!(
+            keys[g.index(|_| None) as usize],
+            "model=other,firmware=other"
+        );
+    }
+
+    #[test]
+    fn bad_declarations_name_the_field() {
+        for (d, v) in [
+            ("fw", vec![]),
+            ("fw", vec!["other"]),
+            ("fw", vec!["a", "a"]),
+            ("f w", vec!["a"]),
+            ("fw", vec!["a,b"]),
+        ] {
+            let m = BTreeMap::from([(d.to_string(), v.iter().map(|s| s.to_string()).collect())]);
+            let e = validate(&m).unwrap_err().to_string();
+            assert!(e.contains("dimensions."), "{e}");
+        }
+        let e = Grouping::new("s", &["nope".into()], &dims())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("group_by") && e.contains("nope"), "{e}");
+        let big = BTreeMap::from([
+            ("a".to_string(), (0..40).map(|i| format!("v{i}")).collect()),
+            ("b".to_string(), (0..40).map(|i| format!("v{i}")).collect()),
+        ]);
+        let e = Grouping::new("s", &["a".into(), "b".into()], &big)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1681 groups"), "{e}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The device registry: a compacted Kafka topic keyed by device id whose
+//! value holds the device's attributes (`{"model": "m2", "firmware":
+//! "4.2", "region": "eu"}`), read in full before the first reading is
+//! processed and followed live ([`follow`]), like a Kafka Streams table.
+//! The table is shared between the follower thread and the consuming loop
+//! (a [`DashMap`]); grouped streams look a device's dimension values up in
+//! it when a reading does not carry them as labels.
+//!
+//! Privacy: the registry is declared public (the operator attests it; a
+//! public join in seed 000's terms with multiplicity 1 — a device id is a
+//! Kafka key, so a compacted topic holds one row per device). It only
+//! decides which group a reading counts in; the group cap `G` bounds what
+//! any device adds whatever the registry says, including a device whose
+//! row changes mid-horizon (docs/DESIGN.md §4, group-by). Logs never name
+//! a device.
+
+mod follow;
+
+pub(crate) use follow::spawn;
+
+use crate::config::dimensions::Grouping;
+use dashmap::DashMap;
+use serde_json::Value;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// A device's kept attributes: (dimension, value), only dimensions some
+/// stream groups by.
+type Row = Box<[(Box<str>, Box<str>)]>;
+
+/// Most bytes of one registry record's value.
+pub const MAX_ROW_BYTES: usize = 4_096;
+
+/// Why a registry record was not applied (counted, never logged with its key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// The key is missing, empty, longer than 256 bytes or not UTF-8.
+    Key,
+    /// The value is not a JSON object of strings or integers, or too large.
+    Value,
+    /// A new device while `registry.max_devices` are held.
+    Full,
+}
+
+impl Rejected {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejected::Key => "key",
+            Rejected::Value => "value",
+            Rejected::Full => "full",
+        }
+    }
+}
+
+/// The table.
+pub struct Registry {
+    devices: DashMap<Box<str>, Row, foldhash::fast::RandomState>,
+    /// Dimensions kept (those some stream groups by).
+    dimensions: Vec<String>,
+    max_devices: usize,
+    held: AtomicUsize,
+    applied: AtomicU64,
+}
+
+impl Registry {
+    /// An empty table keeping `dimensions`, at most `max_devices` rows.
+    pub fn new(dimensions: Vec<String>, max_devices: usize) -> Self {
+        Self {
+            devices: DashMap::with_hasher(foldhash::fast::RandomState::default()),
+            dimensions,
+            max_devices,
+            held: AtomicUsize::new(0),
+            applied: AtomicU64::new(0),
+        }
+    }
+
+    /// Devices held.
+    pub fn len(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Records applied so far.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Relaxed)
+    }
+
+    /// Apply one record of the registry topic: a row, or a tombstone
+    /// (no value, or an empty one) that removes the device.
+    pub fn apply(&self, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<(), Rejected> {
+        let device = key
+            .filter(|k| !k.is_empty() && k.len() <= ingest::Limits::default().max_device_id_bytes)
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .ok_or(Rejected::Key)?;
+        let value = value.filter(|v| !v.is_empty());
+        let Some(value) = value else {
+            if self.devices.remove(device).is_some() {
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.applied.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        };
+        let row = self.row(value)?;
+        match self.devices.get_mut(device) {
+            Some(mut r) => *r = row,
+            None => {
+                if self.len() >= self.max_devices {
+                    return Err(Rejected::Full);
+                }
+                if self.devices.insert(device.into(), row).is_none() {
+                    self.held.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.applied.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The kept attributes of a JSON object.
+    fn row(&self, value: &[u8]) -> Result<Row, Rejected> {
+        if value.len() > MAX_ROW_BYTES {
+            return Err(Rejected::Value);
+        }
+        let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(value) else {
+            return Err(Rejected::Value);
+        };
+        let mut row = Vec::new();
+        for d in &self.dimensions {
+            let v = match m.get(d) {
+                None | Some(Value::Null) => continue,
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+                Some(_) => return Err(Rejected::Value),
+            };
+            if v.len() > ingest::MAX_LABEL_BYTES {
+                return Err(Rejected::Value);
+            }
+            row.push((d.as_str().into(), v.into_boxed_str()));
+        }
+        Ok(row.into_boxed_slice())
+    }
+
+    /// The group of `device` in `grouping`: each dimension's value from the
+    /// reading's `labels` when it carries one, else from the device's row;
+    /// neither, or an undeclared value: that dimension's `other`.
+    pub fn group_of(&self, grouping: &Grouping, device: &str, labels: &ingest::Labels) -> u32 {
+        let row = self.devices.get(device);
+        grouping.index(|d| {
+            label(labels, d).or_else(|| {
+                row.as_ref()
+                    .and_then(|r| r.iter().find(|(n, _)| &**n == d).map(|(_, v)| &**v))
+            })
+        })
+    }
+}
+
+/// A reading's label `d`, if it carries one.
+pub(crate) fn label<'a>(labels: &'a ingest::Labels, d: &str) -> Option<&'a str> {
+    labels.iter().find(|(n, _)| n == d).map(|(_, v)| v.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn grouping() -> Grouping {
+        let dims = BTreeMap::from([
+            (
+                "firmware".to_string(),
+                vec!["4.1".to_string(), "4.2".to_string()],
+            ),
+            ("region".to_string(), vec!["eu".to_string()]),
+        ]);
+        Grouping::new("s", &["firmware".into(), "region".into()], &dims).unwrap()
+    }
+
+    #[test]
+    fn rows_labels_and_tombstones() {
+        let r = Registry::new(vec!["firmware".into(), "region".into()], 2);
+        let g = grouping();
+        let keys = g.keys();
+        let none = vec![];
+        let of =
+            |dev: &str, labels: &ingest::Labels| keys[r.group_of(&g, dev, labels) as usize].clone();
+        assert_eq!(of("car-1", &none), "firmware=other,region=other");
+        r.apply(
+            Some(b"car-1"),
+            Some(br#"{"firmware":"4.1","region":"eu","model":"x"}"#),
+        )
+        .unwrap();
+        assert_eq!(of("car-1", &none), "firmware=4.1,region=eu");
+        // A label on the reading wins over the row.
+        let labels = vec![("firmware".to_string(), "4.2".to_string())];
+        assert_eq!(of("car-1", &labels), "firmware=4.2,region=eu");
+        // An update moves the device; a tombstone forgets it.
+        r.apply(Some(b"car-1"), Some(br#"{"firmware":"4.2"}"#))
+            .unwrap();
+        assert_eq!(of("car-1", &none), "firmware=4.2,region=other");
+        r.apply(Some(b"car-1"), None).unwrap();
+        assert_eq!(
+            (of("car-1", &none).as_str(), r.len()),
+            ("firmware=other,region=other", 0)
+        );
+        // Bad records are refused by kind; the table is bounded.
+        assert_eq!(r.apply(None, Some(b"{}")), Err(Rejected::Key));
+        assert_eq!(r.apply(Some(&[0xff]), Some(b"{}")), Err(Rejected::Key));
+        assert_eq!(r.apply(Some(b"a"), Some(b"[1]")), Err(Rejected::Value));
+        assert_eq!(
+            r.apply(Some(b"a"), Some(br#"{"firmware":[1]}"#)),
+            Err(Rejected::Value)
+        );
+        assert_eq!(
+            r.apply(Some(b"a"), Some(&[b' '; MAX_ROW_BYTES + 1])),
+            Err(Rejected::Value)
+        );
+        r.apply(Some(b"a"), Some(b"{}")).unwrap();
+        r.apply(Some(b"b"), Some(br#"{"region":7}"#)).unwrap();
+        assert_eq!(r.apply(Some(b"c"), Some(b"{}")), Err(Rejected::Full));
+        // An update of a held device is not refused when full.
+        r.apply(Some(b"b"), Some(br#"{"region":"eu"}"#)).unwrap();
+        assert_eq!(r.len(), 2);
+    }
+}

@@ -1,0 +1,238 @@
+//! Group-by in the service, below Kafka: readings find their group from
+//! their labels or the device registry, every declared group is released
+//! (empty ones too), a device counts in at most `G` groups per horizon, and
+//! adding one device changes only the windows of its own groups.
+
+use fleetdp::config::Config;
+use fleetdp::registry::Registry;
+use fleetdp::telemetry::Counters;
+use fleetdp::{ClosedWindow, Processor};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const HOUR: i64 = 3_600_000;
+/// An event time well inside one horizon and window.
+const T0: i64 = 1_700_000_000_000 / (24 * HOUR) * (24 * HOUR) + HOUR;
+
+fn config(relation: &str, g: u32) -> String {
+    let windows = match relation {
+        "add-remove" => "window = \"1h\"",
+        _ => "window_size = 3\nwindow_timeout = \"1h\"",
+    };
+    format!(
+        r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+input_topic = "in"
+output_topic = "out"
+dead_letter_topic = "dlq"
+[privacy]
+relation = "{relation}"
+epsilon_per_device = 1.0
+horizon = "24h"
+[dimensions]
+firmware = ["4.1", "4.2"]
+region = ["eu"]
+[[stream]]
+name = "temp"
+lower = 0.0
+upper = 100.0
+resolution = 1.0
+{windows}
+max_windows_per_device = 24
+statistics = ["sum"]
+budget_share = 0.5
+group_by = ["firmware"]
+max_groups_per_device = {g}
+[[stream]]
+name = "speed"
+lower = 0.0
+upper = 100.0
+resolution = 1.0
+{windows}
+max_windows_per_device = 24
+statistics = ["sum"]
+budget_share = 0.5
+"#
+    )
+}
+
+fn reading(device: &str, value: f64, t: i64, firmware: Option<&str>) -> Vec<u8> {
+    let labels = firmware.map_or(String::new(), |f| {
+        format!(r#","labels":{{"firmware":"{f}"}}"#)
+    });
+    format!(
+        r#"{{"device_id":"{device}","stream":"temp","value":{value},"event_time_ms":{t}{labels}}}"#
+    )
+    .into_bytes()
+}
+
+/// Run messages through a processor; add-remove: then close every window
+/// due by the next day. Windows by planned stream name.
+fn run(
+    relation: &str,
+    g: u32,
+    registry: Option<Arc<Registry>>,
+    msgs: &[Vec<u8>],
+) -> BTreeMap<String, Vec<ClosedWindow>> {
+    let v = Config::parse(&config(relation, g))
+        .unwrap()
+        .validate()
+        .unwrap();
+    let mut p = Processor::new(&v, Arc::new(Counters::default()));
+    if let Some(r) = registry {
+        p = p.with_registry(r);
+    }
+    if relation == "add-remove" {
+        p.windower_mut().start_time_lanes(0, T0 - HOUR);
+    }
+    let mut closed = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        p.process(0, i as i64, m, Some("application/json"), None, &mut closed)
+            .unwrap();
+    }
+    if relation == "add-remove" {
+        let next_day = T0 + 27 * HOUR;
+        p.windower_mut()
+            .close_due(next_day, |_| next_day, usize::MAX, &mut closed);
+    }
+    let mut out: BTreeMap<String, Vec<ClosedWindow>> = BTreeMap::new();
+    for w in closed {
+        out.entry(v.plan.streams[w.stream].spec.name.clone())
+            .or_default()
+            .push(w);
+    }
+    out
+}
+
+fn values(ws: &BTreeMap<String, Vec<ClosedWindow>>, stream: &str) -> Vec<i64> {
+    ws.get(stream)
+        .map(|w| w.iter().flat_map(|w| w.values.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_declared_group_is_released_and_readings_land_in_theirs() {
+    let msgs = [
+        reading("a", 10.0, T0, Some("4.1")),
+        reading("b", 20.0, T0, Some("4.1")),
+        reading("c", 30.0, T0, Some("9.9")), // undeclared: other
+        reading("d", 40.0, T0, None),        // none: other
+    ];
+    let ws = run("add-remove", 1, None, &msgs);
+    let names: Vec<&String> = ws.keys().collect();
+    assert_eq!(
+        names,
+        [
+            "speed",
+            "temp[firmware=4.1]",
+            "temp[firmware=4.2]",
+            "temp[firmware=other]"
+        ]
+    );
+    // Every group released the same windows (the same seqs), 4.2 empty.
+    let seqs = |s: &str| ws[s].iter().map(|w| w.seq).collect::<Vec<_>>();
+    assert_eq!(seqs("temp[firmware=4.1]"), seqs("temp[firmware=4.2]"));
+    assert_eq!(seqs("temp[firmware=4.1]"), seqs("temp[firmware=other]"));
+    assert_eq!(values(&ws, "temp[firmware=4.1]"), [10, 20]);
+    assert!(values(&ws, "temp[firmware=4.2]").is_empty());
+    assert_eq!(values(&ws, "temp[firmware=other]"), [30, 40]);
+}
+
+#[test]
+fn a_device_counts_in_at_most_g_groups_per_horizon() {
+    // One device moves firmware twice within a horizon, in other windows.
+    let msgs = [
+        reading("a", 10.0, T0, Some("4.1")),
+        reading("a", 20.0, T0 + HOUR, Some("4.2")),
+        reading("a", 30.0, T0 + 2 * HOUR, None),
+        // The next horizon starts afresh.
+        reading("a", 40.0, T0 + 24 * HOUR, None),
+    ];
+    for (g, want) in [
+        (1, [vec![10], vec![], vec![40]]),
+        (2, [vec![10], vec![20], vec![40]]),
+        (3, [vec![10], vec![20], vec![30, 40]]),
+    ] {
+        let ws = run("add-remove", g, None, &msgs);
+        let got = ["4.1", "4.2", "other"].map(|f| values(&ws, &format!("temp[firmware={f}]")));
+        assert_eq!(got, want, "G = {g}");
+    }
+}
+
+#[test]
+fn the_registry_supplies_groups_and_labels_take_precedence() {
+    let reg = Arc::new(Registry::new(vec!["firmware".into()], 100));
+    reg.apply(Some(b"a"), Some(br#"{"firmware":"4.2"}"#))
+        .unwrap();
+    reg.apply(Some(b"b"), Some(br#"{"firmware":"4.2"}"#))
+        .unwrap();
+    let msgs = [
+        reading("a", 10.0, T0, None),
+        reading("b", 20.0, T0, Some("4.1")),
+        reading("c", 30.0, T0, None),
+    ];
+    let ws = run("add-remove", 1, Some(reg), &msgs);
+    assert_eq!(values(&ws, "temp[firmware=4.2]"), [10]);
+    assert_eq!(values(&ws, "temp[firmware=4.1]"), [20]);
+    assert_eq!(values(&ws, "temp[firmware=other]"), [30]);
+}
+
+#[test]
+fn count_windows_fill_per_group() {
+    let mut msgs = Vec::new();
+    for i in 0..6 {
+        msgs.push(reading(&format!("d{i}"), i as f64, T0, Some("4.1")));
+    }
+    msgs.push(reading("x", 50.0, T0, Some("4.2")));
+    let ws = run("change-one", 1, None, &msgs);
+    let w = &ws["temp[firmware=4.1]"];
+    assert_eq!(w.len(), 2);
+    assert!(w.iter().all(|w| w.values.len() == 3 && w.padded == 0));
+    // 4.2 holds one reading: its window waits (n is per group).
+    assert!(!ws.contains_key("temp[firmware=4.2]"));
+}
+
+/// Add-remove over the service's windows: adding one device (in two
+/// groups, G = 2) changes only the windows of those two groups; every other
+/// group's windows are identical, and so are the windows of other streams.
+#[test]
+fn adding_a_device_changes_only_its_own_groups() {
+    let mut base = Vec::new();
+    for i in 0..40 {
+        let fw = ["4.1", "4.2"][i % 2];
+        base.push(reading(
+            &format!("d{i}"),
+            i as f64,
+            T0 + (i as i64 % 3) * HOUR,
+            Some(fw),
+        ));
+    }
+    for g in [1, 2] {
+        let mut with = base.clone();
+        with.insert(7, reading("new", 77.0, T0, Some("4.1")));
+        with.insert(20, reading("new", 78.0, T0 + HOUR, None));
+        with.insert(30, reading("new", 79.0, T0 + 2 * HOUR, Some("4.2")));
+        let (a, b) = (
+            run("add-remove", g, None, &base),
+            run("add-remove", g, None, &with),
+        );
+        assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        let mut differ = Vec::new();
+        for (name, wa) in &a {
+            let strip = |w: &[ClosedWindow]| {
+                w.iter()
+                    .map(|w| (w.seq, w.values.clone()))
+                    .collect::<Vec<_>>()
+            };
+            if strip(wa) != strip(&b[name]) {
+                differ.push(name.as_str());
+            }
+        }
+        let want: &[&str] = match g {
+            1 => &["temp[firmware=4.1]"],
+            _ => &["temp[firmware=4.1]", "temp[firmware=other]"],
+        };
+        assert_eq!(differ, want, "G = {g}");
+    }
+}
