@@ -40,6 +40,18 @@ pub struct StreamReport {
     /// Running totals (streams with `running_share > 0`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub running: Vec<RunningReport>,
+    /// A grouped stream: its groups (every figure above is per group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<GroupsReport>,
+}
+
+/// The groups of a grouped stream.
+#[derive(Debug, Serialize)]
+pub struct GroupsReport {
+    /// Every group's key (`firmware=4.2`).
+    pub keys: Vec<String>,
+    /// `G`: groups one device may count in per horizon.
+    pub max_groups_per_device: u32,
 }
 
 /// A running total's cost and error, beside what the same budget would give
@@ -145,10 +157,23 @@ impl PlanReport {
             .streams
             .iter()
             .enumerate()
+            // A grouped stream once (its groups share one plan).
+            .filter(|(_, s)| s.group.as_ref().is_none_or(|g| g.index == 0))
             .map(|(i, s)| {
-                let w = s.spec.max_windows_per_device as f64;
+                let g = s.group.as_ref().map_or(1, |g| g.max_groups_per_device);
+                // A device pays for up to G·W windows.
+                let w = s.spec.max_windows_per_device as f64 * g as f64;
                 StreamReport {
-                    name: s.spec.name.clone(),
+                    name: s.declared_name().to_string(),
+                    groups: s.group.as_ref().map(|g| GroupsReport {
+                        keys: s
+                            .spec
+                            .groups
+                            .as_ref()
+                            .map(|x| x.keys.clone())
+                            .unwrap_or_default(),
+                        max_groups_per_device: g.max_groups_per_device,
+                    }),
                     window_size: s.spec.window_size,
                     window_seconds: v.plan.streams[i].spec.window_ms.map(|ms| ms as f64 / 1e3),
                     max_readings_per_device: s.spec.max_readings_per_device,
@@ -236,6 +261,15 @@ impl PlanReport {
                 s.spent_per_window,
                 s.spent_per_horizon
             );
+            if let Some(g) = &s.groups {
+                let _ = writeln!(
+                    out,
+                    "  per group, {} groups ({}); a device counts in at most G = {} per horizon, so it pays for G·W windows",
+                    g.keys.len(),
+                    g.keys.join(", "),
+                    g.max_groups_per_device
+                );
+            }
             let _ = writeln!(
                 out,
                 "  {:<14} {:<18} {:>12} {:>12} {:>12} {:>12} {:>12}",

@@ -333,7 +333,7 @@ impl StatusBoard {
                     .config
                     .streams
                     .iter()
-                    .find(|c| c.name == s.spec.name)
+                    .find(|c| c.name == s.declared_name())
                     .and_then(|c| c.unit.clone())
                     .unwrap_or_default(),
                 series: of_stream(&b.series, &s.spec.name),

@@ -94,6 +94,26 @@ fn config(rng: &mut ChaCha8Rng) -> String {
         value(rng, p, "\"1h\"", DURATIONS),
         value(rng, p, "\"5m\"", DURATIONS)
     );
+    let grouped = rng.gen_bool(0.3);
+    if grouped {
+        t += &format!(
+            "[dimensions]\nfirmware = {}\nregion = {}\n",
+            value(
+                rng,
+                p,
+                "[\"4.1\", \"4.2\"]",
+                &["[]", "[\"other\"]", "[\"a b\"]", "[\"x\", \"x\"]"]
+            ),
+            value(rng, p, "[\"eu\", \"us\", \"apac\"]", &["[\"\"]", "[1]"]),
+        );
+        if rng.gen_bool(0.3) {
+            t += &format!(
+                "[registry]\ntopic = {}\nmax_devices = {}\n",
+                value(rng, p, "\"devices\"", &["\"\"", "\"in\""]),
+                value(rng, p, "1000", COUNTS)
+            );
+        }
+    }
     for i in 0..rng.gen_range(1..=3) {
         let stats = pick(
             rng,
@@ -148,6 +168,18 @@ fn config(rng: &mut ChaCha8Rng) -> String {
                 value(rng, p, "[0.5, 0.9]", &["[]", "[-0.1]", "[nan]", "[1.5]"])
             );
         }
+        if grouped && rng.gen_bool(0.7) {
+            t += &format!(
+                "group_by = {}\nmax_groups_per_device = {}\n",
+                value(
+                    rng,
+                    p,
+                    "[\"firmware\", \"region\"]",
+                    &["[]", "[\"model\"]", "[\"firmware\", \"firmware\"]"]
+                ),
+                value(rng, p, "2", COUNTS)
+            );
+        }
         if !add_remove && rng.gen_bool(0.3) {
             t += &format!(
                 "running_share = {}\nrunning_lifetime = {}\n",
@@ -199,7 +231,9 @@ fn every_configuration_is_planned_or_refused_quickly() {
                         "epsilon",
                         "rho",
                         "delta",
-                        "horizon"
+                        "horizon",
+                        "dimensions",
+                        "registry"
                     ]
                     .iter()
                     .any(|w| e.contains(w)),

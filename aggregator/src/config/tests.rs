@@ -345,6 +345,16 @@ fn groups_are_validated_and_planned() {
         ]
     );
     assert_eq!(v.guarantee(&v.plan.streams[1]).max_groups_per_device, 2);
+    // `fleetdp plan` shows the declared stream once, with its groups and
+    // what a device pays over its G groups (the whole plan's spend here).
+    let r = crate::report::PlanReport::new(&v);
+    assert_eq!(r.streams.len(), 1);
+    assert_eq!(r.streams[0].name, "cabin_temp_c");
+    assert_eq!(r.streams[0].groups.as_ref().unwrap().keys.len(), 3);
+    assert!((r.streams[0].spent_per_horizon - r.spent_per_horizon).abs() < 1e-12);
+    assert!(r
+        .to_text()
+        .contains("3 groups (firmware=4.1, firmware=4.2, firmware=other)"));
     let registry = "[registry]\ntopic = \"devices\"\n\n[[stream]]\n";
     let cases = [
         (

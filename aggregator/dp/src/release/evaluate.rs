@@ -467,13 +467,23 @@ impl StreamPlan {
     }
 
     /// ε or ρ one device can spend per horizon on this stream: `W` windows'
-    /// statistics plus the running totals.
+    /// statistics plus the running totals, in each of its `G` groups (a
+    /// group's plan states its declared stream's cost).
     pub fn per_horizon(&self) -> BigRational {
-        &self.per_window * BigRational::from_integer(self.spec.max_windows_per_device.into())
+        let g = self.group.as_ref().map_or(1, |g| g.max_groups_per_device);
+        (&self.per_window * BigRational::from_integer(self.spec.max_windows_per_device.into())
             + self
                 .running
                 .as_ref()
-                .map_or_else(BigRational::zero, |r| r.spent())
+                .map_or_else(BigRational::zero, |r| r.spent()))
+            * BigRational::from_integer(g.into())
+    }
+
+    /// The declared stream's name (a group's stream, not the group's).
+    pub fn declared_name(&self) -> &str {
+        self.group
+            .as_ref()
+            .map_or(self.spec.name.as_str(), |g| g.base.as_str())
     }
 
     pub(super) fn histogram_edges_units(&self) -> Vec<i64> {
