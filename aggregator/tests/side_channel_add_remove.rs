@@ -1,8 +1,10 @@
 //! No side channel under add-remove (docs/DESIGN.md §8): two `fleetdp run`
 //! processes side by side, each on its own topics, fed at the same moments
 //! with neighbouring inputs — the second has one more device, with readings
-//! in several windows. Time windows make releases depend on the clock, so
-//! both run at once and are compared over the windows both released.
+//! in several windows and, the stream being grouped by firmware, in three
+//! groups (`G` = 2 keeps two). Time windows make releases depend on the
+//! clock, so both run at once and are compared over the windows both
+//! released, group by group.
 //!
 //! Required: every record of the output topics agrees between the two runs
 //! in key, headers, record timestamp and every published field but the
@@ -33,7 +35,16 @@ max_windows_per_device = 3
 statistics = ["count", "mean", "histogram", "quantiles"]
 histogram_edges = [-20, 0, 20, 60]
 quantiles = [0.5]
+group_by = ["firmware"]
+max_groups_per_device = 2
 "#;
+
+/// The groups of [`STREAM`].
+const GROUPS: [&str; 3] = [
+    "temp[firmware=4.1]",
+    "temp[firmware=4.2]",
+    "temp[firmware=other]",
+];
 
 struct Proc {
     child: Child,
@@ -48,7 +59,7 @@ fn start(broker: &Broker, t: &Topics, dir: &Path, name: &str) -> Proc {
         broker,
         t,
         "relation = \"add-remove\"\nmeasure = \"zcdp\"\nrho_per_device = 2.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_SIDE_KEY\"",
-        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\nhide_exact_counts = true\n[limits]\nmax_lateness = \"1s\""),
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\nhide_exact_counts = true\n[limits]\nmax_lateness = \"1s\"\n[dimensions]\nfirmware = [\"4.1\", \"4.2\"]"),
         STREAM,
     );
     let cfg = dir.join(format!("{name}.toml"));
@@ -85,8 +96,16 @@ fn released(p: &Proc) -> u64 {
         .unwrap_or(0)
 }
 
-fn json_reading(device: &str, value: f64, event_ms: i64) -> Out {
-    temp_reading(None, device, value, event_ms)
+/// A reading labelled with its firmware (`None`: no label, group `other`).
+fn json_reading(device: &str, value: f64, event_ms: i64, firmware: Option<&str>) -> Out {
+    let mut o = temp_reading(None, device, value, event_ms);
+    if let Some(f) = firmware {
+        let body = String::from_utf8(o.payload).unwrap();
+        let body = body.trim_end_matches('}').to_string()
+            + &format!(r#","labels":{{"firmware":"{f}"}}}}"#);
+        o.payload = body.into_bytes();
+    }
+    o
 }
 
 /// Metrics lines without released values and times, and the log lines
@@ -177,7 +196,10 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         for round in 0..3 {
             let at = now_ms();
             let common: Vec<Out> = (0..40)
-                .map(|i| json_reading(&format!("dev-{i}"), 10.0 + (i % 7) as f64, at))
+                .map(|i| {
+                    let fw = ["4.1", "4.2"][i % 2];
+                    json_reading(&format!("dev-{i}"), 10.0 + (i % 7) as f64, at, Some(fw))
+                })
                 .collect();
             let mut with = common
                 .iter()
@@ -188,12 +210,14 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                     content_type: o.content_type.clone(),
                 })
                 .collect::<Vec<_>>();
-            with.push(json_reading("extra", 59.0, at));
+            // The extra device moves group every round: 4.1, 4.2, other.
+            let fw = [Some("4.1"), Some("4.2"), None][round];
+            with.push(json_reading("extra", 59.0, at, fw));
             let (pa, pb) = tokio::join!(
                 produce(&broker, &ta.input, &common),
                 produce(&broker, &tb.input, &with)
             );
-            let _ = (pa, pb, round);
+            let _ = (pa, pb);
             tokio::time::sleep(Duration::from_millis(2100)).await;
         }
         let last_data = now_ms() / 2000;
@@ -258,7 +282,8 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         // The output topics, over the windows both released.
         let all = |t: &Topics| tokio::task::block_in_place(|| read_all(&broker, &t.output));
         let (all_a, all_b) = (all(&ta), all(&tb));
-        let read = |out: &[Read]| -> BTreeMap<(i32, u64), (Read, proto::WindowRelease)> {
+        type Lane = (String, i32, u64);
+        let read = |out: &[Read]| -> BTreeMap<Lane, (Read, proto::WindowRelease)> {
             out.iter()
                 .filter(|m| !m.is_fleet())
                 .cloned()
@@ -268,18 +293,20 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                         m.headers.get("content-type").map(String::as_str),
                     )
                     .unwrap();
-                    ((r.partition, r.window_seq), (m, r))
+                    ((r.stream.clone(), r.partition, r.window_seq), (m, r))
                 })
                 .collect()
         };
         let (oa, ob) = (read(&all_a), read(&all_b));
-        let common: Vec<(i32, u64)> = oa.keys().filter(|s| ob.contains_key(s)).copied().collect();
-        for p in 0..2 {
-            for s in first_data as u64..=last_data as u64 {
-                assert!(
-                    common.contains(&(p, s)),
-                    "window {p}/{s} missing from one run"
-                );
+        let common: Vec<Lane> = oa.keys().filter(|s| ob.contains_key(*s)).cloned().collect();
+        for g in GROUPS {
+            for p in 0..2 {
+                for s in first_data as u64..=last_data as u64 {
+                    assert!(
+                        common.contains(&(g.to_string(), p, s)),
+                        "window {g}/{p}/{s} missing from one run"
+                    );
+                }
             }
         }
         for s in &common {
@@ -292,6 +319,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             let public = |r: &proto::WindowRelease| {
                 (
                     r.window_seq,
+                    r.group.clone(),
                     r.first_offset,
                     r.last_offset,
                     r.first_event_time_ms,
@@ -324,30 +352,33 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
 
         // Fleet-wide records: for every seq both combined, the same key,
         // headers, timestamp, partitions and public fields.
-        let fleet = |out: &[Read]| -> BTreeMap<u64, (Read, proto::FleetRelease)> {
+        let fleet = |out: &[Read]| -> BTreeMap<(String, u64), (Read, proto::FleetRelease)> {
             out.iter()
                 .filter(|m| m.is_fleet())
                 .map(|m| {
                     let ct = m.headers.get("content-type").map(String::as_str);
                     let f = fleetdp::fleet::decode_fleet(&m.payload, ct).unwrap();
-                    (f.window_seq, (m.clone(), f))
+                    ((f.stream.clone(), f.window_seq), (m.clone(), f))
                 })
                 .collect()
         };
         let (fa, fb) = (fleet(&all_a), fleet(&all_b));
-        for s in first_data as u64..=last_data as u64 {
+        for s in
+            (first_data as u64..=last_data as u64).flat_map(|s| GROUPS.map(|g| (g.to_string(), s)))
+        {
             let (Some((ra, a)), Some((rb, b))) = (fa.get(&s), fb.get(&s)) else {
-                panic!("fleet seq {s} missing from a run");
+                panic!("fleet seq {s:?} missing from a run");
             };
             assert_eq!(
                 (&ra.key, &ra.headers, ra.timestamp),
                 (&rb.key, &rb.headers, rb.timestamp),
-                "fleet seq {s}"
+                "fleet seq {s:?}"
             );
             assert!(a.complete && a.partitions == [0, 1], "{a:?}");
             let public = |f: &proto::FleetRelease| {
                 (
                     f.partitions.clone(),
+                    f.group.clone(),
                     f.complete,
                     f.n,
                     f.padded,
@@ -364,7 +395,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             assert_eq!(
                 public(a),
                 public(b),
-                "fleet seq {s}: published fields differ"
+                "fleet seq {s:?}: published fields differ"
             );
         }
         let _ = std::fs::remove_dir_all(&dir);
