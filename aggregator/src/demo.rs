@@ -55,6 +55,9 @@ pub struct DemoOutcome {
     pub fleet_releases: u64,
     /// The end-of-run summary, as printed.
     pub summary: String,
+    /// Grouped streams: each group's latest fleet-wide mean, by (declared
+    /// stream, group key).
+    pub group_means: BTreeMap<(String, String), f64>,
     pub windows_released: u64,
 }
 
@@ -84,6 +87,9 @@ fn at(started: Instant) -> String {
 struct FleetTruth {
     values: BTreeMap<(String, u64), BTreeMap<i32, Vec<i64>>>,
 }
+
+/// A group's latest fleet-wide mean: (window seq, value, 95% half-width).
+type GroupMean = (u64, f64, Option<f64>);
 
 /// Most window seqs [`FleetTruth`] holds (the oldest go first).
 const TRUTH_SEQS: usize = 1000;
@@ -125,6 +131,9 @@ pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     mock.create_topic(&k.output_topic, 2, 1)?;
     mock.create_topic(&k.dead_letter_topic, 1, 1)?;
     mock.create_topic(&k.state_topic(), 2, 1)?;
+    if let Some(r) = &v.config.registry {
+        mock.create_topic(&r.topic, 1, 1)?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .worker_threads(2)
@@ -160,6 +169,28 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     }
     let report = crate::report::PlanReport::new(&v).to_text();
     let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
+    // Firmware 4.2 rolls out halfway through: its registry rows change then.
+    let rollout = ((opts.duration.as_secs_f64() / opts.round_seconds) / 2.0).max(1.0) as i64;
+    let spec = FleetSpec {
+        devices: opts.devices,
+        seed: opts.seed,
+        documents: opts.documents,
+        rollout_round: Some(rollout),
+        registry_topic: v.config.registry.as_ref().map(|r| r.topic.clone()),
+        ..FleetSpec::default()
+    };
+    if let Some(topic) = &spec.registry_topic {
+        let rows = Fleet::new(spec.clone()).registry_rows();
+        crate::sim::produce_rows(&base, topic, &rows).await?;
+        println!(
+            "Device registry: {} rows on `{topic}` (model, region, firmware; 4.2 on a fifth of the fleet, \
+             three fifths after the rollout at round {rollout}, ≈ {:.0} s in). battery_v is released per \
+             firmware: the simulated 4.2 drains batteries by {} V — watch the two groups part.",
+            rows.len(),
+            rollout as f64 * opts.round_seconds,
+            crate::sim::FIRMWARE_4_2_DRAIN
+        );
+    }
     let input = v.config.kafka.input_topic.clone();
     let (stop_tx, stop_rx) = watch::channel(false);
     let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
@@ -204,12 +235,6 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         )
         .await
     });
-    let spec = FleetSpec {
-        devices: opts.devices,
-        seed: opts.seed,
-        documents: opts.documents,
-        ..FleetSpec::default()
-    };
     let mut fleet = Fleet::new(spec);
     let rate = fleet.round_len() as f64 / opts.round_seconds;
     let sim_rx = stop_rx.clone();
@@ -238,7 +263,19 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         }
         truths.keep(&e);
     };
+    // Grouped streams: the latest fleet-wide mean of each group.
+    let mut groups: BTreeMap<String, BTreeMap<String, GroupMean>> = BTreeMap::new();
     let mut fleet_landed = |f: proto::FleetRelease, truths: &FleetTruth| {
+        let plan = v.plan.streams.iter().find(|s| s.spec.name == f.stream);
+        if let (Some(g), Some(m)) = (
+            plan.and_then(|p| p.group.as_ref()),
+            f.statistics.iter().find(|s| s.name == "mean"),
+        ) {
+            groups
+                .entry(g.base.clone())
+                .or_default()
+                .insert(g.key.clone(), (f.window_seq, m.values[0], m.half_width));
+        }
         let truth = truths.of(&v, &f);
         println!(
             "{}",
@@ -282,7 +319,22 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     while let Ok(f) = fleet_rx.try_recv() {
         fleet_landed(f, &truths);
     }
-    let text = fleet_summary.to_text("Fleet-wide") + &summary.to_text("Per partition (drill-down)");
+    let mut text =
+        fleet_summary.to_text("Fleet-wide") + &summary.to_text("Per partition (drill-down)");
+    for (stream, by) in &groups {
+        let unit = units.get(stream.as_str()).cloned().unwrap_or_default();
+        let parts: Vec<String> = by
+            .iter()
+            .map(|(k, (seq, m, hw))| {
+                let hw = hw.map_or(String::new(), |h| format!(" ± {h:.3}"));
+                format!("{k}: {m:.3}{hw} {unit} (window {seq})")
+            })
+            .collect();
+        text += &format!(
+            "By group, {stream} mean, latest fleet-wide: {}\n",
+            parts.join(" · ")
+        );
+    }
     print!("{text}");
     println!(
         "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
@@ -295,6 +347,10 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         fleet_useful: fleet_summary.useful(),
         fleet_releases,
         summary: text,
+        group_means: groups
+            .iter()
+            .flat_map(|(s, by)| by.iter().map(move |(k, m)| ((s.clone(), k.clone()), m.1)))
+            .collect(),
         windows_released: c.windows_released.load(Ordering::Relaxed),
     })
 }

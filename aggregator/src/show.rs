@@ -9,10 +9,23 @@ use std::collections::BTreeMap;
 
 /// Each stream's `unit` setting (streams without one are left out).
 pub(crate) fn units(v: &Validated) -> BTreeMap<String, String> {
-    v.config
+    let declared: BTreeMap<&str, &String> = v
+        .config
         .streams
         .iter()
-        .filter_map(|s| Some((s.name.clone(), s.unit.clone()?)))
+        .filter_map(|s| Some((s.name.as_str(), s.unit.as_ref()?)))
+        .collect();
+    // Planned names too: a group's stream has its declared stream's unit.
+    v.plan
+        .streams
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.spec.name.clone(),
+                (*declared.get(s.declared_name())?).clone(),
+            ))
+        })
+        .chain(declared.iter().map(|(k, u)| (k.to_string(), (*u).clone())))
         .collect()
 }
 

@@ -49,6 +49,10 @@ pub struct Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct StreamStatus {
     pub name: String,
+    /// The declared stream (`name` is a group's stream for grouped ones).
+    pub declared: String,
+    /// A grouped stream's group key (`firmware=4.2`).
+    pub group: Option<String>,
     pub window_size: u64,
     pub window_seconds: Option<f64>,
     pub budget_share: f64,
@@ -323,6 +327,8 @@ impl StatusBoard {
             .iter()
             .map(|s| StreamStatus {
                 name: s.spec.name.clone(),
+                declared: s.declared_name().to_string(),
+                group: s.group.as_ref().map(|g| g.key.clone()),
                 window_size: s.spec.window_size,
                 window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
                 budget_share: s.spec.budget_share * budget,

@@ -139,6 +139,23 @@ fn status_page_loads_shows_the_streams_and_updates() {
         card.contains("fleet-wide, 2 partitions, window"),
         "no fleet label"
     );
+    // A grouped stream is one card with a group picker and a table of its
+    // groups' latest fleet-wide values.
+    let battery = &first[first.find("data-stream=\"battery_v\"").unwrap()..];
+    assert!(
+        battery.contains("aria-label=\"group of battery_v\""),
+        "no group picker:\n{battery}"
+    );
+    for g in ["firmware=4.1", "firmware=4.2", "firmware=other"] {
+        assert!(
+            battery.contains(&format!("<option value=\"{g}\"")),
+            "no group {g}"
+        );
+    }
+    assert!(
+        battery.contains("class=\"compare\"") && battery.contains("mean (fleet-wide, latest)"),
+        "no comparison of the groups:\n{battery}"
+    );
     assert!(first.contains("per window, at most"), "no budget line");
     assert!(
         first.contains("aria-label=\"horizon elapsed\""),

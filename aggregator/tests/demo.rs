@@ -48,4 +48,18 @@ fn the_default_demo_releases_figures_a_newcomer_can_trust() {
         "{useful} of {all} fleet-wide scalar figures within 10% or inside their interval"
     );
     assert!(out.summary.starts_with("Fleet-wide"), "{}", out.summary);
+    // The question the registry answers: battery_v per firmware, with the
+    // simulated 4.2 draining 0.3 V (rolled out halfway).
+    let mean = |fw: &str| out.group_means[&("battery_v".to_string(), format!("firmware={fw}"))];
+    assert!(
+        mean("4.1") - mean("4.2") > 0.1,
+        "4.1 {} V, 4.2 {} V",
+        mean("4.1"),
+        mean("4.2")
+    );
+    assert!(
+        out.summary.contains("By group, battery_v mean"),
+        "{}",
+        out.summary
+    );
 }

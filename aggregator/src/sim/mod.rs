@@ -11,6 +11,9 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 use std::time::{Duration, Instant};
 
+mod registry;
+pub use registry::produce_rows;
+
 /// Signals the fleet knows how to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
@@ -57,6 +60,11 @@ pub struct FleetSpec {
     /// fleet's own shape ([`DOCUMENT_MAPPING`]) instead of FleetDP's
     /// readings; `format` is then ignored.
     pub documents: bool,
+    /// A firmware rollout: at this round the share of devices on 4.2 goes
+    /// from a fifth to three fifths ([`Fleet::registry_rows`]).
+    pub rollout_round: Option<i64>,
+    /// Where [`produce_fleet`] publishes the rollout's registry updates.
+    pub registry_topic: Option<String>,
 }
 
 /// Where the simulated documents keep each field, as an `[input]` table:
@@ -84,6 +92,8 @@ impl Default for FleetSpec {
             outlier_fraction: 0.005,
             format: Format::Protobuf,
             documents: false,
+            rollout_round: None,
+            registry_topic: None,
         }
     }
 }
@@ -115,7 +125,12 @@ struct Device {
     temp_base: f64,
     volts_base: f64,
     phase: f64,
+    /// Its firmware: 4.1, or 4.2 (which drains the battery by 0.3 V).
+    on_4_2: bool,
 }
+
+/// Volts a device on firmware 4.2 loses (what the demo's group-by finds).
+pub const FIRMWARE_4_2_DRAIN: f64 = 0.3;
 
 /// The fleet: yields messages round by round (every device, every signal).
 pub struct Fleet {
@@ -125,6 +140,8 @@ pub struct Fleet {
     round: i64,
     cursor: usize,
     bad_counter: usize,
+    /// Registry rows changed since the last [`Fleet::take_registry_updates`].
+    updates: Vec<(String, Vec<u8>)>,
 }
 
 fn normal(rng: &mut ChaCha8Rng) -> f64 {
@@ -143,6 +160,7 @@ impl Fleet {
                 temp_base: 20.0 + 4.0 * normal(&mut rng),
                 volts_base: 12.6 + 0.2 * normal(&mut rng),
                 phase: rng.gen::<f64>(),
+                on_4_2: registry::on_4_2(i, false),
             })
             .collect();
         Self {
@@ -152,6 +170,7 @@ impl Fleet {
             round: 0,
             cursor: 0,
             bad_counter: 0,
+            updates: Vec::new(),
         }
     }
 
@@ -181,7 +200,10 @@ impl Fleet {
         let day = (t_ms as f64 / 86_400_000.0 + dev.phase) * std::f64::consts::TAU;
         match signal {
             Signal::CabinTemp => dev.temp_base + 6.0 * day.sin() + normal(rng),
-            Signal::BatteryVolts => dev.volts_base + 0.05 * normal(rng),
+            Signal::BatteryVolts => {
+                dev.volts_base - if dev.on_4_2 { FIRMWARE_4_2_DRAIN } else { 0.0 }
+                    + 0.05 * normal(rng)
+            }
             Signal::Speed => {
                 if rng.gen::<f64>() < 0.3 {
                     0.0
@@ -242,6 +264,9 @@ impl Fleet {
         if self.cursor == self.round_len() {
             self.cursor = 0;
             self.round += 1;
+            if self.spec.rollout_round == Some(self.round) {
+                self.roll_out();
+            }
         }
         t
     }
@@ -386,6 +411,16 @@ pub async fn produce_fleet(
         let due = limit.map_or(due, |l| due.min(l));
         while sent < due {
             let m = fleet.next_message();
+            if let Some(registry) = fleet.spec.registry_topic.clone() {
+                for (k, v) in fleet.take_registry_updates() {
+                    let r = BaseRecord::<String, Vec<u8>>::to(&registry)
+                        .key(&k)
+                        .payload(&v);
+                    if let Err((e, _)) = producer.send(r) {
+                        return Err(anyhow!("producing to {registry}: {e}"));
+                    }
+                }
+            }
             let headers = OwnedHeaders::new().insert(Header {
                 key: crate::kafka::CONTENT_TYPE,
                 value: Some(m.content_type),
