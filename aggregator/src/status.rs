@@ -53,6 +53,8 @@ pub struct StreamStatus {
     pub declared: String,
     /// A grouped stream's group key (`firmware=4.2`).
     pub group: Option<String>,
+    /// `G` (1 without groups).
+    pub max_groups_per_device: u32,
     pub window_size: u64,
     pub window_seconds: Option<f64>,
     pub budget_share: f64,
@@ -329,6 +331,7 @@ impl StatusBoard {
                 name: s.spec.name.clone(),
                 declared: s.declared_name().to_string(),
                 group: s.group.as_ref().map(|g| g.key.clone()),
+                max_groups_per_device: s.group.as_ref().map_or(1, |g| g.max_groups_per_device),
                 window_size: s.spec.window_size,
                 window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
                 budget_share: s.spec.budget_share * budget,

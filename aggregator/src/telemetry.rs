@@ -286,19 +286,34 @@ pub(crate) fn release_value(
     value: f64,
     half_width: Option<f64>,
 ) {
-    let labels = [("stream", stream), ("statistic", label)];
+    let mut labels = vec![("stream", stream), ("statistic", label)];
+    labels.extend(group_labels(stream));
     partition_gauge(name::RELEASE_VALUE, &labels, partition, value);
     if let Some(h) = half_width {
         partition_gauge(name::RELEASE_HALF_WIDTH, &labels, partition, h);
     }
 }
 
+/// A grouped stream's (`<stream>[<key>]`) extra labels: `declared_stream`
+/// and `group` (its key), so dashboards can set groups side by side. The
+/// key set is declared, so these add one series per declared group.
+fn group_labels(stream: &str) -> Vec<(&'static str, &str)> {
+    match stream.strip_suffix(']').and_then(|s| s.split_once('[')) {
+        Some((declared, key)) => vec![("declared_stream", declared), ("group", key)],
+        None => vec![],
+    }
+}
+
 /// Gauges of one fleet-wide statistic component.
 pub(crate) fn fleet_value(stream: &str, label: &str, value: f64, half_width: Option<f64>) {
-    let (s, l) = (stream.to_string(), label.to_string());
-    metrics::gauge!(name::FLEET_VALUE, "stream" => s.clone(), "statistic" => l.clone()).set(value);
+    let labels: Vec<metrics::Label> = [("stream", stream), ("statistic", label)]
+        .into_iter()
+        .chain(group_labels(stream))
+        .map(|(k, v)| metrics::Label::new(k, v.to_string()))
+        .collect();
+    metrics::gauge!(name::FLEET_VALUE, labels.clone()).set(value);
     if let Some(h) = half_width {
-        metrics::gauge!(name::FLEET_HALF_WIDTH, "stream" => s, "statistic" => l).set(h);
+        metrics::gauge!(name::FLEET_HALF_WIDTH, labels).set(h);
     }
 }
 

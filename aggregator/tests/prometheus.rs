@@ -141,7 +141,8 @@ fn wait_for(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// Every query of the Grafana dashboard (`$stream` set to a demo stream;
+/// Every query of the Grafana dashboard (`$stream` set to a demo stream,
+/// `$declared` to its grouped stream, `$group` to all groups;
 /// Grafana's `label_values(m, l)` as the PromQL it stands for) and every
 /// alert expression.
 fn queries() -> (Vec<String>, Vec<String>) {
@@ -164,7 +165,10 @@ fn queries() -> (Vec<String>, Vec<String>) {
     let dashboard = dashboard
         .into_iter()
         .map(|q| {
-            let q = q.replace("$stream", "cabin_temp_c");
+            let q = q
+                .replace("$stream", "cabin_temp_c")
+                .replace("$declared", "battery_v")
+                .replace("$group", ".*");
             match q
                 .strip_prefix("label_values(")
                 .and_then(|r| r.strip_suffix(')'))
@@ -240,9 +244,12 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
     let prom = format!("http://127.0.0.1:{prom_port}");
     let mean = r#"fleetdp_release_value{stream="cabin_temp_c",statistic="mean"}"#;
     let fleet = r#"fleetdp_fleet_release_value{stream="cabin_temp_c",statistic="mean"}"#;
+    // The grouped stream's groups carry their own labels.
+    let by_group = r#"fleetdp_fleet_release_value{declared_stream="battery_v",group="firmware=4.1",statistic="mean"}"#;
     let scraped = wait_for(Duration::from_secs(120), || {
         query(&prom, mean).is_ok_and(|r| !r.is_empty())
             && query(&prom, fleet).is_ok_and(|r| !r.is_empty())
+            && query(&prom, by_group).is_ok_and(|r| !r.is_empty())
             && query(&prom, "fleetdp_consumer_lag").is_ok_and(|r| !r.is_empty())
             && query(&prom, "rate(fleetdp_windows_released_total[1m])").is_ok_and(|r| !r.is_empty())
     });
