@@ -79,6 +79,8 @@ struct Declared {
     /// Plan index of the stream, or of its first group.
     first: usize,
     grouping: Option<Grouping>,
+    /// Where each of the grouping's dimensions sits in a registry row.
+    positions: Vec<Option<usize>>,
 }
 
 /// Message-by-message processing state.
@@ -92,6 +94,12 @@ pub struct Processor {
     windower: Windower,
     counters: Arc<Counters>,
     metrics: Vec<StreamMetrics>,
+    /// Streams with readings since the last [`Processor::flush_counters`]
+    /// (a grouped stream has hundreds of planned streams: only these are
+    /// flushed), with the partitions they were read on.
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    partitions_seen: Vec<i32>,
     message_metrics: MessageMetrics,
     /// Readings of prepared messages, oldest first, and per message its
     /// (partition, offset, reading count).
@@ -114,7 +122,7 @@ impl Processor {
             .map(|(i, s)| (s.spec.name.clone(), i))
             .collect();
         let decoder = decoder(v);
-        let metrics = v
+        let metrics: Vec<StreamMetrics> = v
             .plan
             .streams
             .iter()
@@ -128,6 +136,7 @@ impl Processor {
                 let d = Declared {
                     first,
                     grouping: g.clone(),
+                    positions: Vec::new(),
                 };
                 first += g.as_ref().map_or(1, |g| g.keys().len());
                 d
@@ -146,6 +155,9 @@ impl Processor {
             .with_device_limit(v.config.limits.max_devices_per_lane),
             names,
             counters,
+            dirty: Vec::new(),
+            is_dirty: vec![false; metrics.len()],
+            partitions_seen: Vec::new(),
             metrics,
             message_metrics: MessageMetrics::new(),
             staged: VecDeque::new(),
@@ -159,6 +171,11 @@ impl Processor {
     /// Look grouped streams' dimension values up in `registry` (readings'
     /// labels take precedence).
     pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        for d in &mut self.declared {
+            if let Some(g) = &d.grouping {
+                d.positions = g.dimensions().map(|n| registry.position(n)).collect();
+            }
+        }
         self.registry = Some(registry);
         self
     }
@@ -246,7 +263,7 @@ impl Processor {
             let s = d.first
                 + match (&d.grouping, &self.registry) {
                     (None, _) => 0,
-                    (Some(g), Some(reg)) => reg.group_of(g, &r.device_id, &r.labels),
+                    (Some(g), Some(reg)) => reg.group_of(g, &d.positions, &r.device_id, &r.labels),
                     (Some(g), None) => g.index(|dim| label(&r.labels, dim)),
                 } as usize;
             // A wrong clock must not move any lane: judged against the
@@ -302,6 +319,9 @@ impl Processor {
             .messages_staged
             .pop_front()
             .expect("apply follows a successful prepare");
+        if !self.partitions_seen.contains(&partition) {
+            self.partitions_seen.push(partition);
+        }
         let too_old = self.staged.range(..count).position(|r| {
             self.windower
                 .is_too_old(r.stream, partition, offset, r.event_ms)
@@ -326,6 +346,10 @@ impl Processor {
                 r.msg_ms,
                 closed,
             );
+            if !self.is_dirty[s] {
+                self.is_dirty[s] = true;
+                self.dirty.push(s);
+            }
             let t = &mut self.metrics[s].pending;
             match a {
                 Admission::Accepted => t.accepted += 1,
@@ -348,11 +372,15 @@ impl Processor {
     /// at most that far behind and exact whenever the input is idle.
     pub fn flush_counters(&mut self) {
         self.message_metrics.flush(&self.counters);
-        for (s, m) in self.metrics.iter_mut().enumerate() {
+        for s in self.dirty.drain(..) {
+            self.is_dirty[s] = false;
+            let m = &mut self.metrics[s];
             m.flush(&self.counters, self.windower.windows_opened(s));
-        }
-        for ((s, p), devices, _) in self.windower.lane_devices() {
-            self.metrics[s].lane_devices(p, devices);
+            for &p in &self.partitions_seen {
+                if let Some(devices) = self.windower.lane_device_count(s, p) {
+                    m.lane_devices(p, devices);
+                }
+            }
         }
     }
 }

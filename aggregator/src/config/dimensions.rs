@@ -151,6 +151,11 @@ impl Grouping {
         self.dims.iter().map(|(d, _)| d.as_str())
     }
 
+    /// Dimension `i`'s name.
+    pub fn dimension(&self, i: usize) -> &str {
+        &self.dims[i].0
+    }
+
     /// Every group's key (`firmware=4.2`, `model=a,region=eu`), by index.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = vec![String::new()];
@@ -175,14 +180,26 @@ impl Grouping {
     /// The group index of a device whose dimension values `value_of` gives
     /// (`None` or an undeclared value: `other`).
     pub fn index<'a>(&self, value_of: impl Fn(&str) -> Option<&'a str>) -> u32 {
+        self.index_digits(|i| value_of(&self.dims[i].0).and_then(|v| self.digit(i, v)))
+    }
+
+    /// The group index from each dimension's digit (`digit(i)`: the
+    /// position of the device's value among dimension `i`'s declared
+    /// values; `None`: `other`).
+    pub fn index_digits(&self, digit: impl Fn(usize) -> Option<usize>) -> u32 {
         let mut index = 0usize;
-        for (d, values) in &self.dims {
-            let digit = value_of(d)
-                .and_then(|v| values.iter().position(|x| x == v))
+        for (i, (_, values)) in self.dims.iter().enumerate() {
+            let d = digit(i)
+                .filter(|&d| d < values.len())
                 .unwrap_or(values.len());
-            index = index * (values.len() + 1) + digit;
+            index = index * (values.len() + 1) + d;
         }
         index as u32
+    }
+
+    /// Dimension `i`'s digit for `value` (`None`: not declared).
+    pub fn digit(&self, i: usize, value: &str) -> Option<usize> {
+        self.dims[i].1.iter().position(|x| x == value)
     }
 }
 

@@ -306,8 +306,9 @@ pub struct Validated {
 }
 
 impl Validated {
-    /// The dimensions some stream groups by (what the registry keeps).
-    pub fn grouped_dimensions(&self) -> Vec<String> {
+    /// The dimensions some stream groups by, with their declared values
+    /// (what the registry keeps).
+    pub fn grouped_dimensions(&self) -> Vec<(String, Vec<String>)> {
         let mut d: Vec<String> = self
             .groupings
             .iter()
@@ -316,7 +317,12 @@ impl Validated {
             .collect();
         d.sort();
         d.dedup();
-        d
+        d.into_iter()
+            .map(|n| {
+                let values = self.config.dimensions.get(&n).cloned().unwrap_or_default();
+                (n, values)
+            })
+            .collect()
     }
 
     /// The guarantee a stream's releases carry (its partitions' and its

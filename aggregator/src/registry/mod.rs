@@ -23,9 +23,13 @@ use dashmap::DashMap;
 use serde_json::Value;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-/// A device's kept attributes: (dimension, value), only dimensions some
-/// stream groups by.
-type Row = Box<[(Box<str>, Box<str>)]>;
+/// A device's row: per kept dimension, the position of its value among
+/// the dimension's declared values ([`ABSENT`]: missing or undeclared, the
+/// `other` group) — two bytes a dimension, no strings kept.
+type Row = Box<[u16]>;
+
+/// A row's digit for a missing or undeclared value.
+pub const ABSENT: u16 = u16::MAX;
 
 /// Most bytes of one registry record's value.
 pub const MAX_ROW_BYTES: usize = 4_096;
@@ -54,16 +58,18 @@ impl Rejected {
 /// The table.
 pub struct Registry {
     devices: DashMap<Box<str>, Row, foldhash::fast::RandomState>,
-    /// Dimensions kept (those some stream groups by).
-    dimensions: Vec<String>,
+    /// Dimensions kept (those some stream groups by) and their declared
+    /// values.
+    dimensions: Vec<(String, Vec<String>)>,
     max_devices: usize,
     held: AtomicUsize,
     applied: AtomicU64,
 }
 
 impl Registry {
-    /// An empty table keeping `dimensions`, at most `max_devices` rows.
-    pub fn new(dimensions: Vec<String>, max_devices: usize) -> Self {
+    /// An empty table keeping `dimensions` (name, declared values), at most
+    /// `max_devices` rows.
+    pub fn new(dimensions: Vec<(String, Vec<String>)>, max_devices: usize) -> Self {
         Self {
             devices: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             dimensions,
@@ -85,6 +91,11 @@ impl Registry {
     /// Records applied so far.
     pub fn applied(&self) -> u64 {
         self.applied.load(Ordering::Relaxed)
+    }
+
+    /// Where dimension `name` sits in a row.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.dimensions.iter().position(|(d, _)| d == name)
     }
 
     /// Apply one record of the registry topic: a row, or a tombstone
@@ -118,7 +129,7 @@ impl Registry {
         Ok(())
     }
 
-    /// The kept attributes of a JSON object.
+    /// The digits of a JSON object's kept attributes.
     fn row(&self, value: &[u8]) -> Result<Row, Rejected> {
         if value.len() > MAX_ROW_BYTES {
             return Err(Rejected::Value);
@@ -126,31 +137,52 @@ impl Registry {
         let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(value) else {
             return Err(Rejected::Value);
         };
-        let mut row = Vec::new();
-        for d in &self.dimensions {
+        let mut row = Vec::with_capacity(self.dimensions.len());
+        for (d, values) in &self.dimensions {
             let v = match m.get(d) {
-                None | Some(Value::Null) => continue,
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
+                None | Some(Value::Null) => None,
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(n.to_string()),
                 Some(_) => return Err(Rejected::Value),
             };
-            if v.len() > ingest::MAX_LABEL_BYTES {
+            if v.as_ref()
+                .is_some_and(|v| v.len() > ingest::MAX_LABEL_BYTES)
+            {
                 return Err(Rejected::Value);
             }
-            row.push((d.as_str().into(), v.into_boxed_str()));
+            let digit = v
+                .and_then(|v| values.iter().position(|x| *x == v))
+                .map_or(ABSENT, |p| p as u16);
+            row.push(digit);
         }
         Ok(row.into_boxed_slice())
     }
 
-    /// The group of `device` in `grouping`: each dimension's value from the
-    /// reading's `labels` when it carries one, else from the device's row;
-    /// neither, or an undeclared value: that dimension's `other`.
-    pub fn group_of(&self, grouping: &Grouping, device: &str, labels: &ingest::Labels) -> u32 {
+    /// Call `f` with the device's row, if it has one.
+    pub fn with_row<R>(&self, device: &str, f: impl FnOnce(Option<&[u16]>) -> R) -> R {
         let row = self.devices.get(device);
-        grouping.index(|d| {
-            label(labels, d).or_else(|| {
-                row.as_ref()
-                    .and_then(|r| r.iter().find(|(n, _)| &**n == d).map(|(_, v)| &**v))
+        f(row.as_ref().map(|r| &r[..]))
+    }
+
+    /// The group of `device` in `grouping` (`positions[i]`: where the
+    /// grouping's dimension `i` sits in a row, [`Registry::position`]):
+    /// each dimension's value from the reading's `labels` when it carries
+    /// one, else from the device's row; neither, or an undeclared value:
+    /// that dimension's `other`.
+    pub fn group_of(
+        &self,
+        grouping: &Grouping,
+        positions: &[Option<usize>],
+        device: &str,
+        labels: &ingest::Labels,
+    ) -> u32 {
+        self.with_row(device, |row| {
+            grouping.index_digits(|i| match label(labels, grouping.dimension(i)) {
+                Some(v) => grouping.digit(i, v),
+                None => {
+                    let d = row.zip(positions[i]).map(|(r, p)| r[p])?;
+                    (d != ABSENT).then_some(d as usize)
+                }
             })
         })
     }
@@ -179,12 +211,18 @@ mod tests {
 
     #[test]
     fn rows_labels_and_tombstones() {
-        let r = Registry::new(vec!["firmware".into(), "region".into()], 2);
+        let dims = |d: &str, v: &[&str]| (d.to_string(), v.iter().map(|x| x.to_string()).collect());
+        let r = Registry::new(
+            vec![dims("firmware", &["4.1", "4.2"]), dims("region", &["eu"])],
+            2,
+        );
         let g = grouping();
         let keys = g.keys();
         let none = vec![];
-        let of =
-            |dev: &str, labels: &ingest::Labels| keys[r.group_of(&g, dev, labels) as usize].clone();
+        let positions: Vec<Option<usize>> = g.dimensions().map(|d| r.position(d)).collect();
+        let of = |dev: &str, labels: &ingest::Labels| {
+            keys[r.group_of(&g, &positions, dev, labels) as usize].clone()
+        };
         assert_eq!(of("car-1", &none), "firmware=other,region=other");
         r.apply(
             Some(b"car-1"),

@@ -215,6 +215,13 @@ impl Windower {
             .map(|(k, l)| (*k, l.devices.len(), l.devices.bytes()))
     }
 
+    /// Devices counted in the lane (stream, partition), if it exists.
+    pub fn lane_device_count(&self, stream: usize, partition: i32) -> Option<usize> {
+        self.lanes
+            .get(&(stream, partition))
+            .map(|l| l.devices.len())
+    }
+
     /// The seq of the window the last [`Admission::Accepted`] reading joined.
     pub fn last_accepted_seq(&self) -> u64 {
         self.last_accepted_seq
@@ -509,12 +516,12 @@ impl Windower {
         if horizon < lane.swept_before {
             return Admission::DroppedLate;
         }
-        if let Some(g) = rules.group {
-            let t = self.groups.get(&(g.first, partition));
-            if t.is_some_and(|t| !t.admits(dk, horizon, g.index, g.max_groups)) {
-                return Admission::DroppedGroupCap;
-            }
-        }
+        // Grouped streams: the device's groups of this horizon, consulted
+        // when it first reaches this group's lane in the horizon (after
+        // that, the lane's own count shows it is in).
+        let mut group_table = rules
+            .group
+            .map(|g| (g, self.groups.entry((g.first, partition)).or_default()));
         let open_from = lane.next_seq;
         let Lane {
             devices,
@@ -544,6 +551,12 @@ impl Windower {
                 // the only choice that cannot exceed W (alternating event
                 // times must not reset the count).
                 return Admission::DroppedHorizonCap;
+            }
+            if let Some((g, table)) = &mut group_table {
+                let first_here = horizon > entry.horizon || entry.windows == 0;
+                if first_here && !table.admit(dk, horizon, g.index, g.max_groups) {
+                    return Admission::DroppedGroupCap;
+                }
             }
             let open = match rules.window_ms {
                 None => count_open,
@@ -594,12 +607,6 @@ impl Windower {
         let Some(judged) = judged else {
             return Admission::DroppedDeviceLimit;
         };
-        if let (Some(g), Admission::Accepted) = (rules.group, judged) {
-            self.groups
-                .entry((g.first, partition))
-                .or_default()
-                .record(dk, horizon, g.index);
-        }
         if judged == Admission::Accepted
             && rules.window_ms.is_none()
             && lane.open.values.len() >= rules.window_size
