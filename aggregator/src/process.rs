@@ -259,11 +259,12 @@ impl Processor {
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
         for (i, r) in readings.iter().enumerate() {
+            let device = device_key(&r.device_id);
             let d = &self.declared[r.stream_index];
             let s = d.first
                 + match (&d.grouping, &self.registry) {
                     (None, _) => 0,
-                    (Some(g), Some(reg)) => reg.group_of(g, &d.positions, &r.device_id, &r.labels),
+                    (Some(g), Some(reg)) => reg.group_of(g, &d.positions, device, &r.labels),
                     (Some(g), None) => g.index(|dim| label(&r.labels, dim)),
                 } as usize;
             // A wrong clock must not move any lane: judged against the
@@ -296,7 +297,6 @@ impl Processor {
                     _ => {}
                 }
             }
-            let device = device_key(&r.device_id);
             self.windower.prefetch(s, partition, device);
             self.staged.push_back(Staged {
                 stream: s,

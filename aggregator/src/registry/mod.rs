@@ -57,7 +57,10 @@ impl Rejected {
 
 /// The table.
 pub struct Registry {
-    devices: DashMap<Box<str>, Row, foldhash::fast::RandomState>,
+    /// By the device id's [`crate::device_key`] (the windows' key): no
+    /// string kept or compared; two ids with one key (see there) would
+    /// share a row, which only decides a group, never a cap.
+    devices: DashMap<u64, Row, foldhash::fast::RandomState>,
     /// Dimensions kept (those some stream groups by) and their declared
     /// values.
     dimensions: Vec<(String, Vec<String>)>,
@@ -107,20 +110,21 @@ impl Registry {
             .ok_or(Rejected::Key)?;
         let value = value.filter(|v| !v.is_empty());
         let Some(value) = value else {
-            if self.devices.remove(device).is_some() {
+            if self.devices.remove(&crate::device_key(device)).is_some() {
                 self.held.fetch_sub(1, Ordering::Relaxed);
             }
             self.applied.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         };
         let row = self.row(value)?;
-        match self.devices.get_mut(device) {
+        let device = crate::device_key(device);
+        match self.devices.get_mut(&device) {
             Some(mut r) => *r = row,
             None => {
                 if self.len() >= self.max_devices {
                     return Err(Rejected::Full);
                 }
-                if self.devices.insert(device.into(), row).is_none() {
+                if self.devices.insert(device, row).is_none() {
                     self.held.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -158,9 +162,10 @@ impl Registry {
         Ok(row.into_boxed_slice())
     }
 
-    /// Call `f` with the device's row, if it has one.
-    pub fn with_row<R>(&self, device: &str, f: impl FnOnce(Option<&[u16]>) -> R) -> R {
-        let row = self.devices.get(device);
+    /// Call `f` with the row of the device whose [`crate::device_key`] is
+    /// `device`, if it has one.
+    pub fn with_row<R>(&self, device: u64, f: impl FnOnce(Option<&[u16]>) -> R) -> R {
+        let row = self.devices.get(&device);
         f(row.as_ref().map(|r| &r[..]))
     }
 
@@ -173,7 +178,7 @@ impl Registry {
         &self,
         grouping: &Grouping,
         positions: &[Option<usize>],
-        device: &str,
+        device: u64,
         labels: &ingest::Labels,
     ) -> u32 {
         self.with_row(device, |row| {
@@ -221,7 +226,7 @@ mod tests {
         let none = vec![];
         let positions: Vec<Option<usize>> = g.dimensions().map(|d| r.position(d)).collect();
         let of = |dev: &str, labels: &ingest::Labels| {
-            keys[r.group_of(&g, &positions, dev, labels) as usize].clone()
+            keys[r.group_of(&g, &positions, crate::device_key(dev), labels) as usize].clone()
         };
         assert_eq!(of("car-1", &none), "firmware=other,region=other");
         r.apply(
