@@ -17,7 +17,7 @@ pub struct RegistryConfig {
     /// A compacted topic keyed by device id; values are JSON objects of
     /// the device's dimension values.
     pub topic: String,
-    /// Most devices held (≈ 100 bytes each); records of further devices
+    /// Most devices held (≈ 60 bytes each with three dimensions); records of further devices
     /// are refused and counted (`fleetdp_registry_rejected_total{reason="full"}`).
     #[serde(default = "default_max_devices")]
     pub max_devices: usize,
