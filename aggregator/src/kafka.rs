@@ -227,6 +227,28 @@ pub(crate) const READ_STALL: Duration = Duration::from_secs(60);
 /// the end.
 pub type ReadProgress<'a> = &'a (dyn Fn(&str, u64, u64) + Sync);
 
+/// Remove from `remaining` (partition → high watermark to reach) every
+/// partition the consumer's position has passed — offsets that hold no
+/// message (compacted away, control records) end a partition too; true if
+/// one was removed.
+pub(crate) fn drop_passed<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    remaining: &mut HashMap<i32, i64>,
+) -> bool {
+    let before = remaining.len();
+    if let Ok(at) = consumer.position() {
+        for e in at.elements_for_topic(topic) {
+            if let (Offset::Offset(o), Some(&h)) = (e.offset(), remaining.get(&e.partition())) {
+                if o >= h {
+                    remaining.remove(&e.partition());
+                }
+            }
+        }
+    }
+    remaining.len() < before
+}
+
 /// Read a topic up to its current high watermarks, each partition from
 /// `start(partition, low watermark)` (`None`: skip it), calling `f` on every
 /// message. Fails after [`READ_STALL`] without progress (however long the
@@ -280,19 +302,7 @@ pub fn read_topic(
         let Some(msg) = consumer.poll(Duration::from_millis(500)) else {
             // Offsets that hold no message (compacted away, control
             // records) end a partition too once the position passes them.
-            let before = remaining.len();
-            if let Ok(at) = consumer.position() {
-                for e in at.elements_for_topic(topic) {
-                    if let (Offset::Offset(o), Some(&h)) =
-                        (e.offset(), remaining.get(&e.partition()))
-                    {
-                        if o >= h {
-                            remaining.remove(&e.partition());
-                        }
-                    }
-                }
-            }
-            if remaining.len() < before {
+            if drop_passed(&consumer, topic, &mut remaining) {
                 moved = Instant::now();
             } else if moved.elapsed() > READ_STALL {
                 return Err(anyhow!(

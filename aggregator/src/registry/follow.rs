@@ -84,19 +84,9 @@ fn run(
             let _ = loaded.take().expect("checked").send(Ok(()));
         }
         let Some(msg) = consumer.poll(Duration::from_millis(200)) else {
-            // Compacted-away offsets end a partition once the position passes them.
             if loaded.is_some() {
-                if let Ok(at) = consumer.position() {
-                    for e in at.elements_for_topic(topic) {
-                        if let (Offset::Offset(o), Some(&h)) =
-                            (e.offset(), remaining.get(&e.partition()))
-                        {
-                            if o >= h {
-                                remaining.remove(&e.partition());
-                                moved = Instant::now();
-                            }
-                        }
-                    }
+                if kafka::drop_passed(consumer, topic, &mut remaining) {
+                    moved = Instant::now();
                 }
                 if moved.elapsed() > READ_STALL {
                     return Err(anyhow!(
