@@ -1,5 +1,5 @@
 //! The default demo's figures are worth showing: with a fixed fleet seed and
-//! release key, 60 s of `fleetdp demo` (in-process Kafka) release scalar
+//! release key, 40 s of `fleetdp demo` (in-process Kafka, rounds of 3 s) release scalar
 //! figures of which at least 95% are within 10% of the truth or inside their
 //! printed 95% interval, per partition and fleet-wide (which it leads
 //! with); every statistic's observed coverage is printed.
@@ -11,9 +11,9 @@ use std::time::Duration;
 #[test]
 fn the_default_demo_releases_figures_a_newcomer_can_trust() {
     let out = run(DemoOptions {
-        duration: Duration::from_secs(60),
+        duration: Duration::from_secs(40),
         devices: 2000,
-        round_seconds: 5.0,
+        round_seconds: 3.0,
         listen: None,
         seed: 1,
         tight: false,
