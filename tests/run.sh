@@ -64,6 +64,13 @@ else
   export FLEETDP_TEST_BROKERS="$KAFKA_BROKERS"
 fi
 
+# A CI run builds from scratch: without line tables the build takes ≈ 35 s
+# less (5.9 against 6.5 min here); local runs keep them, and so share the
+# build with `cargo build --release` and the benches.
+if [ "${CI:-}" = "true" ]; then
+  export CARGO_PROFILE_RELEASE_DEBUG=false
+fi
+
 echo "== building and running every test (release mode: the statistical tests are heavy)"
 echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
 cargo test --release --workspace --locked --features fleetdp/crash-points
