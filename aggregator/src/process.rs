@@ -68,6 +68,7 @@ pub fn decoder(v: &Validated) -> Decoder {
             ..Limits::default()
         },
     );
+    let d = d.with_framing(v.config.kafka.input_framing);
     match &v.mapping {
         Some(m) => d.with_mapping(m.clone()),
         None => d,

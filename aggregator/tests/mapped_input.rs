@@ -111,3 +111,78 @@ fn multi_metric_documents_are_read_by_the_mapping() {
         assert!(!details[1].1.contains("secret"), "a value in a dead letter's detail");
     });
 }
+
+/// Schema Registry framing over the broker: FleetDP's protobuf readings and
+/// batches written as Confluent's serializer writes them (magic byte,
+/// schema id, message index) are read; a message without the frame is
+/// dead-lettered naming the framing.
+#[test]
+fn schema_registry_framed_protobuf_is_read() {
+    use prost::Message as _;
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "framed", 1).await;
+        let mut v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 50.0\nhorizon = \"24h\"",
+            "",
+            STREAMS,
+        );
+        v.config.kafka.input_framing = ingest::Framing::Confluent;
+        let at = now_ms() - 60_000;
+        let reading = |i: usize| proto::DeviceReading {
+            device_id: format!("car-{i}"),
+            stream: "temp".into(),
+            value: Some(20.0 + i as f64),
+            event_time_ms: Some(at + i as i64),
+            labels: Default::default(),
+        };
+        let out = |key: &str, payload: Vec<u8>| Out {
+            partition: Some(0),
+            key: key.to_string(),
+            payload,
+            content_type: None,
+        };
+        let mut msgs: Vec<Out> = (0..5)
+            .map(|i| {
+                out(
+                    &format!("car-{i}"),
+                    ingest::frame(17, Some(&[0]), &reading(i).encode_to_vec()),
+                )
+            })
+            .collect();
+        let batch = proto::ReadingBatch {
+            readings: (5..10).map(reading).collect(),
+        };
+        msgs.push(out(
+            "batch",
+            ingest::frame(18, Some(&[1]), &batch.encode_to_vec()),
+        ));
+        msgs.push(out("car-99", reading(99).encode_to_vec()));
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, [8; 32]);
+        assert!(
+            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 1).await,
+            "released {}",
+            count(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(
+            count(&c.readings_accepted),
+            10,
+            "5 framed readings and a framed batch of 5"
+        );
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        assert_eq!(dlq.len(), 1);
+        assert!(
+            dlq[0].headers["fleetdp-detail"].contains("Schema Registry framing"),
+            "{:?}",
+            dlq[0].headers
+        );
+    });
+}

@@ -69,6 +69,10 @@ fn main() {
             .encode_to_vec()
         })
         .collect();
+    let framed: Vec<Vec<u8>> = proto
+        .iter()
+        .map(|m| fleetdp_ingest::frame(1, Some(&[0]), m))
+        .collect();
     let json: Vec<Vec<u8>> = (0..MESSAGES)
         .map(|i| {
             format!(
@@ -107,6 +111,14 @@ fn main() {
     );
     let rows = [
         ("protobuf DeviceReading (baseline)", base),
+        (
+            "Schema Registry framed protobuf",
+            rate(
+                &decoder().with_framing(fleetdp_ingest::Framing::Confluent),
+                &framed,
+                "application/vnd.fleetdp.reading+protobuf",
+            ),
+        ),
         (
             "FleetDP JSON reading",
             rate(&decoder(), &json, "application/json"),

@@ -7,10 +7,12 @@
 //! machine-readable [`Reason`] and a human message naming the field; neither
 //! ever contains a reading's value.
 
+mod framing;
 mod json;
 mod mapped;
 mod scan;
 
+pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
 
 use prost::Message;
@@ -215,6 +217,8 @@ pub struct Decoder {
     limits: Limits,
     /// JSON payloads are the fleet's own documents, read by this mapping.
     mapping: Option<Mapping>,
+    /// How messages are framed around their payload.
+    framing: Framing,
 }
 
 /// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
@@ -248,7 +252,14 @@ impl Decoder {
             default_format,
             limits,
             mapping: None,
+            framing: Framing::None,
         }
+    }
+
+    /// Read messages framed as `framing` (e.g. Schema Registry's).
+    pub fn with_framing(mut self, framing: Framing) -> Self {
+        self.framing = framing;
+        self
     }
 
     /// Read JSON payloads as the fleet's own documents (`[input]`).
@@ -273,11 +284,34 @@ impl Decoder {
                 ),
             ));
         }
-        let format = match content_type {
+        let mut format = match content_type {
             Some(ct) => Format::from_content_type(ct).ok_or_else(|| {
                 Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
             })?,
             None => self.default_format,
+        };
+        let payload = match self.framing {
+            Framing::None => payload,
+            Framing::Confluent => {
+                let protobuf = format != Format::Json;
+                let f = framing::unframe(payload, protobuf)?;
+                if protobuf {
+                    // The message index names the message in fleetdp.proto.
+                    format = match f.indexes.as_slice() {
+                        [0] => Format::Protobuf,
+                        [1] => Format::ProtobufBatch,
+                        other => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!(
+                                    "Schema Registry framing: message index {other:?} is not DeviceReading [0] or ReadingBatch [1] of fleetdp.proto"
+                                ),
+                            ))
+                        }
+                    };
+                }
+                f.body
+            }
         };
         let raw: Vec<RawReading> = match format {
             Format::Protobuf => {
@@ -559,6 +593,43 @@ mod tests {
         for (payload, ct, reason) in cases {
             let got = d.decode(&payload, ct).unwrap_err();
             assert_eq!(got.reason, reason, "{got}");
+        }
+    }
+
+    /// Schema Registry framing: JSON after the 5-byte header, protobuf
+    /// after it and the message index ([0] a reading, [1] a batch);
+    /// unframed or mis-indexed messages are refused as undecodable.
+    #[test]
+    fn schema_registry_frames_are_stripped() {
+        let d = decoder().with_framing(Framing::Confluent);
+        let json = br#"{"device_id":"a","stream":"temp","value":3,"event_time_ms":5}"#;
+        let got = d
+            .decode(&frame(7, None, json), Some("application/json"))
+            .unwrap();
+        assert_eq!(got[0].value, 3.0);
+        let one = reading(Some(1.5)).encode_to_vec();
+        assert_eq!(
+            d.decode(&frame(7, Some(&[0]), &one), None).unwrap()[0].value,
+            1.5
+        );
+        let batch = ReadingBatch {
+            readings: vec![reading(Some(1.0)), reading(Some(2.0))],
+        }
+        .encode_to_vec();
+        assert_eq!(
+            d.decode(&frame(8, Some(&[1]), &batch), None).unwrap().len(),
+            2
+        );
+        for (payload, ct) in [
+            (json.to_vec(), Some("application/json")),
+            (one.clone(), None),
+            (frame(7, Some(&[2]), &one), None),
+            (frame(7, Some(&[0, 1]), &one), None),
+        ] {
+            assert_eq!(
+                d.decode(&payload, ct).unwrap_err().reason,
+                Reason::Undecodable
+            );
         }
     }
 

@@ -73,6 +73,9 @@ pub struct KafkaConfig {
     /// Format of input messages without a content-type header.
     #[serde(default = "default_format")]
     pub input_format: Format,
+    /// `none`, or `confluent`: messages in Schema Registry wire format.
+    #[serde(default)]
+    pub input_framing: ingest::Framing,
     /// Read each message's `content-type` header (default). `false` decodes
     /// every message as `input_format` without parsing headers, which saves
     /// about a microsecond per message when all producers agree on one format.
@@ -110,6 +113,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("group_id", &self.group_id)
             .field("input_partitioner", &self.input_partitioner)
             .field("input_format", &self.input_format)
+            .field("input_framing", &self.input_framing)
             .field("read_content_type", &self.read_content_type)
             .field("output_format", &self.output_format)
             .field("dead_letters_in_flight", &self.dead_letters_in_flight)
