@@ -132,6 +132,12 @@ impl GroupTable {
         }
     }
 
+    /// Devices held (tests).
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.devices.len()
+    }
+
     /// Merge `other` (one lane's restored charges) into this table.
     pub(super) fn merge(&mut self, other: &GroupTable) {
         for (&d, e) in &other.devices {

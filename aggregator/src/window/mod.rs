@@ -428,17 +428,16 @@ impl Windower {
     }
 
     /// A grouped lane closed a window: forget device groups of horizons no
-    /// lane of its stream accepts any more (the slowest lane decides).
+    /// lane of its stream accepts any more (the slowest lane decides). A
+    /// group without a lane here yet does not hold the sweep back: the
+    /// table refuses swept horizons itself, so a lane made later cannot
+    /// count a device in a group of a forgotten horizon.
     fn sweep_groups(&mut self, stream: usize, partition: i32) {
         let Some(g) = self.rules[stream].group else {
             return;
         };
         let before = (g.first..g.first + g.count)
-            .map(|s| {
-                self.lanes
-                    .get(&(s, partition))
-                    .map_or(0, |l| l.swept_before)
-            })
+            .filter_map(|s| self.lanes.get(&(s, partition)).map(|l| l.swept_before))
             .min()
             .unwrap_or(0);
         if let Some(t) = self.groups.get_mut(&(g.first, partition)) {

@@ -569,3 +569,32 @@ fn restored_charges_rebuild_the_group_cap() {
         Admission::Accepted
     );
 }
+
+/// The group table is swept once the lanes that exist have moved past a
+/// horizon — a group with no lane on the partition does not hold it back —
+/// and a lane made later cannot count a device in a swept horizon.
+#[test]
+fn the_group_table_is_swept_and_swept_horizons_stay_refused() {
+    let mut w = grouped_windower();
+    let mut closed = Vec::new();
+    for i in 0..100 {
+        let d = device_key(&format!("d{i}"));
+        assert_eq!(
+            w.admit(0, 0, i, d, 1, 10, 10, &mut closed),
+            Admission::Accepted
+        );
+    }
+    assert_eq!(w.groups[&(0, 0)].len(), 100);
+    // Ten horizons later (lateness 3 horizons): horizon 0 is over.
+    let late = device_key("late");
+    assert_eq!(
+        w.admit(0, 0, 100, late, 1, 10_000, 10_000, &mut closed),
+        Admission::Accepted
+    );
+    assert_eq!(w.groups[&(0, 0)].len(), 1, "horizon 0's devices swept");
+    // A new lane (group 2) would take an old reading; the table refuses it.
+    assert_eq!(
+        w.admit(2, 0, 101, device_key("d0"), 1, 10, 10, &mut closed),
+        Admission::DroppedGroupCap
+    );
+}
