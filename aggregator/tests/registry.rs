@@ -6,7 +6,6 @@
 
 mod harness;
 
-use fleetdp::pipeline::{Options, Pipeline};
 use harness::*;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -92,10 +91,7 @@ group_by = ["firmware"]
 max_groups_per_device = 2
 "#,
         );
-        let p = Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes([4; 32]));
-        let c = p.counters.clone();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
+        let (stop, c, h) = spawn_pipeline(v, [4; 32]);
         // Every group releases windows before any input: 3 per window.
         assert!(
             wait_until(WAIT, || count(&c.windows_released) >= 6).await,
