@@ -515,12 +515,10 @@ impl Windower {
         if horizon < lane.swept_before {
             return Admission::DroppedLate;
         }
-        // Grouped streams: the device's groups of this horizon, consulted
-        // when it first reaches this group's lane in the horizon (after
-        // that, the lane's own count shows it is in).
-        let mut group_table = rules
-            .group
-            .map(|g| (g, self.groups.entry((g.first, partition)).or_default()));
+        // Grouped streams: the device's groups of this horizon, looked up
+        // only when it first reaches this group's lane in the horizon
+        // (after that, the lane's own count shows it is in).
+        let groups = &mut self.groups;
         let open_from = lane.next_seq;
         let Lane {
             devices,
@@ -551,9 +549,16 @@ impl Windower {
                 // times must not reset the count).
                 return Admission::DroppedHorizonCap;
             }
-            if let Some((g, table)) = &mut group_table {
+            if let Some(g) = rules.group {
                 let first_here = horizon > entry.horizon || entry.windows == 0;
-                if first_here && !table.admit(dk, horizon, g.index, g.max_groups) {
+                if first_here
+                    && !groups.entry((g.first, partition)).or_default().admit(
+                        dk,
+                        horizon,
+                        g.index,
+                        g.max_groups,
+                    )
+                {
                     return Admission::DroppedGroupCap;
                 }
             }
