@@ -7,8 +7,10 @@
 //! sequential composition adds ε (pure DP) or ρ (zCDP), and groups compose
 //! in parallel (a device's cost depends on `G`, not on how many groups
 //! exist). So the per-device loss per horizon is
-//! `Σ_streams G · (W · Σ_measurements spent + running totals)`, computed
-//! exactly and refused when above the declared budget.
+//! `Σ_streams G · (W · Σ_measurements spent + running totals) + key
+//! selection` (the selection's noise already covers a device's `G` keys,
+//! [`crate::keyselect`]), computed exactly and refused when above the
+//! declared budget.
 
 use super::mechanism::Measure;
 use super::rational::{self, exact};
@@ -53,6 +55,9 @@ pub struct StreamSpend {
     pub per_window: BigRational,
     /// Spent once per horizon, not per window (running totals).
     pub per_horizon: BigRational,
+    /// Spent once per horizon on key selection (private keys), not per
+    /// group: its noise is calibrated to a device's `G` keys.
+    pub selection: BigRational,
 }
 
 /// A refused budget, with the numbers.
@@ -161,7 +166,7 @@ impl Accountant {
             .collect())
     }
 
-    /// Per-device loss per horizon: `Σ G · (W · per_window + per_horizon)`,
+    /// Per-device loss per horizon: `Σ G · (W · per_window + per_horizon) + selection`,
     /// refused when above the declared budget.
     pub fn compose(&self, spends: &[StreamSpend]) -> Result<BigRational, BudgetError> {
         let mut total = BigRational::zero();
@@ -172,14 +177,15 @@ impl Accountant {
             let h = (&s.per_window
                 * BigRational::from_integer(BigInt::from(s.windows_per_horizon))
                 + &s.per_horizon)
-                * &g;
+                * &g
+                + &s.selection;
             let groups = match s.groups_per_device {
                 1 => String::new(),
                 g => format!("{g} groups × "),
             };
             let _ = write!(
                 detail,
-                "{} {groups}{} windows × {:.6}{} = {:.6}; ",
+                "{} {groups}{} windows × {:.6}{}{} = {:.6}; ",
                 s.name,
                 s.windows_per_horizon,
                 rational::to_f64(&s.per_window),
@@ -187,6 +193,11 @@ impl Accountant {
                     String::new()
                 } else {
                     format!(" + running totals {:.6}", rational::to_f64(&s.per_horizon))
+                },
+                if s.selection.is_zero() {
+                    String::new()
+                } else {
+                    format!(" + key selection {:.6}", rational::to_f64(&s.selection))
                 },
                 rational::to_f64(&h)
             );
@@ -235,6 +246,7 @@ mod tests {
             groups_per_device: g,
             per_window,
             per_horizon: BigRational::zero(),
+            selection: BigRational::zero(),
         }
     }
 

@@ -11,8 +11,19 @@
 //! once per group — parallel composition across the groups a device is not
 //! in. The key set is declared, so every group is released (empty ones too)
 //! and which groups exist reveals nothing.
+//!
+//! A dimension with private keys ([`PrivateKeys`]) is planned as
+//! `max_keys` slots (`<dimension>=#1`…) and `other`: the service binds a
+//! slot to a key once the key clears the DP key selection
+//! ([`crate::keyselect`], calibrated here with its own share of the
+//! stream's budget, spent once per horizon and not per group: the
+//! selection's noise already covers a device's `G` keys). Which slots are
+//! bound is then a post-processing of that selection.
 
 use super::*;
+use crate::keyselect::KeySelection;
+use crate::rational::{self, exact};
+use num_rational::BigRational;
 
 /// Most groups one stream may be split into (lanes, metrics and releases
 /// grow with it).
@@ -27,6 +38,31 @@ pub struct GroupSpec {
     pub keys: Vec<String>,
     /// `G`: groups one device may count in per horizon.
     pub max_groups_per_device: u32,
+    /// A dimension whose keys are learnt from the data.
+    pub private: Option<PrivateKeys>,
+}
+
+/// A dimension with private keys: keys are released only once a DP key
+/// selection over the distinct devices seen with them in a horizon picks
+/// them; `keys` then holds its slots (`<dimension>=#<i>`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrivateKeys {
+    pub dimension: String,
+    /// Slots: at most this many keys are ever released.
+    pub max_keys: u32,
+    /// Share of the stream's budget spent on the selection, per horizon.
+    pub share: f64,
+    /// δ of the selection (all of one device's keys together).
+    pub delta: f64,
+}
+
+/// Most slots of a private dimension.
+pub const MAX_PRIVATE_KEYS: u32 = 64;
+
+/// A slot's value in group keys: `#1`, `#2`, … (`#` is never part of a
+/// declared value).
+pub fn slot_value(i: u32) -> String {
+    format!("#{}", i + 1)
 }
 
 /// Which group of which declared stream a planned stream is.
@@ -79,7 +115,7 @@ pub(super) fn validate_groups(spec: &StreamSpec) -> Result<(), PlanError> {
         let ok = !k.is_empty()
             && k.len() <= MAX_GROUP_KEY
             && k.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_.-=,".contains(&b));
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-=,#".contains(&b));
         if !ok || g.keys[..i].contains(k) {
             return Err(field_err(
                 spec,
@@ -96,6 +132,29 @@ pub(super) fn validate_groups(spec: &StreamSpec) -> Result<(), PlanError> {
             format!("must be in [1, {max}], got {}", g.max_groups_per_device),
         ));
     }
+    if let Some(p) = &g.private {
+        if !(1..=MAX_PRIVATE_KEYS).contains(&p.max_keys) {
+            return Err(field_err(
+                spec,
+                "max_keys",
+                format!("must be in [1, {MAX_PRIVATE_KEYS}], got {}", p.max_keys),
+            ));
+        }
+        if !(p.share.is_finite() && p.share > 0.0 && p.share < 1.0) {
+            return Err(field_err(
+                spec,
+                "key_selection_share",
+                format!("must be in (0, 1), got {}", p.share),
+            ));
+        }
+        if !(p.delta > 0.0 && p.delta < 0.5) {
+            return Err(field_err(
+                spec,
+                "key_selection_delta",
+                format!("must be in (0, 0.5), got {}", p.delta),
+            ));
+        }
+    }
     if spec.running_share > 0.0 {
         return Err(field_err(
             spec,
@@ -104,6 +163,36 @@ pub(super) fn validate_groups(spec: &StreamSpec) -> Result<(), PlanError> {
         ));
     }
     Ok(())
+}
+
+/// Share of a stream's budget its windows get (what key selection leaves).
+pub(super) fn window_share(spec: &StreamSpec) -> f64 {
+    let selection = spec
+        .groups
+        .as_ref()
+        .and_then(|g| g.private.as_ref())
+        .map_or(0.0, |p| p.share);
+    1.0 - selection
+}
+
+/// A stream's key selection and what it spends per horizon (`None`:
+/// no private keys).
+pub(super) fn key_selection(
+    privacy: &PrivacySpec,
+    spec: &StreamSpec,
+) -> Result<Option<(KeySelection, BigRational)>, PlanError> {
+    let Some(g) = &spec.groups else {
+        return Ok(None);
+    };
+    let Some(p) = &g.private else {
+        return Ok(None);
+    };
+    let budget = exact(privacy.budget.per_horizon) * exact(spec.budget_share) * exact(p.share);
+    let b = rational::to_f64(&budget);
+    let s = KeySelection::calibrate(privacy.budget.measure, g.max_groups_per_device, b, p.delta)
+        .map_err(|e| field_err(spec, "key_selection_share", e.to_string()))?;
+    // The noise is calibrated to at most `b` (its scale rounded up).
+    Ok(Some((s, budget)))
 }
 
 /// The planned streams of one declared stream: itself, or one per group.
@@ -123,6 +212,7 @@ pub(super) fn expand(base: StreamPlan) -> Vec<StreamPlan> {
                 index: i as u32,
                 max_groups_per_device: g.max_groups_per_device,
             });
+            s.selection = base.selection.clone();
             s
         })
         .collect()
@@ -141,8 +231,53 @@ mod tests {
         s.groups = Some(GroupSpec {
             keys: keys.iter().map(|k| k.to_string()).collect(),
             max_groups_per_device: g,
+            private: None,
         });
         s
+    }
+
+    /// Private keys: the selection gets `key_selection_share` of the
+    /// stream's budget once per horizon (not per group), the windows the
+    /// rest, and the whole stays within the budget; hand-computed.
+    #[test]
+    fn key_selection_takes_its_share_once_per_horizon() {
+        let p = privacy(Measure::Pure, Relation::ChangeOne);
+        let keys = ["fw=#1", "fw=#2", "fw=other"];
+        let mut s = grouped(&keys, 2);
+        s.groups.as_mut().unwrap().private = Some(PrivateKeys {
+            dimension: "fw".into(),
+            max_keys: 2,
+            share: 0.25,
+            delta: 1e-6,
+        });
+        let public = plan(&p, &[grouped(&keys, 2)]).unwrap();
+        let private = plan(&p, &[s]).unwrap();
+        let total = p.budget.per_horizon;
+        let w = public.streams[0].spec.max_windows_per_device as f64;
+        for (a, b) in public.streams.iter().zip(&private.streams) {
+            // Windows get 3/4 of what they got without selection.
+            let ratio = rational::to_f64(&b.per_window) / rational::to_f64(&a.per_window);
+            assert!((ratio - 0.75).abs() < 1e-9, "{ratio}");
+            let sel = b
+                .selection
+                .as_ref()
+                .expect("every slot carries the selection");
+            assert_eq!(sel.groups_per_device, 2);
+            // Discrete Laplace scale G/ε_sel = 2/(total/4).
+            match sel.noise() {
+                crate::mechanism::Noise::Laplace(d) => {
+                    assert!((d.scale_f64() - 2.0 / (total * 0.25)).abs() < 1e-9)
+                }
+                n => panic!("{n:?}"),
+            }
+        }
+        // G·W·per_window + ε/4, once.
+        let windows = rational::to_f64(&private.streams[0].per_window) * w * 2.0;
+        let got = rational::to_f64(&private.per_horizon);
+        assert!((got - (windows + total * 0.25)).abs() < 1e-9, "{got}");
+        assert!(got <= total + 1e-12);
+        // Public keys carry no selection.
+        assert!(public.streams.iter().all(|s| s.selection.is_none()));
     }
 
     /// One planned stream per group, named `<stream>[<key>]`, each with the
@@ -190,6 +325,27 @@ mod tests {
                 "running_share",
             ),
         ] {
+            match plan(&p, &[s]) {
+                Err(PlanError::Field { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        for (max_keys, share, delta, field) in [
+            (0, 0.1, 1e-6, "max_keys"),
+            (MAX_PRIVATE_KEYS + 1, 0.1, 1e-6, "max_keys"),
+            (2, 0.0, 1e-6, "key_selection_share"),
+            (2, 1.0, 1e-6, "key_selection_share"),
+            (2, f64::NAN, 1e-6, "key_selection_share"),
+            (2, 0.1, 0.0, "key_selection_delta"),
+            (2, 0.1, 0.5, "key_selection_delta"),
+        ] {
+            let mut s = grouped(&["fw=#1", "fw=other"], 1);
+            s.groups.as_mut().unwrap().private = Some(PrivateKeys {
+                dimension: "fw".into(),
+                max_keys,
+                share,
+                delta,
+            });
             match plan(&p, &[s]) {
                 Err(PlanError::Field { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{field}: {other:?}"),

@@ -24,7 +24,10 @@ mod tests;
 pub use adaptive::*;
 pub use evaluate::*;
 pub use fleet::*;
-pub use grouped::{group_stream_name, GroupOf, GroupSpec, MAX_GROUPS_PER_STREAM, MAX_GROUP_KEY};
+pub use grouped::{
+    group_stream_name, slot_value, GroupOf, GroupSpec, PrivateKeys, MAX_GROUPS_PER_STREAM,
+    MAX_GROUP_KEY, MAX_PRIVATE_KEYS,
+};
 pub use plan::*;
 pub use running::*;
 pub use spec::*;

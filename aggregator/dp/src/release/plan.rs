@@ -110,6 +110,8 @@ pub struct StreamPlan {
     pub running: Option<RunningPlan>,
     /// A group of a grouped stream (its name is `<stream>[<key>]`).
     pub group: Option<GroupOf>,
+    /// Private keys: the selection that binds the stream's slots.
+    pub selection: Option<crate::keyselect::KeySelection>,
 }
 
 /// The whole calibrated configuration.
@@ -386,8 +388,9 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         .iter()
         .map(|(s, _, ms)| StreamClaim {
             name: s.name.clone(),
-            // What running totals take is not split over windows.
-            share: s.budget_share * (1.0 - s.running_share),
+            // What running totals and key selection take is not split
+            // over windows.
+            share: s.budget_share * (grouped::window_share(s) - s.running_share),
             windows_per_horizon: s.max_windows_per_device,
             groups_per_device: grouped::groups_per_device(s),
             measurements: ms.iter().map(Measurement::weight).sum(),
@@ -395,6 +398,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         .collect();
     let allocations = accountant.allocate(&claims)?;
     let mut streams = Vec::new();
+    let mut selection_spend = Vec::new();
     for ((spec, u, ms), alloc) in prepared.into_iter().zip(allocations) {
         let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
         let mut measurements = Vec::new();
@@ -501,6 +505,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 u.resolution(),
             )
         });
+        let selection = grouped::key_selection(privacy, spec)?;
         streams.push(StreamPlan {
             spec: spec.clone(),
             universe: u,
@@ -510,12 +515,21 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             per_window,
             running,
             group: None,
+            selection: selection.map(|(s, spent)| {
+                selection_spend.push(spent);
+                s
+            }),
         });
+        if selection_spend.len() < streams.len() {
+            selection_spend.push(BigRational::zero());
+        }
     }
     let spends: Vec<StreamSpend> = streams
         .iter()
-        .map(|s| StreamSpend {
+        .zip(selection_spend)
+        .map(|(s, selection)| StreamSpend {
             name: s.spec.name.clone(),
+            selection,
             windows_per_horizon: s.spec.max_windows_per_device,
             groups_per_device: grouped::groups_per_device(&s.spec),
             per_window: s.per_window.clone(),
