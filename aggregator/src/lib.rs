@@ -62,6 +62,7 @@ pub mod faults;
 pub mod fleet;
 pub mod http;
 pub mod kafka;
+pub mod keys;
 pub mod pipeline;
 pub mod registry;
 pub mod report;

@@ -4,7 +4,9 @@
 
 use crate::config::dimensions::Grouping;
 use crate::config::Validated;
+use crate::dp::rng::ReleaseKey;
 use crate::dp::universe::TopCoder;
+use crate::keys::{Bindings, KeyTable};
 use crate::partitioner::Partitioner;
 use crate::registry::{label, Registry};
 use crate::telemetry::{Counters, MessageMetrics, StreamMetrics};
@@ -54,6 +56,23 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
         .collect()
 }
 
+/// Plan indices of the streams that are slots of private keys (their
+/// group key holds a `#` value).
+fn slot_streams(v: &Validated) -> Vec<usize> {
+    v.plan
+        .streams
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.selection.is_some()
+                && s.group
+                    .as_ref()
+                    .is_some_and(|g| g.values().any(|(_, v)| v.starts_with('#')))
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// The service's decoder for a configuration: its declared streams in
 /// order (a reading's `stream_index` is its stream's index in the
 /// configuration; [`Processor`] finds its planned stream, the group's for
@@ -77,11 +96,21 @@ pub fn decoder(v: &Validated) -> Decoder {
 
 /// A declared stream's planned streams: one, or one per group.
 struct Declared {
+    name: String,
     /// Plan index of the stream, or of its first group.
     first: usize,
     grouping: Option<Grouping>,
     /// Where each of the grouping's dimensions sits in a registry row.
     positions: Vec<Option<usize>>,
+}
+
+/// A reading of a private dimension to count once its message is accepted.
+struct ToCount {
+    declared: usize,
+    device: u64,
+    value: Arc<str>,
+    event_ms: i64,
+    msg_ms: i64,
 }
 
 /// Message-by-message processing state.
@@ -111,6 +140,18 @@ pub struct Processor {
     input_partitions: Option<i32>,
     /// How far an event time may run ahead of its message's timestamp.
     skew_ms: i64,
+    /// Private keys: per (declared stream, partition), its key table.
+    keys: FastMap<(usize, i32), KeyTable>,
+    /// The value each bound slot carries, per (plan index of the declared
+    /// stream's first group, partition, slot): releases publish it.
+    slot_values: FastMap<(usize, i32, u32), Arc<str>>,
+    release_key: ReleaseKey,
+    to_count: Vec<ToCount>,
+    horizon_ms: i64,
+    lateness_ms: i64,
+    /// Plan index → its time windows' length (slot lanes start when bound).
+    window_ms: Vec<Option<i64>>,
+    selection: Vec<Option<crate::dp::keyselect::KeySelection>>,
 }
 
 impl Processor {
@@ -130,11 +171,13 @@ impl Processor {
             .map(|s| StreamMetrics::new(&s.spec.name))
             .collect();
         let mut first = 0;
-        let declared = v
+        let declared: Vec<Declared> = v
             .groupings
             .iter()
-            .map(|g| {
+            .zip(&v.config.streams)
+            .map(|(g, c)| {
                 let d = Declared {
+                    name: c.name.clone(),
                     first,
                     grouping: g.clone(),
                     positions: Vec::new(),
@@ -153,7 +196,8 @@ impl Processor {
                 v.horizon.as_millis() as i64,
                 v.max_lateness.as_millis() as i64,
             )
-            .with_device_limit(v.config.limits.max_devices_per_lane),
+            .with_device_limit(v.config.limits.max_devices_per_lane)
+            .with_bound_only(slot_streams(v)),
             names,
             counters,
             dirty: Vec::new(),
@@ -166,6 +210,118 @@ impl Processor {
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
             skew_ms: v.max_clock_skew.as_millis() as i64,
+            keys: FastMap::default(),
+            slot_values: FastMap::default(),
+            release_key: ReleaseKey::ephemeral(),
+            to_count: Vec::new(),
+            horizon_ms: v.horizon.as_millis() as i64,
+            lateness_ms: v.max_lateness.as_millis() as i64,
+            window_ms: v
+                .plan
+                .streams
+                .iter()
+                .map(|s| s.spec.window_ms.map(|w| w as i64))
+                .collect(),
+            selection: v.plan.streams.iter().map(|s| s.selection.clone()).collect(),
+        }
+    }
+
+    /// Key the private-key selections' noise with the release key (else an
+    /// ephemeral one).
+    pub fn with_release_key(mut self, key: ReleaseKey) -> Self {
+        self.release_key = key;
+        self
+    }
+
+    /// A slot stream's bound key on `partition`: (dimension, value) for its
+    /// releases' `group` (`None`: not a slot of private keys).
+    pub fn bound_value(&self, stream: usize, partition: i32) -> Option<(String, String)> {
+        let d = self.declared.iter().rev().find(|d| d.first <= stream)?;
+        let g = d.grouping.as_ref()?;
+        let pi = g.private_dimension()?;
+        let slot = g.digit_of((stream - d.first) as u32, pi);
+        let v = self.slot_values.get(&(d.first, partition, slot as u32))?;
+        Some((g.dimension(pi).to_string(), v.to_string()))
+    }
+
+    /// Forget a revoked partition.
+    pub fn drop_partition(&mut self, partition: i32) {
+        self.windower.drop_partition(partition);
+        self.keys.retain(|&(_, p), _| p != partition);
+        self.slot_values.retain(|&(_, p, _), _| p != partition);
+    }
+
+    /// Key tables whose bindings changed since the last call, to persist
+    /// before anything routed by them is released: (declared stream name,
+    /// partition, bindings).
+    pub fn take_key_updates(&mut self) -> Vec<(String, i32, Bindings)> {
+        let mut out: Vec<(String, i32, Bindings)> = self
+            .keys
+            .iter_mut()
+            .filter_map(|(&(d, p), t)| {
+                t.take_updates()
+                    .map(|b| (self.declared[d].name.clone(), p, b))
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        out
+    }
+
+    /// Continue a private-key table from persisted bindings.
+    pub fn restore_keys(&mut self, stream: &str, partition: i32, b: Bindings) {
+        let Some(d) = self.declared.iter().position(|d| d.name == stream) else {
+            return;
+        };
+        if let Some(t) = self.key_table(d, partition) {
+            t.restore(b);
+            self.bind_new_slots(d, partition);
+        }
+    }
+
+    /// The key table of a declared stream with private keys on `partition`.
+    fn key_table(&mut self, d: usize, partition: i32) -> Option<&mut KeyTable> {
+        let decl = &self.declared[d];
+        let g = decl.grouping.as_ref()?;
+        g.private_dimension()?;
+        let selection = self.selection[decl.first].clone()?;
+        let name = decl.name.clone();
+        let (slots, h, l) = (g.slots(), self.horizon_ms, self.lateness_ms);
+        Some(
+            self.keys
+                .entry((d, partition))
+                .or_insert_with(|| KeyTable::new(&name, partition, selection, slots, h, l)),
+        )
+    }
+
+    /// Publish newly bound slots and start their time lanes at the first
+    /// window of the horizon they route from.
+    fn bind_new_slots(&mut self, d: usize, partition: i32) {
+        let Some(t) = self.keys.get_mut(&(d, partition)) else {
+            return;
+        };
+        let new = t.take_new_slots();
+        if new.is_empty() {
+            return;
+        }
+        let decl = &self.declared[d];
+        let g = decl.grouping.as_ref().expect("private keys are grouped");
+        let pi = g.private_dimension().expect("private keys");
+        for (slot, from) in new {
+            if let Some(Some(b)) = t.bindings().slots.get(slot as usize) {
+                self.slot_values
+                    .insert((decl.first, partition, slot), b.value.as_str().into());
+            }
+            for index in 0..g.keys().len() as u32 {
+                if g.digit_of(index, pi) != slot as usize {
+                    continue;
+                }
+                let s = decl.first + index as usize;
+                if let Some(len) = self.window_ms[s] {
+                    let first = from.saturating_mul(self.horizon_ms) / len;
+                    self.windower
+                        .start_lane_at(s, partition, first.max(0) as u64);
+                }
+            }
         }
     }
 
@@ -259,15 +415,9 @@ impl Processor {
         readings: &[ingest::Reading],
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
+        self.to_count.clear();
         for (i, r) in readings.iter().enumerate() {
             let device = device_key(&r.device_id);
-            let d = &self.declared[r.stream_index];
-            let s = d.first
-                + match (&d.grouping, &self.registry) {
-                    (None, _) => 0,
-                    (Some(g), Some(reg)) => reg.group_of(g, &d.positions, device, &r.labels),
-                    (Some(g), None) => g.index(|dim| label(&r.labels, dim)),
-                } as usize;
             // A wrong clock must not move any lane: judged against the
             // message's own timestamp, stored with it (the same on replay).
             let stamp = timestamp_ms.unwrap_or(r.event_time_ms);
@@ -279,6 +429,25 @@ impl Processor {
                     ),
                 ));
             }
+            let private = self.private_slot(r, partition, device, stamp);
+            let d = &self.declared[r.stream_index];
+            let s = d.first
+                + match (&d.grouping, &self.registry) {
+                    (None, _) => 0,
+                    (Some(g), Some(reg)) => {
+                        reg.group_of(g, &d.positions, device, &r.labels, private)
+                    }
+                    (Some(g), None) => match g.private_dimension() {
+                        None => g.index(|dim| label(&r.labels, dim)),
+                        Some(pi) => g.index_digits(|i| {
+                            if i == pi {
+                                private
+                            } else {
+                                label(&r.labels, g.dimension(i)).and_then(|v| g.digit(i, v))
+                            }
+                        }),
+                    },
+                } as usize;
             let Ok(t) = self.coders[s].top_code(r.value) else {
                 return Err(Rejection::new(
                     Reason::NotFinite,
@@ -308,7 +477,52 @@ impl Processor {
                 msg_ms: timestamp_ms.unwrap_or(r.event_time_ms),
             });
         }
+        // The message is accepted whole: its private values count.
+        for c in self.to_count.drain(..) {
+            if let Some(t) = self.keys.get_mut(&(c.declared, partition)) {
+                t.count(c.device, &c.value, c.event_ms, c.msg_ms);
+            }
+        }
         Ok(())
+    }
+
+    /// A reading of a stream with private keys: run the selections its
+    /// message's timestamp makes due, note its value to count, and return
+    /// the slot it goes to (`None`: `other`, or no private dimension).
+    fn private_slot(
+        &mut self,
+        r: &ingest::Reading,
+        partition: i32,
+        device: u64,
+        stamp: i64,
+    ) -> Option<usize> {
+        let d = r.stream_index;
+        let decl = &self.declared[d];
+        let pi = decl.grouping.as_ref()?.private_dimension()?;
+        let dim = decl.grouping.as_ref()?.dimension(pi);
+        let value: Option<Arc<str>> = match label(&r.labels, dim) {
+            Some(v) => Some(v.into()),
+            None => self
+                .registry
+                .as_ref()
+                .zip(decl.positions.get(pi).copied().flatten())
+                .and_then(|(reg, p)| reg.private_value(device, p)),
+        };
+        let key = self.release_key.clone();
+        let t = self.key_table(d, partition)?;
+        t.advance(&key, stamp);
+        let slot = t.slot(value.as_deref(), r.event_time_ms);
+        self.bind_new_slots(d, partition);
+        if let Some(value) = value {
+            self.to_count.push(ToCount {
+                declared: d,
+                device,
+                value,
+                event_ms: r.event_time_ms,
+                msg_ms: stamp,
+            });
+        }
+        slot
     }
 
     /// Apply the oldest prepared message: refuse it whole if a reading is

@@ -172,7 +172,7 @@ fn a_device_counts_in_at_most_g_groups_per_horizon() {
 #[test]
 fn the_registry_supplies_groups_and_labels_take_precedence() {
     let reg = Arc::new(Registry::new(
-        vec![("firmware".into(), vec!["4.1".into(), "4.2".into()])],
+        vec![("firmware".into(), Some(vec!["4.1".into(), "4.2".into()]))],
         100,
     ));
     reg.apply(Some(b"a"), Some(br#"{"firmware":"4.2"}"#))

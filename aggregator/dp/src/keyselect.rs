@@ -99,8 +99,13 @@ impl KeySelection {
     pub fn select<R: Rng + ?Sized>(&self, rng: &mut R, counts: &[u64]) -> Vec<bool> {
         counts
             .iter()
-            .map(|&c| c as i128 + self.noise.sample(rng) >= self.threshold)
+            .map(|&c| self.noisy(rng, c) >= self.threshold)
             .collect()
+    }
+
+    /// A key's noisy count (released when at or above [`Self::threshold`]).
+    pub fn noisy<R: Rng + ?Sized>(&self, rng: &mut R, count: u64) -> i128 {
+        count as i128 + self.noise.sample(rng)
     }
 
     /// The exact probability that a key with `count` devices is released.

@@ -142,6 +142,12 @@ pub fn running_rng(key: &ReleaseKey, window: WindowId<'_>, digest: &[u8; 32]) ->
     keyed_rng(b"fleetdp/running-noise/v1", key, window, digest)
 }
 
+/// The generator of a private-key selection (`seq`: the horizon; digest:
+/// of the counts), in its own domain.
+pub fn selection_rng(key: &ReleaseKey, id: WindowId<'_>, digest: &[u8; 32]) -> ChaCha20Rng {
+    keyed_rng(b"fleetdp/key-selection/v1", key, id, digest)
+}
+
 fn keyed_rng(
     domain: &[u8],
     key: &ReleaseKey,

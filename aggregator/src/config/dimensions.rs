@@ -1,10 +1,15 @@
-//! `[dimensions]` (public key sets) and a stream's `group_by`: the group
-//! keys a grouped stream is planned with, and [`Grouping`], which finds a
-//! reading's group from its labels or the device registry.
+//! `[dimensions]` (public key sets, or private keys) and a stream's
+//! `group_by`: the group keys a grouped stream is planned with, and
+//! [`Grouping`], which finds a reading's group from its labels or the
+//! device registry.
 //!
 //! Every dimension gets an implicit `other` value for devices whose value
 //! is missing or not declared, so no reading is lost and the key set stays
 //! the declared one: which groups are released never depends on the data.
+//! A dimension with private keys is planned as `max_keys` slots (`#1`…)
+//! and `other`; the service binds a slot to a key only once the key clears
+//! the DP key selection (`crate::keys`), so which slots carry which key is
+//! a post-processing of that selection (docs/DESIGN.md §4).
 
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -55,6 +60,37 @@ impl RegistryConfig {
     }
 }
 
+/// A `[dimensions]` entry: a public key set (`firmware = ["4.1", "4.2"]`)
+/// or private keys (`firmware = { private = true, max_keys = 8 }`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "a list of public values (e.g. [\"4.1\", \"4.2\"]) or private keys ({ private = true, max_keys = 8 })"
+)]
+pub enum Dimension {
+    Public(Vec<String>),
+    Private(PrivateDimension),
+}
+
+/// `{ private = true, max_keys = N }`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateDimension {
+    pub private: bool,
+    /// Most keys ever released (slots); further selected keys stay in `other`.
+    pub max_keys: u32,
+}
+
+impl Dimension {
+    /// Declared values (a private dimension: none).
+    pub fn public_values(&self) -> Option<&[String]> {
+        match self {
+            Dimension::Public(v) => Some(v),
+            Dimension::Private(_) => None,
+        }
+    }
+}
+
 /// Most dimensions one stream may group by.
 pub const MAX_GROUP_BY: usize = 4;
 /// Most declared values per dimension (`other` comes on top).
@@ -88,10 +124,26 @@ pub fn group_map(s: &crate::dp::release::StreamPlan) -> std::collections::HashMa
 }
 
 /// Check `[dimensions]`.
-pub fn validate(dims: &BTreeMap<String, Vec<String>>) -> Result<()> {
-    for (name, values) in dims {
+pub fn validate(dims: &BTreeMap<String, Dimension>) -> Result<()> {
+    for (name, d) in dims {
         let field = format!("dimensions.{name}");
         check_label(&field, "name", name)?;
+        let values = match d {
+            Dimension::Public(values) => values,
+            Dimension::Private(p) => {
+                if !p.private {
+                    bail!("{field}: private = false; declare public keys as a list instead");
+                }
+                let max = crate::dp::release::MAX_PRIVATE_KEYS;
+                if !(1..=max).contains(&p.max_keys) {
+                    bail!(
+                        "{field}.max_keys: must be in [1, {max}], got {}",
+                        p.max_keys
+                    );
+                }
+                continue;
+            }
+        };
         if values.is_empty() || values.len() > MAX_DIMENSION_VALUES {
             bail!("{field}: declare 1 to {MAX_DIMENSION_VALUES} values");
         }
@@ -112,8 +164,11 @@ pub fn validate(dims: &BTreeMap<String, Vec<String>>) -> Result<()> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Grouping {
     /// Per dimension (most significant first): its name and declared
-    /// values; a value's position is its digit, `other` the last digit.
+    /// values (a private dimension: its slots `#1`…); a value's position
+    /// is its digit, `other` the last digit.
     dims: Vec<(String, Vec<String>)>,
+    /// The dimension with private keys, if any (at most one).
+    private: Option<usize>,
 }
 
 impl Grouping {
@@ -121,29 +176,52 @@ impl Grouping {
     pub fn new(
         stream: &str,
         group_by: &[String],
-        dims: &BTreeMap<String, Vec<String>>,
+        dims: &BTreeMap<String, Dimension>,
     ) -> Result<Grouping> {
         let field = format!("stream '{stream}': group_by");
         if group_by.is_empty() || group_by.len() > MAX_GROUP_BY {
             bail!("{field}: 1 to {MAX_GROUP_BY} dimensions");
         }
         let mut out = Vec::new();
+        let mut private = None;
         let mut groups = 1usize;
         for (i, d) in group_by.iter().enumerate() {
             if group_by[..i].contains(d) {
                 bail!("{field}: {d:?} twice");
             }
-            let Some(values) = dims.get(d) else {
-                bail!("{field}: {d:?} is not declared in [dimensions] (e.g. {d} = [\"a\", \"b\"])");
+            let values = match dims.get(d) {
+                None => bail!(
+                    "{field}: {d:?} is not declared in [dimensions] (e.g. {d} = [\"a\", \"b\"])"
+                ),
+                Some(Dimension::Public(values)) => values.clone(),
+                Some(Dimension::Private(p)) => {
+                    if private.is_some() {
+                        bail!("{field}: at most one dimension with private keys per stream");
+                    }
+                    private = Some(i);
+                    (0..p.max_keys)
+                        .map(crate::dp::release::slot_value)
+                        .collect()
+                }
             };
             groups = groups.saturating_mul(values.len() + 1);
-            out.push((d.clone(), values.clone()));
+            out.push((d.clone(), values));
         }
         let max = crate::dp::release::MAX_GROUPS_PER_STREAM;
         if groups > max {
             bail!("{field}: {groups} groups (every combination of values, each dimension with \"{OTHER}\"); at most {max}");
         }
-        Ok(Grouping { dims: out })
+        Ok(Grouping { dims: out, private })
+    }
+
+    /// The dimension with private keys (its index), if any.
+    pub fn private_dimension(&self) -> Option<usize> {
+        self.private
+    }
+
+    /// Slots of the private dimension (0 without one).
+    pub fn slots(&self) -> usize {
+        self.private.map_or(0, |i| self.dims[i].1.len())
     }
 
     /// The dimensions' names.
@@ -197,8 +275,21 @@ impl Grouping {
         index as u32
     }
 
-    /// Dimension `i`'s digit for `value` (`None`: not declared).
+    /// Dimension `i`'s digit in group `index` (`other`: the last digit).
+    pub fn digit_of(&self, index: u32, i: usize) -> usize {
+        let below: usize = self.dims[i + 1..]
+            .iter()
+            .map(|(_, v)| v.len() + 1)
+            .product();
+        (index as usize / below) % (self.dims[i].1.len() + 1)
+    }
+
+    /// Dimension `i`'s digit for `value` (`None`: not declared; a private
+    /// dimension's digits are its bound slots, `crate::keys`).
     pub fn digit(&self, i: usize, value: &str) -> Option<usize> {
+        if self.private == Some(i) {
+            return None;
+        }
         self.dims[i].1.iter().position(|x| x == value)
     }
 }
@@ -207,10 +298,14 @@ impl Grouping {
 mod tests {
     use super::*;
 
-    fn dims() -> BTreeMap<String, Vec<String>> {
+    fn public(v: &[&str]) -> Dimension {
+        Dimension::Public(v.iter().map(|s| s.to_string()).collect())
+    }
+
+    fn dims() -> BTreeMap<String, Dimension> {
         BTreeMap::from([
-            ("model".to_string(), vec!["a".to_string(), "b".to_string()]),
-            ("firmware".to_string(), vec!["4.1".to_string()]),
+            ("model".to_string(), public(&["a", "b"])),
+            ("firmware".to_string(), public(&["4.1"])),
         ])
     }
 
@@ -250,6 +345,61 @@ mod tests {
         );
     }
 
+    /// A private dimension is planned as its slots and `other`; its raw
+    /// values never map to a digit here (slots are bound by the service).
+    #[test]
+    fn private_dimensions_plan_slots() {
+        let mut d = dims();
+        d.insert(
+            "firmware".into(),
+            Dimension::Private(PrivateDimension {
+                private: true,
+                max_keys: 2,
+            }),
+        );
+        let g = Grouping::new("s", &["model".into(), "firmware".into()], &d).unwrap();
+        assert_eq!(g.private_dimension(), Some(1));
+        assert_eq!(g.slots(), 2);
+        assert_eq!(
+            g.keys()[..3],
+            [
+                "model=a,firmware=#1",
+                "model=a,firmware=#2",
+                "model=a,firmware=other"
+            ]
+        );
+        assert_eq!(g.digit(1, "#1"), None);
+        for (i, k) in g.keys().iter().enumerate() {
+            let slot = g.digit_of(i as u32, 1);
+            assert!(
+                k.ends_with(&format!(
+                    "firmware={}",
+                    if slot == 2 {
+                        "other".into()
+                    } else {
+                        format!("#{}", slot + 1)
+                    }
+                )),
+                "{k}"
+            );
+            assert_eq!(g.digit_of(i as u32, 0), i / 3);
+        }
+        assert_eq!(g.digit(0, "b"), Some(1));
+        let parsed: BTreeMap<String, Dimension> =
+            toml::from_str("fw = { private = true, max_keys = 3 }\nm = [\"x\"]").unwrap();
+        assert_eq!(
+            parsed["fw"],
+            Dimension::Private(PrivateDimension {
+                private: true,
+                max_keys: 3
+            })
+        );
+        let e = toml::from_str::<BTreeMap<String, Dimension>>("fw = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("private = true"), "{e}");
+    }
+
     #[test]
     fn bad_declarations_name_the_field() {
         for (d, v) in [
@@ -259,17 +409,51 @@ mod tests {
             ("f w", vec!["a"]),
             ("fw", vec!["a,b"]),
         ] {
-            let m = BTreeMap::from([(d.to_string(), v.iter().map(|s| s.to_string()).collect())]);
+            let m = BTreeMap::from([(d.to_string(), public(&v))]);
             let e = validate(&m).unwrap_err().to_string();
             assert!(e.contains("dimensions."), "{e}");
         }
+        for (private, max_keys) in [(false, 4), (true, 0), (true, 65)] {
+            let m = BTreeMap::from([(
+                "fw".to_string(),
+                Dimension::Private(PrivateDimension { private, max_keys }),
+            )]);
+            let e = validate(&m).unwrap_err().to_string();
+            assert!(e.contains("dimensions.fw"), "{e}");
+        }
+        let two = BTreeMap::from([
+            (
+                "a".to_string(),
+                Dimension::Private(PrivateDimension {
+                    private: true,
+                    max_keys: 2,
+                }),
+            ),
+            (
+                "b".to_string(),
+                Dimension::Private(PrivateDimension {
+                    private: true,
+                    max_keys: 2,
+                }),
+            ),
+        ]);
+        let e = Grouping::new("s", &["a".into(), "b".into()], &two)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most one dimension with private keys"), "{e}");
         let e = Grouping::new("s", &["nope".into()], &dims())
             .unwrap_err()
             .to_string();
         assert!(e.contains("group_by") && e.contains("nope"), "{e}");
         let big = BTreeMap::from([
-            ("a".to_string(), (0..40).map(|i| format!("v{i}")).collect()),
-            ("b".to_string(), (0..40).map(|i| format!("v{i}")).collect()),
+            (
+                "a".to_string(),
+                Dimension::Public((0..40).map(|i| format!("v{i}")).collect()),
+            ),
+            (
+                "b".to_string(),
+                Dimension::Public((0..40).map(|i| format!("v{i}")).collect()),
+            ),
         ]);
         let e = Grouping::new("s", &["a".into(), "b".into()], &big)
             .unwrap_err()

@@ -40,9 +40,9 @@ pub struct Config {
     /// A fleet's own JSON documents (absent: FleetDP's reading format).
     #[serde(default)]
     pub input: Option<InputConfig>,
-    /// Public key sets of the dimensions streams may `group_by`.
+    /// The dimensions streams may `group_by`: public key sets or private keys.
     #[serde(default)]
-    pub dimensions: BTreeMap<String, Vec<String>>,
+    pub dimensions: BTreeMap<String, dimensions::Dimension>,
     /// The device registry topic (dimension values per device).
     #[serde(default)]
     pub registry: Option<dimensions::RegistryConfig>,
@@ -311,8 +311,8 @@ pub struct Validated {
 
 impl Validated {
     /// The dimensions some stream groups by, with their declared values
-    /// (what the registry keeps).
-    pub fn grouped_dimensions(&self) -> Vec<(String, Vec<String>)> {
+    /// (`None`: private keys, kept as raw values) — what the registry keeps.
+    pub fn grouped_dimensions(&self) -> Vec<(String, Option<Vec<String>>)> {
         let mut d: Vec<String> = self
             .groupings
             .iter()
@@ -323,7 +323,11 @@ impl Validated {
         d.dedup();
         d.into_iter()
             .map(|n| {
-                let values = self.config.dimensions.get(&n).cloned().unwrap_or_default();
+                let values = self
+                    .config
+                    .dimensions
+                    .get(&n)
+                    .and_then(|d| d.public_values().map(<[String]>::to_vec));
                 (n, values)
             })
             .collect()
@@ -499,6 +503,23 @@ impl Config {
             .collect::<Result<Vec<_>>>()?;
         if let Some(r) = &self.registry {
             r.validate(&topics, groupings.iter().any(Option::is_some))?;
+        }
+        if let Some(g) = groupings
+            .iter()
+            .zip(&self.streams)
+            .find(|(g, _)| g.as_ref().is_some_and(|g| g.private_dimension().is_some()))
+        {
+            // A horizon's selected keys route from two horizons on; every
+            // reading of those must be stamped after the selection moment
+            // (`crate::keys`).
+            if max_lateness + max_clock_skew > horizon {
+                bail!(
+                    "stream '{}': group_by with private keys needs limits.max_lateness + limits.max_clock_skew \
+                     ({:?}) at most privacy.horizon ({horizon:?})",
+                    g.1.name,
+                    max_lateness + max_clock_skew
+                );
+            }
         }
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
         Ok(Validated {

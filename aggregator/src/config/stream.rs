@@ -2,9 +2,9 @@
 //! the privacy core's [`StreamSpec`] (durations parsed and bounded here, so
 //! the core sees only numbers).
 
-use super::dimensions::Grouping;
+use super::dimensions::{Dimension, Grouping};
 use super::duration;
-use crate::dp::release::{GroupSpec, StatKind, StreamSpec};
+use crate::dp::release::{GroupSpec, PrivateKeys, StatKind, StreamSpec};
 use anyhow::{bail, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -66,7 +66,19 @@ pub struct StreamConfig {
     /// `G`: groups of this stream one device may count in per horizon.
     #[serde(default)]
     pub max_groups_per_device: Option<u32>,
+    /// Private keys: share of this stream's budget spent selecting keys
+    /// (default 0.1).
+    #[serde(default)]
+    pub key_selection_share: Option<f64>,
+    /// Private keys: δ of the selection (default 10⁻⁶).
+    #[serde(default)]
+    pub key_selection_delta: Option<f64>,
 }
+
+/// `key_selection_share` unless declared.
+pub const DEFAULT_KEY_SELECTION_SHARE: f64 = 0.1;
+/// `key_selection_delta` unless declared.
+pub const DEFAULT_KEY_SELECTION_DELTA: f64 = 1e-6;
 
 /// Longest `unit` (characters).
 pub const MAX_UNIT_CHARS: usize = 16;
@@ -89,10 +101,28 @@ impl StreamConfig {
     pub fn to_spec(
         &self,
         horizon: Duration,
-        dimensions: &BTreeMap<String, Vec<String>>,
+        dimensions: &BTreeMap<String, Dimension>,
     ) -> Result<StreamSpec> {
         let field = |f: &str| format!("stream '{}': {f}", self.name);
-        let groups = match (self.grouping(dimensions)?, self.max_groups_per_device) {
+        let grouping = self.grouping(dimensions)?;
+        let private = grouping.as_ref().and_then(|g| {
+            g.private_dimension()
+                .map(|i| (g.dimension(i).to_string(), g.slots()))
+        });
+        if private.is_none() {
+            for (f, set) in [
+                ("key_selection_share", self.key_selection_share.is_some()),
+                ("key_selection_delta", self.key_selection_delta.is_some()),
+            ] {
+                if set {
+                    bail!(
+                        "{}: only with a group_by dimension that has private keys",
+                        field(f)
+                    );
+                }
+            }
+        }
+        let groups = match (grouping, self.max_groups_per_device) {
             (None, Some(_)) => bail!(
                 "{}: only with group_by (a stream without groups is one group)",
                 field("max_groups_per_device")
@@ -101,6 +131,16 @@ impl StreamConfig {
             (Some(g), max) => Some(GroupSpec {
                 keys: g.keys(),
                 max_groups_per_device: max.unwrap_or(1),
+                private: private.map(|(dimension, slots)| PrivateKeys {
+                    dimension,
+                    max_keys: slots as u32,
+                    share: self
+                        .key_selection_share
+                        .unwrap_or(DEFAULT_KEY_SELECTION_SHARE),
+                    delta: self
+                        .key_selection_delta
+                        .unwrap_or(DEFAULT_KEY_SELECTION_DELTA),
+                }),
             }),
         };
         if let Some(u) = &self.unit {
@@ -160,7 +200,7 @@ impl StreamConfig {
     }
 
     /// How this stream finds a reading's group (`None`: not grouped).
-    pub fn grouping(&self, dimensions: &BTreeMap<String, Vec<String>>) -> Result<Option<Grouping>> {
+    pub fn grouping(&self, dimensions: &BTreeMap<String, Dimension>) -> Result<Option<Grouping>> {
         if self.group_by.is_empty() {
             return Ok(None);
         }

@@ -26,7 +26,7 @@ impl Consuming<'_> {
             return Ok(());
         };
         for &p in &changes.dropped {
-            self.processor.windower_mut().drop_partition(p);
+            self.processor.drop_partition(p);
             self.offsets.forget(p);
             self.running.retain(|&(_, q), _| q != p);
             self.tracks.retain(|&(_, q), _| q != p);
@@ -49,6 +49,7 @@ impl Consuming<'_> {
             lane_plans,
             skipped,
             devices,
+            keys,
         } = {
             self.p.board.restoring(Some("starting".into()));
             self.read_state(&assigned).await?
@@ -166,6 +167,9 @@ impl Consuming<'_> {
             self.processor
                 .windower_mut()
                 .install_restored(i, partition, restorer);
+        }
+        for ((stream, partition), b) in keys {
+            self.processor.restore_keys(&stream, partition, b);
         }
         if !dropped.is_empty() {
             // So later restarts do not meet them again.

@@ -13,6 +13,7 @@ use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Producer;
 use crate::kafka::{self, Stopped, CONTENT_TYPE};
 use crate::process::Processor;
+use crate::state;
 use crate::telemetry;
 use crate::window::ClosedWindow;
 use anyhow::{Context as _, Result};
@@ -198,6 +199,17 @@ impl<'a> Consuming<'a> {
                 },
                 msg.timestamp().to_millis(),
             );
+            // Private keys selected by this message are durable before
+            // anything they route can be released.
+            for (stream, partition, bindings) in self.processor.take_key_updates() {
+                let record = state::KeysRecord {
+                    stream,
+                    partition,
+                    bindings,
+                };
+                let topic = self.p.v.config.kafka.state_topic();
+                state::write_keys(&self.producer, &topic, &record, &mut self.stop.clone()).await?;
+            }
             if self.timed {
                 // Only the broker's clock orders timestamps like offsets;
                 // a producer's (CreateTime) may run behind its neighbours'.

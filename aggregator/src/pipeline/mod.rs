@@ -146,7 +146,8 @@ impl Pipeline {
 
         // Where each (stream, partition) resumes is read from the release
         // ledger whenever partitions are assigned (see `consume`).
-        let mut processor = Processor::new(v, self.counters.clone());
+        let mut processor =
+            Processor::new(v, self.counters.clone()).with_release_key(self.key.clone());
         budget_gauges(v);
         self.spawn_lag_probe(shutdown.clone())?;
 

@@ -153,13 +153,18 @@ impl Consuming<'_> {
         let (partition, padded) = (w.partition, w.padded);
         let (release_key, with_truth) = (self.p.key.clone(), self.opts.with_truth);
         let input_partitions = self.input_partitions;
+        let bound = self.processor.bound_value(w.stream, w.partition);
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
         // pool, started now: an async task spawned from the busy consuming
         // loop would first run on the loop's own thread.
         let computed = tokio::task::spawn_blocking(move || {
             let stream = &v.plan.streams[w.stream];
             let stats = stream.release_after(&release_key, w.partition, w.seq, &w.values, &track);
-            let release = build_release(&v, stream, &w, &stats, &running);
+            let mut release = build_release(&v, stream, &w, &stats, &running);
+            // A slot of private keys publishes the key it is bound to.
+            if let Some((dimension, value)) = bound {
+                release.group.insert(dimension, value);
+            }
             let (payload, ct) = encode_release(&release, v.config.kafka.output_format);
             let truth = with_truth.then(|| stream.truth(&w.values));
             let values = with_truth.then(|| w.values.clone());

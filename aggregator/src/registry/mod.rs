@@ -25,8 +25,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A device's row: per kept dimension, the position of its value among
 /// the dimension's declared values ([`ABSENT`]: missing or undeclared, the
-/// `other` group) — two bytes a dimension, no strings kept.
+/// `other` group) — two bytes a dimension, no strings kept. A dimension
+/// with private keys keeps the value's number in [`Registry`]'s interned
+/// values instead (its slot is bound by `crate::keys`).
 type Row = Box<[u16]>;
+
+/// Most distinct values of private dimensions the registry keeps (all
+/// together); a further value counts as missing (`other`) and the record
+/// is counted `full`.
+pub const MAX_INTERNED_VALUES: usize = 65_535;
 
 /// A row's digit for a missing or undeclared value.
 pub const ABSENT: u16 = u16::MAX;
@@ -62,20 +69,23 @@ pub struct Registry {
     /// share a row, which only decides a group, never a cap.
     devices: DashMap<u64, Row, foldhash::fast::RandomState>,
     /// Dimensions kept (those some stream groups by) and their declared
-    /// values.
-    dimensions: Vec<(String, Vec<String>)>,
+    /// values (`None`: private keys, values interned).
+    dimensions: Vec<(String, Option<Vec<String>>)>,
+    /// Values of private dimensions, by number.
+    interned: std::sync::RwLock<Interned>,
     max_devices: usize,
     held: AtomicUsize,
     applied: AtomicU64,
 }
 
 impl Registry {
-    /// An empty table keeping `dimensions` (name, declared values), at most
-    /// `max_devices` rows.
-    pub fn new(dimensions: Vec<(String, Vec<String>)>, max_devices: usize) -> Self {
+    /// An empty table keeping `dimensions` (name, declared values or
+    /// `None` for private keys), at most `max_devices` rows.
+    pub fn new(dimensions: Vec<(String, Option<Vec<String>>)>, max_devices: usize) -> Self {
         Self {
             devices: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             dimensions,
+            interned: Default::default(),
             max_devices,
             held: AtomicUsize::new(0),
             applied: AtomicU64::new(0),
@@ -154,12 +164,58 @@ impl Registry {
             {
                 return Err(Rejected::Value);
             }
-            let digit = v
-                .and_then(|v| values.iter().position(|x| *x == v))
-                .map_or(ABSENT, |p| p as u16);
+            let digit = match values {
+                Some(values) => v
+                    .and_then(|v| values.iter().position(|x| *x == v))
+                    .map_or(ABSENT, |p| p as u16),
+                None => match v {
+                    None => ABSENT,
+                    Some(v) => self.intern(v)?,
+                },
+            };
             row.push(digit);
         }
         Ok(row.into_boxed_slice())
+    }
+
+    /// The number of a private dimension's value (interned once).
+    fn intern(&self, v: String) -> Result<u16, Rejected> {
+        if let Some(&n) = self
+            .interned
+            .read()
+            .expect("not poisoned")
+            .ids
+            .get(v.as_str())
+        {
+            return Ok(n);
+        }
+        let mut t = self.interned.write().expect("not poisoned");
+        if let Some(&n) = t.ids.get(v.as_str()) {
+            return Ok(n);
+        }
+        if t.values.len() >= MAX_INTERNED_VALUES {
+            return Err(Rejected::Full);
+        }
+        let n = t.values.len() as u16;
+        let v: std::sync::Arc<str> = v.into();
+        t.values.push(v.clone());
+        t.ids.insert(v, n);
+        Ok(n)
+    }
+
+    /// The value of private dimension `position` of the device whose
+    /// [`crate::device_key`] is `device`, if its row has one.
+    pub fn private_value(&self, device: u64, position: usize) -> Option<std::sync::Arc<str>> {
+        let n = self.devices.get(&device)?.get(position).copied()?;
+        if n == ABSENT {
+            return None;
+        }
+        self.interned
+            .read()
+            .expect("not poisoned")
+            .values
+            .get(n as usize)
+            .cloned()
     }
 
     /// Call `f` with the row of the device whose [`crate::device_key`] is
@@ -173,16 +229,19 @@ impl Registry {
     /// grouping's dimension `i` sits in a row, [`Registry::position`]):
     /// each dimension's value from the reading's `labels` when it carries
     /// one, else from the device's row; neither, or an undeclared value:
-    /// that dimension's `other`.
+    /// that dimension's `other`. The private dimension, if any, takes
+    /// `private_digit` (its bound slot, found by the caller).
     pub fn group_of(
         &self,
         grouping: &Grouping,
         positions: &[Option<usize>],
         device: u64,
         labels: &ingest::Labels,
+        private_digit: Option<usize>,
     ) -> u32 {
         self.with_row(device, |row| {
             grouping.index_digits(|i| match label(labels, grouping.dimension(i)) {
+                _ if grouping.private_dimension() == Some(i) => private_digit,
                 Some(v) => grouping.digit(i, v),
                 None => {
                     let d = row.zip(positions[i]).map(|(r, p)| r[p])?;
@@ -191,6 +250,13 @@ impl Registry {
             })
         })
     }
+}
+
+/// Values of private dimensions and their numbers.
+#[derive(Default)]
+struct Interned {
+    ids: std::collections::HashMap<std::sync::Arc<str>, u16>,
+    values: Vec<std::sync::Arc<str>>,
 }
 
 /// A reading's label `d`, if it carries one.
@@ -204,19 +270,28 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn grouping() -> Grouping {
+        use crate::config::dimensions::Dimension;
         let dims = BTreeMap::from([
             (
                 "firmware".to_string(),
-                vec!["4.1".to_string(), "4.2".to_string()],
+                Dimension::Public(vec!["4.1".to_string(), "4.2".to_string()]),
             ),
-            ("region".to_string(), vec!["eu".to_string()]),
+            (
+                "region".to_string(),
+                Dimension::Public(vec!["eu".to_string()]),
+            ),
         ]);
         Grouping::new("s", &["firmware".into(), "region".into()], &dims).unwrap()
     }
 
     #[test]
     fn rows_labels_and_tombstones() {
-        let dims = |d: &str, v: &[&str]| (d.to_string(), v.iter().map(|x| x.to_string()).collect());
+        let dims = |d: &str, v: &[&str]| {
+            (
+                d.to_string(),
+                Some(v.iter().map(|x| x.to_string()).collect()),
+            )
+        };
         let r = Registry::new(
             vec![dims("firmware", &["4.1", "4.2"]), dims("region", &["eu"])],
             2,
@@ -226,7 +301,7 @@ mod tests {
         let none = vec![];
         let positions: Vec<Option<usize>> = g.dimensions().map(|d| r.position(d)).collect();
         let of = |dev: &str, labels: &ingest::Labels| {
-            keys[r.group_of(&g, &positions, crate::device_key(dev), labels) as usize].clone()
+            keys[r.group_of(&g, &positions, crate::device_key(dev), labels, None) as usize].clone()
         };
         assert_eq!(of("car-1", &none), "firmware=other,region=other");
         r.apply(
@@ -265,5 +340,31 @@ mod tests {
         // An update of a held device is not refused when full.
         r.apply(Some(b"b"), Some(br#"{"region":"eu"}"#)).unwrap();
         assert_eq!(r.len(), 2);
+    }
+
+    /// A private dimension keeps raw values (interned once), never digits.
+    #[test]
+    fn private_dimensions_keep_values() {
+        let r = Registry::new(
+            vec![
+                ("firmware".into(), None),
+                ("region".into(), Some(vec!["eu".into()])),
+            ],
+            10,
+        );
+        r.apply(Some(b"a"), Some(br#"{"firmware":"4.3","region":"eu"}"#))
+            .unwrap();
+        r.apply(Some(b"b"), Some(br#"{"firmware":"4.3"}"#)).unwrap();
+        r.apply(Some(b"c"), Some(br#"{"firmware":7}"#)).unwrap();
+        r.apply(Some(b"d"), Some(br#"{"region":"eu"}"#)).unwrap();
+        let v = |d: &str| {
+            r.private_value(crate::device_key(d), 0)
+                .map(|v| v.to_string())
+        };
+        assert_eq!(v("a").as_deref(), Some("4.3"));
+        assert_eq!(v("b").as_deref(), Some("4.3"));
+        assert_eq!(v("c").as_deref(), Some("7"));
+        assert_eq!((v("d"), v("e")), (None, None));
+        assert_eq!(r.interned.read().unwrap().values.len(), 2);
     }
 }

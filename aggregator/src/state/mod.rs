@@ -45,6 +45,11 @@ pub const RECORD_KIND: &str = "fleetdp-record";
 pub const CHARGES: &str = "charges";
 /// [`RECORD_KIND`] of a ledger entry.
 pub const LEDGER: &str = "ledger";
+/// [`RECORD_KIND`] of a private-key table's bindings (key
+/// `stream/partition/keys`, JSON [`crate::keys::Bindings`] with the stream
+/// and partition): written, acknowledged, before anything routed by them
+/// is released, so a restart never selects a horizon's keys again.
+pub const KEYS: &str = "keys";
 /// [`RECORD_KIND`] of a fleet-wide release on the output topic
 /// ([`crate::fleet`]; derived, never part of a restore).
 pub const FLEET: &str = "fleet";
@@ -269,6 +274,40 @@ pub(crate) async fn write_window(
             tracing::warn!(error = %e, "state bookkeeping not sent");
         }
     }
+    Ok(())
+}
+
+/// A key table's record as written.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KeysRecord {
+    pub stream: String,
+    pub partition: i32,
+    #[serde(flatten)]
+    pub bindings: crate::keys::Bindings,
+}
+
+/// Write a key table's bindings (acknowledged).
+pub(crate) async fn write_keys(
+    producer: &Producer,
+    state_topic: &str,
+    record: &KeysRecord,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let key = format!("{}/{}/keys", record.stream, record.partition);
+    let payload = serde_json::to_vec(record)?;
+    produce_acked(
+        producer,
+        Record {
+            topic: state_topic,
+            key: key.as_bytes(),
+            payload: Some(&payload),
+            partition: None,
+            headers: kind(KEYS),
+            timestamp_ms: None,
+        },
+        stop,
+    )
+    .await?;
     Ok(())
 }
 

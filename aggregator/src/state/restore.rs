@@ -10,7 +10,7 @@
 //! the caller as it arrives, so no more than one record's charges is held
 //! beside the device table being rebuilt.
 
-use super::{LaneState, CHARGES, LEDGER, RECORD_KIND};
+use super::{KeysRecord, LaneState, CHARGES, KEYS, LEDGER, RECORD_KIND};
 use crate::kafka::{header, read_topic, ReadProgress};
 use crate::window::{Resume, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Result};
@@ -51,6 +51,8 @@ pub struct Restored {
     /// Per (stream, partition): distinct devices in its live charges
     /// (estimated; sizes the table the second pass fills).
     pub devices: HashMap<(String, i32), super::Distinct>,
+    /// Per (declared stream, partition): private-key bindings.
+    pub keys: HashMap<(String, i32), crate::keys::Bindings>,
 }
 
 /// A window's charges records as read: the count it declares, and each
@@ -87,6 +89,7 @@ pub fn restore(
     let mut window_last: HashMap<(String, i32, u64), (i64, u32)> = HashMap::new();
     let mut skipped = 0u64;
     let mut devices: HashMap<(String, i32), super::Distinct> = HashMap::new();
+    let mut keys = HashMap::new();
     read_topic(
         config,
         state_topic,
@@ -102,6 +105,16 @@ pub fn restore(
                 )
             };
             let kind = header(msg, RECORD_KIND);
+            if kind == Some(KEYS) {
+                let Some(Ok(r)) = msg.payload().map(serde_json::from_slice::<KeysRecord>) else {
+                    skip(&mut skipped, at(), "not a keys record");
+                    return Ok(());
+                };
+                if partitions.contains(&r.partition) {
+                    keys.insert((r.stream, r.partition), r.bindings);
+                }
+                return Ok(());
+            }
             if kind == Some(LEDGER) {
                 let Some(payload) = msg.payload() else {
                     return Ok(());
@@ -317,6 +330,7 @@ pub fn restore(
         lane_plans,
         skipped,
         devices,
+        keys,
     })
 }
 

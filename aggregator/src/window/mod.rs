@@ -165,6 +165,9 @@ pub struct Windower {
     device_limit: usize,
     /// How lanes pack their device counts.
     layout: Layout,
+    /// Streams whose time lanes start only when told
+    /// ([`Windower::start_lane_at`]): slots of private keys.
+    bound_only: Vec<bool>,
 }
 
 /// The lane `key`, made if new.
@@ -197,6 +200,30 @@ impl Windower {
             groups: FastMap::default(),
             device_limit: usize::MAX,
             layout: Layout::DEFAULT,
+            bound_only: Vec::new(),
+        }
+    }
+
+    /// Time lanes of `streams` start only by [`Windower::start_lane_at`]
+    /// (slots of private keys release nothing until bound).
+    pub fn with_bound_only(mut self, streams: impl IntoIterator<Item = usize>) -> Self {
+        self.bound_only = vec![false; self.rules.len()];
+        for s in streams {
+            self.bound_only[s] = true;
+        }
+        self
+    }
+
+    /// Start a time lane at window `first_seq` unless it has started (a
+    /// slot bound to a key, from the first window it routes).
+    pub fn start_lane_at(&mut self, stream: usize, partition: i32, first_seq: u64) {
+        if self.rules[stream].window_ms.is_none() {
+            return;
+        }
+        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        if !lane.started {
+            lane.started = true;
+            lane.next_seq = first_seq;
         }
     }
 
@@ -234,6 +261,9 @@ impl Windower {
     pub fn start_time_lanes(&mut self, partition: i32, now_ms: i64) {
         for (s, r) in self.rules.iter().enumerate() {
             let Some(len) = r.window_ms else { continue };
+            if self.bound_only.get(s) == Some(&true) {
+                continue;
+            }
             let lane = lane_mut(&mut self.lanes, (s, partition), self.layout);
             if !lane.started {
                 lane.started = true;
