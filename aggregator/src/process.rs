@@ -222,7 +222,12 @@ impl Processor {
                 .iter()
                 .map(|s| s.spec.window_ms.map(|w| w as i64))
                 .collect(),
-            selection: v.plan.streams.iter().map(|s| s.selection.clone()).collect(),
+            selection: v
+                .plan
+                .streams
+                .iter()
+                .map(|s| s.selection.as_ref().map(|s| s.mechanism.clone()))
+                .collect(),
         }
     }
 
@@ -283,6 +288,9 @@ impl Processor {
         let decl = &self.declared[d];
         let g = decl.grouping.as_ref()?;
         g.private_dimension()?;
+        if self.keys.contains_key(&(d, partition)) {
+            return self.keys.get_mut(&(d, partition));
+        }
         let selection = self.selection[decl.first].clone()?;
         let name = decl.name.clone();
         let (slots, h, l) = (g.slots(), self.horizon_ms, self.lateness_ms);

@@ -20,6 +20,8 @@ pub struct PlanReport {
     pub delta: f64,
     /// zCDP: the (ε, δ) equivalent of the spend.
     pub epsilon_at_delta: Option<f64>,
+    /// δ the private-key selections add on top (0: none).
+    pub key_selection_delta: f64,
     pub horizon_seconds: u64,
     pub streams: Vec<StreamReport>,
 }
@@ -52,6 +54,26 @@ pub struct GroupsReport {
     pub keys: Vec<String>,
     /// `G`: groups one device may count in per horizon.
     pub max_groups_per_device: u32,
+    /// A dimension with private keys: its selection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_keys: Option<PrivateKeysReport>,
+}
+
+/// A private-key selection: what it spends and how many devices a key
+/// needs to be released.
+#[derive(Debug, Serialize)]
+pub struct PrivateKeysReport {
+    pub dimension: String,
+    /// Slots: most keys ever released.
+    pub max_keys: u32,
+    /// ε or ρ per horizon.
+    pub spent_per_horizon: f64,
+    pub delta: f64,
+    /// A key is released when its noisy distinct-device count reaches this.
+    pub threshold: i64,
+    /// Devices a key needs to be released with probability 50% / 99%.
+    pub devices_for_50_percent: u64,
+    pub devices_for_99_percent: u64,
 }
 
 /// A running total's cost and error, beside what the same budget would give
@@ -173,6 +195,18 @@ impl PlanReport {
                             .map(|x| x.keys.clone())
                             .unwrap_or_default(),
                         max_groups_per_device: g.max_groups_per_device,
+                        private_keys: s.selection.as_ref().and_then(|sel| {
+                            let p = s.spec.groups.as_ref()?.private.as_ref()?;
+                            Some(PrivateKeysReport {
+                                dimension: p.dimension.clone(),
+                                max_keys: p.max_keys,
+                                spent_per_horizon: rational::to_f64(&sel.spent),
+                                delta: p.delta,
+                                threshold: sel.mechanism.threshold as i64,
+                                devices_for_50_percent: sel.mechanism.devices_for(0.5),
+                                devices_for_99_percent: sel.mechanism.devices_for(0.99),
+                            })
+                        }),
                     }),
                     window_size: s.spec.window_size,
                     window_seconds: v.plan.streams[i].spec.window_ms.map(|ms| ms as f64 / 1e3),
@@ -226,6 +260,7 @@ impl PlanReport {
             delta: b.delta,
             epsilon_at_delta: (b.measure == Measure::Zcdp)
                 .then(|| zcdp_to_approx_dp(spent, b.delta)),
+            key_selection_delta: v.key_selection_delta(),
             horizon_seconds: v.horizon.as_secs(),
             streams,
         }
@@ -237,7 +272,7 @@ impl PlanReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "relation {} · {} DP · budget {unit} = {} per device per {}s · plan spends {unit} = {:.6}{}",
+            "relation {} · {} DP · budget {unit} = {} per device per {}s · plan spends {unit} = {:.6}{}{}",
             self.relation,
             self.measure,
             self.budget_per_horizon,
@@ -245,7 +280,12 @@ impl PlanReport {
             self.spent_per_horizon,
             self.epsilon_at_delta
                 .map(|e| format!(" (≈ ε = {e:.4} at δ = {})", self.delta))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            if self.key_selection_delta > 0.0 {
+                format!(" + δ = {:e} for private key selection", self.key_selection_delta)
+            } else {
+                String::new()
+            }
         );
         for s in &self.streams {
             let _ = writeln!(
@@ -269,6 +309,22 @@ impl PlanReport {
                     g.keys.join(", "),
                     g.max_groups_per_device
                 );
+                if let Some(k) = &g.private_keys {
+                    let _ = writeln!(
+                        out,
+                        "  private keys of {}: at most {} released (#1…#{}, bound when selected); selection {unit} = {:.6} per horizon, δ = {:e}; \
+                         a key needs {} devices in a horizon (on its partition) to be released with 50% probability, {} with 99% (noisy count ≥ {}); \
+                         released from two horizons after its selection",
+                        k.dimension,
+                        k.max_keys,
+                        k.max_keys,
+                        k.spent_per_horizon,
+                        k.delta,
+                        k.devices_for_50_percent,
+                        k.devices_for_99_percent,
+                        k.threshold
+                    );
+                }
             }
             let _ = writeln!(
                 out,

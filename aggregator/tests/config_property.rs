@@ -95,15 +95,26 @@ fn config(rng: &mut ChaCha8Rng) -> String {
         value(rng, p, "\"5m\"", DURATIONS)
     );
     let grouped = rng.gen_bool(0.3);
+    let private = grouped && rng.gen_bool(0.4);
     if grouped {
-        t += &format!(
-            "[dimensions]\nfirmware = {}\nregion = {}\n",
+        let firmware = if private {
+            format!(
+                "{{ private = {}, max_keys = {} }}",
+                value(rng, p, "true", &["false", "1"]),
+                value(rng, p, "4", COUNTS)
+            )
+        } else {
             value(
                 rng,
                 p,
                 "[\"4.1\", \"4.2\"]",
-                &["[]", "[\"other\"]", "[\"a b\"]", "[\"x\", \"x\"]"]
-            ),
+                &["[]", "[\"other\"]", "[\"a b\"]", "[\"x\", \"x\"]"],
+            )
+            .to_string()
+        };
+        t += &format!(
+            "[dimensions]\nfirmware = {}\nregion = {}\n",
+            firmware,
             value(rng, p, "[\"eu\", \"us\", \"apac\"]", &["[\"\"]", "[1]"]),
         );
         if rng.gen_bool(0.3) {
@@ -179,6 +190,13 @@ fn config(rng: &mut ChaCha8Rng) -> String {
                 ),
                 value(rng, p, "2", COUNTS)
             );
+            if private && rng.gen_bool(0.5) {
+                t += &format!(
+                    "key_selection_share = {}\nkey_selection_delta = {}\n",
+                    value(rng, p, "0.2", NUMBERS),
+                    value(rng, p, "1e-7", NUMBERS)
+                );
+            }
         }
         if !add_remove && rng.gen_bool(0.3) {
             t += &format!(

@@ -333,6 +333,16 @@ impl Validated {
             .collect()
     }
 
+    /// The δ the plan's private-key selections add (0 without any).
+    pub fn key_selection_delta(&self) -> f64 {
+        self.plan
+            .streams
+            .iter()
+            .filter(|s| s.group.as_ref().is_none_or(|g| g.index == 0))
+            .filter_map(|s| s.selection.as_ref().map(|sel| sel.mechanism.delta))
+            .sum()
+    }
+
     /// The guarantee a stream's releases carry (its partitions' and its
     /// fleet-wide releases').
     pub fn guarantee(&self, stream: &crate::dp::release::StreamPlan) -> proto::Guarantee {
@@ -350,7 +360,9 @@ impl Validated {
             },
             per_window: to_f64(&stream.per_window),
             per_horizon,
-            delta: budget.delta,
+            // Private keys add their selections' δ (each stream's once per
+            // horizon; partitions compose in parallel).
+            delta: budget.delta + self.key_selection_delta(),
             epsilon_at_delta: match budget.measure {
                 Measure::Pure => per_horizon,
                 Measure::Zcdp => zcdp_to_approx_dp(per_horizon, budget.delta),

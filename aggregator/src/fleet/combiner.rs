@@ -38,6 +38,9 @@ pub(crate) enum Offered {
     /// Not a stream of this plan, or released under another plan (its
     /// guarantee differs): never combined with this plan's releases.
     Foreign,
+    /// A slot of private keys: bound per partition (one partition's `#1`
+    /// may be another's `#2`), so released per partition only.
+    PerPartition,
 }
 
 /// Decides and builds fleet-wide releases.
@@ -93,6 +96,9 @@ impl Combiner {
         let Some(s) = self.stream_of(&r.stream) else {
             return (Offered::Foreign, vec![]);
         };
+        if self.v.plan.streams[s].selection.is_some() {
+            return (Offered::PerPartition, vec![]);
+        }
         if r.guarantee.as_ref() != Some(&self.guarantees[s])
             || !(0..self.input_partitions).contains(&r.partition)
         {

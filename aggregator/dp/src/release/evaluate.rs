@@ -477,6 +477,10 @@ impl StreamPlan {
                 .as_ref()
                 .map_or_else(BigRational::zero, |r| r.spent()))
             * BigRational::from_integer(g.into())
+            + self
+                .selection
+                .as_ref()
+                .map_or_else(BigRational::zero, |s| s.spent.clone())
     }
 
     /// The declared stream's name (a group's stream, not the group's).

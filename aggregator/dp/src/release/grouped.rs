@@ -189,6 +189,17 @@ pub(super) fn key_selection(
     };
     let budget = exact(privacy.budget.per_horizon) * exact(spec.budget_share) * exact(p.share);
     let b = rational::to_f64(&budget);
+    let floor = match privacy.budget.measure {
+        crate::mechanism::Measure::Pure => MIN_MEASUREMENT_EPSILON,
+        crate::mechanism::Measure::Zcdp => MIN_MEASUREMENT_RHO,
+    };
+    if b < floor {
+        return Err(field_err(
+            spec,
+            "key_selection_share",
+            format!("the selection would get {b:e} per horizon, below the floor {floor:e}: raise it or the budget"),
+        ));
+    }
     let s = KeySelection::calibrate(privacy.budget.measure, g.max_groups_per_device, b, p.delta)
         .map_err(|e| field_err(spec, "key_selection_share", e.to_string()))?;
     // The noise is calibrated to at most `b` (its scale rounded up).
@@ -261,6 +272,7 @@ mod tests {
             let sel = b
                 .selection
                 .as_ref()
+                .map(|s| &s.mechanism)
                 .expect("every slot carries the selection");
             assert_eq!(sel.groups_per_device, 2);
             // Discrete Laplace scale G/ε_sel = 2/(total/4).
@@ -338,6 +350,7 @@ mod tests {
             (2, f64::NAN, 1e-6, "key_selection_share"),
             (2, 0.1, 0.0, "key_selection_delta"),
             (2, 0.1, 0.5, "key_selection_delta"),
+            (2, 1e-300, 1e-6, "key_selection_share"),
         ] {
             let mut s = grouped(&["fw=#1", "fw=other"], 1);
             s.groups.as_mut().unwrap().private = Some(PrivateKeys {

@@ -111,7 +111,15 @@ pub struct StreamPlan {
     /// A group of a grouped stream (its name is `<stream>[<key>]`).
     pub group: Option<GroupOf>,
     /// Private keys: the selection that binds the stream's slots.
-    pub selection: Option<crate::keyselect::KeySelection>,
+    pub selection: Option<SelectionPlan>,
+}
+
+/// A stream's private-key selection and what it spends per horizon (at
+/// most; its noise scale is rounded up).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectionPlan {
+    pub mechanism: crate::keyselect::KeySelection,
+    pub spent: BigRational,
 }
 
 /// The whole calibrated configuration.
@@ -515,9 +523,9 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             per_window,
             running,
             group: None,
-            selection: selection.map(|(s, spent)| {
-                selection_spend.push(spent);
-                s
+            selection: selection.map(|(mechanism, spent)| {
+                selection_spend.push(spent.clone());
+                SelectionPlan { mechanism, spent }
             }),
         });
         if selection_spend.len() < streams.len() {
