@@ -180,3 +180,166 @@ max_groups_per_device = 2
         );
     });
 }
+
+/// Private keys over the broker, values from the registry: a value 40
+/// devices hold is selected once its horizon is due and gets slot `#1`
+/// from two horizons later (releases name it in `group`); a value one
+/// device holds stays in `other`; the unbound slot releases nothing; the
+/// binding is in the state topic before the slot's first release, and a
+/// restart that replays the whole input keeps it.
+#[test]
+fn private_keys_selected_only_above_threshold_over_the_broker() {
+    const H: i64 = 6_000;
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "private-keys", 1).await;
+        let registry = unique("private-registry");
+        broker.create_topics(&[(&registry, 1)]).await;
+        let mut rows: Vec<Out> = (0..40).map(|i| row(&format!("p{i}"), "9.9")).collect();
+        rows.push(row("solo", "0.1"));
+        produce(&broker, &registry, &rows).await;
+        let text = |t: &Topics| {
+            config(
+                &broker,
+                t,
+                "relation = \"add-remove\"\nepsilon_per_device = 1000.0\nhorizon = \"6s\"",
+                &format!(
+                    "[limits]\nmax_lateness = \"1s\"\nmax_clock_skew = \"2s\"\n\
+                     [dimensions]\nfirmware = {{ private = true, max_keys = 2 }}\n\
+                     [registry]\ntopic = \"{registry}\""
+                ),
+                r#"
+[[stream]]
+name = "temp"
+lower = -20.0
+upper = 60.0
+resolution = 0.1
+window = "2s"
+max_windows_per_device = 3
+statistics = ["count"]
+group_by = ["firmware"]
+"#,
+            )
+        };
+        let (stop, c, h) = spawn_pipeline(text(&t), [6; 32]);
+        // Start at a fresh horizon with room for a message in it.
+        let wait_for = |at: i64| async move {
+            let d = at - now_ms();
+            if d > 0 {
+                tokio::time::sleep(Duration::from_millis(d as u64)).await;
+            }
+        };
+        let h0 = now_ms().div_euclid(H) + 1;
+        wait_for(h0 * H + 200).await;
+        let all = |at: i64| -> Vec<Out> {
+            (0..40)
+                .map(|i| reading(&format!("p{i}"), 20.0, at, None))
+                .chain([reading("solo", 20.0, at, None)])
+                .collect()
+        };
+        produce(&broker, &t.input, &all(now_ms())).await;
+        // Horizon h0 + 1, after h0's due moment: selects h0's keys.
+        wait_for((h0 + 1) * H + 1_300).await;
+        produce(&broker, &t.input, &all(now_ms())).await;
+        // Horizon h0 + 2: routed by them.
+        wait_for((h0 + 2) * H + 200).await;
+        let at2 = now_ms();
+        produce(&broker, &t.input, &all(at2)).await;
+        let seq2 = (at2 / 2000) as u64;
+        let slot = "temp[firmware=#1]";
+        let released = || {
+            let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+            rs.iter().any(|r| r.stream == slot && r.window_seq == seq2)
+                && rs
+                    .iter()
+                    .any(|r| r.stream == "temp[firmware=other]" && r.window_seq == seq2)
+        };
+        assert!(
+            wait_until(WAIT, released).await,
+            "window {seq2} of {slot} not released; accepted {}",
+            count(&c.readings_accepted)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let (v, _) = count_of(&rs, slot, seq2).unwrap();
+        assert!((v - 40.0).abs() < 0.5, "slot #1 count {v}");
+        let (v, _) = count_of(&rs, "temp[firmware=other]", seq2).unwrap();
+        assert!((v - 1.0).abs() < 0.5, "other count {v} (solo only)");
+        // Earlier horizons: everyone in other, the slot not yet released.
+        let first_slot = rs
+            .iter()
+            .filter(|r| r.stream == slot)
+            .map(|r| r.window_seq)
+            .min()
+            .unwrap();
+        assert_eq!(first_slot as i64 * 2000, (h0 + 2) * H);
+        for r in rs.iter().filter(|r| r.stream == slot) {
+            assert_eq!(
+                r.group,
+                HashMap::from([("firmware".to_string(), "9.9".to_string())])
+            );
+            assert!(r.guarantee.as_ref().unwrap().delta > 0.0);
+        }
+        assert!(rs.iter().all(|r| r.stream != "temp[firmware=#2]"));
+        // The binding is in the state topic.
+        let bindings = |t: &Topics| -> Vec<serde_json::Value> {
+            tokio::task::block_in_place(|| read_all(&broker, &t.state))
+                .into_iter()
+                .filter(|m| m.headers.get("fleetdp-record").map(String::as_str) == Some("keys"))
+                .map(|m| {
+                    assert_eq!(m.key, b"temp/0/keys");
+                    serde_json::from_slice(&m.payload).unwrap()
+                })
+                .collect()
+        };
+        let before = bindings(&t);
+        assert!(!before.is_empty());
+        for b in &before {
+            assert_eq!(b["slots"][0]["value"], "9.9", "{b}");
+            assert_eq!(b["slots"][0]["from_horizon"], h0 + 2, "{b}");
+            assert!(b["slots"][1].is_null(), "{b}");
+        }
+
+        // A restart under a fresh group replays every message: the
+        // restored binding routes alike and no selection is made again.
+        let t2 = t.regroup();
+        let (stop, c, h) = spawn_pipeline(text(&t2), [6; 32]);
+        assert!(
+            wait_until(WAIT, || count(&c.already_released)
+                + count(&c.readings_accepted)
+                >= 123)
+            .await
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        for b in bindings(&t) {
+            assert_eq!(b["slots"][0]["value"], "9.9", "{b}");
+            assert_eq!(b["slots"][0]["from_horizon"], h0 + 2, "{b}");
+            assert!(b["slots"][1].is_null(), "{b}");
+        }
+        let again = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        let slot_windows = |rs: &[proto::WindowRelease]| {
+            rs.iter()
+                .filter(|r| r.stream == slot && r.window_seq == seq2)
+                .count()
+        };
+        // A replayed release is a bit-identical copy, never a new one.
+        assert!(slot_windows(&again) >= 1);
+        for r in again
+            .iter()
+            .filter(|r| r.stream == slot && r.window_seq == seq2)
+        {
+            assert_eq!(
+                count_of(&[r.clone()], slot, seq2).unwrap().0,
+                v_of(&rs, slot, seq2)
+            );
+        }
+    });
+}
+
+fn v_of(rs: &[proto::WindowRelease], stream: &str, seq: u64) -> f64 {
+    count_of(rs, stream, seq).unwrap().0
+}
