@@ -12,7 +12,10 @@
 //! `/metrics` with `http.hide_exact_counts` shows no family that counts the
 //! input and the same lines otherwise (released values and times excepted);
 //! `/api/status` carries no exact count; logs have the same lines once seqs
-//! and durations are removed.
+//! and durations are removed. A second stream is grouped by a dimension
+//! with private keys: the common devices' build is selected, the extra
+//! device's own build is not, so which private keys exist (slots bound,
+//! their releases and `group`) is the same in both runs.
 
 mod harness;
 
@@ -37,6 +40,19 @@ histogram_edges = [-20, 0, 20, 60]
 quantiles = [0.5]
 group_by = ["firmware"]
 max_groups_per_device = 2
+budget_share = 0.5
+
+[[stream]]
+name = "volt"
+lower = 0.0
+upper = 20.0
+resolution = 0.1
+window = "2s"
+max_windows_per_device = 3
+statistics = ["count", "mean"]
+group_by = ["build"]
+budget_share = 0.5
+key_selection_share = 0.3
 "#;
 
 /// The groups of [`STREAM`].
@@ -58,8 +74,8 @@ fn start(broker: &Broker, t: &Topics, dir: &Path, name: &str) -> Proc {
     let text = config_text(
         broker,
         t,
-        "relation = \"add-remove\"\nmeasure = \"zcdp\"\nrho_per_device = 2.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_SIDE_KEY\"",
-        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\nhide_exact_counts = true\n[limits]\nmax_lateness = \"1s\"\n[dimensions]\nfirmware = [\"4.1\", \"4.2\"]"),
+        "relation = \"add-remove\"\nmeasure = \"zcdp\"\nrho_per_device = 2.0\ndelta = 1e-6\nhorizon = \"6s\"\nkey_env = \"FLEETDP_SIDE_KEY\"",
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\"\nhide_exact_counts = true\n[limits]\nmax_lateness = \"1s\"\nmax_clock_skew = \"2s\"\n[dimensions]\nfirmware = [\"4.1\", \"4.2\"]\nbuild = {{ private = true, max_keys = 2 }}"),
         STREAM,
     );
     let cfg = dir.join(format!("{name}.toml"));
@@ -94,6 +110,20 @@ fn released(p: &Proc) -> u64 {
     status(p)
         .and_then(|s| s["windows_released"].as_u64())
         .unwrap_or(0)
+}
+
+/// A `volt` reading labelled with its build (a private dimension).
+fn volt_reading(device: &str, value: f64, event_ms: i64, build: &str) -> Out {
+    let mut o = json_reading(device, value, event_ms, None);
+    let text = String::from_utf8(o.payload).unwrap();
+    o.payload = text
+        .replace(r#""stream":"temp""#, r#""stream":"volt""#)
+        .trim_end_matches('}')
+        .to_string()
+        .into_bytes();
+    o.payload
+        .extend_from_slice(format!(r#","labels":{{"build":"{build}"}}}}"#).as_bytes());
+    o
 }
 
 /// A reading labelled with its firmware (`None`: no label, group `other`).
@@ -191,14 +221,18 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             dir.display()
         );
         let first_data = now_ms() / 2000;
-        // Three rounds, one window apart: 40 devices each; the neighbour
-        // adds device "extra" in every round.
-        for round in 0..3 {
+        // Seven rounds, one window apart (over two horizons, so a selection
+        // routes the last ones): 40 devices each, on both streams; the
+        // neighbour adds device "extra" in every round.
+        for round in 0..7 {
             let at = now_ms();
             let common: Vec<Out> = (0..40)
-                .map(|i| {
+                .flat_map(|i| {
                     let fw = ["4.1", "4.2"][i % 2];
-                    json_reading(&format!("dev-{i}"), 10.0 + (i % 7) as f64, at, Some(fw))
+                    [
+                        json_reading(&format!("dev-{i}"), 10.0 + (i % 7) as f64, at, Some(fw)),
+                        volt_reading(&format!("dev-{i}"), 12.0, at, "b1"),
+                    ]
                 })
                 .collect();
             let mut with = common
@@ -210,9 +244,11 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                     content_type: o.content_type.clone(),
                 })
                 .collect::<Vec<_>>();
-            // The extra device moves group every round: 4.1, 4.2, other.
-            let fw = [Some("4.1"), Some("4.2"), None][round];
+            // The extra device moves group every round: 4.1, 4.2, other;
+            // its build is its own (never selected).
+            let fw = [Some("4.1"), Some("4.2"), None][round % 3];
             with.push(json_reading("extra", 59.0, at, fw));
+            with.push(volt_reading("extra", 19.0, at, "b-extra"));
             let (pa, pb) = tokio::join!(
                 produce(&broker, &ta.input, &common),
                 produce(&broker, &tb.input, &with)
@@ -309,6 +345,28 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 }
             }
         }
+        // Which private keys exist: the same slots released in both runs
+        // (the common build bound, on both partitions; the extra device's
+        // never), with the same `group`.
+        let private = |o: &BTreeMap<Lane, (Read, proto::WindowRelease)>| -> Vec<(Lane, String)> {
+            o.iter()
+                .filter(|((s, _, seq), _)| s.starts_with("volt[") && *seq as i64 <= last_data)
+                .map(|(k, (_, r))| (k.clone(), format!("{:?}", r.group)))
+                .collect()
+        };
+        assert_eq!(private(&oa), private(&ob), "private keys differ");
+        for p in 0..2 {
+            assert!(
+                oa.iter().any(|((s, q, _), (_, r))| s == "volt[build=#1]"
+                    && *q == p
+                    && r.group.get("build").map(String::as_str) == Some("b1")),
+                "the common build was not selected on partition {p}"
+            );
+        }
+        assert!(oa
+            .keys()
+            .chain(ob.keys())
+            .all(|(s, _, _)| s != "volt[build=#2]"));
         for s in &common {
             let ((ra, a), (rb, b)) = (&oa[s], &ob[s]);
             assert_eq!(
