@@ -76,8 +76,6 @@ pub struct KeyTable {
     changed: bool,
     /// Slots bound since the last [`KeyTable::take_new_slots`].
     new_slots: Vec<(u32, i64)>,
-    /// Values not counted because [`MAX_CANDIDATE_KEYS`] were counted.
-    pub refused: u64,
 }
 
 impl KeyTable {
@@ -104,7 +102,6 @@ impl KeyTable {
             counting: BTreeMap::new(),
             changed: false,
             new_slots: Vec::new(),
-            refused: 0,
         }
     }
 
@@ -164,34 +161,32 @@ impl KeyTable {
     }
 
     /// Count a reading of `device` with `value` (after its message was
-    /// accepted whole).
-    pub fn count(&mut self, device: u64, value: &str, event_ms: i64, msg_ms: i64) {
+    /// accepted whole); `false`: a new value refused, the table being full.
+    pub fn count(&mut self, device: u64, value: &str, event_ms: i64, msg_ms: i64) -> bool {
         let h = event_ms.div_euclid(self.horizon_ms);
         let end = (h + 1).saturating_mul(self.horizon_ms);
         if h <= self.bindings.selected_through || msg_ms >= end.saturating_add(self.lateness_ms) {
-            return;
+            return true;
         }
         let g = self.selection.groups_per_device;
         let c = self.counting.entry(h).or_default();
         let next = c.keys.len() as u32;
         let id = match c.keys.get(value) {
             Some(&(id, _)) => id,
-            None if c.keys.len() >= MAX_CANDIDATE_KEYS => {
-                self.refused += 1;
-                return;
-            }
+            None if c.keys.len() >= MAX_CANDIDATE_KEYS => return false,
             None => next,
         };
         if c.pairs.contains_key(&(device, id)) {
-            return;
+            return true;
         }
         let n = c.per_device.entry(device).or_insert(0);
         if *n >= g {
-            return;
+            return true;
         }
         *n += 1;
         c.pairs.insert((device, id), ());
         c.keys.entry(value.into()).or_insert((id, 0)).1 += 1;
+        true
     }
 
     /// Horizon `h`'s selection: noisy counts against the threshold; newly

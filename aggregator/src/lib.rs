@@ -7,7 +7,7 @@
 //!
 //! The path of a reading, file by file (docs/DESIGN.md §2 and §9):
 //!
-//! 1. `pipeline/consume.rs` receives a Kafka message; `process.rs`
+//! 1. `pipeline/consume.rs` receives a Kafka message; `process/`
 //!    ([`Processor`]) decodes it (`ingest`), validates it, top-codes each
 //!    reading to its stream's universe ([`dp::universe`]) and checks the
 //!    device's partition ([`Partitioner`]);
@@ -25,6 +25,7 @@
 //!    and the status page from `status.rs`;
 //! 6. [`registry`] follows the device registry topic (dimension values of
 //!    grouped streams; `config/dimensions.rs` turns them into a group);
+//!    [`keys`] selects the values of private dimensions that get slots;
 //! 7. [`fleet`] reads the releases back from the output topic and publishes
 //!    each window seq's fleet-wide combination.
 //!

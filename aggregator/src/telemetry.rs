@@ -43,6 +43,7 @@ pub mod name {
     pub const FLEET_HALF_WIDTH: &str = "fleetdp_fleet_release_half_width";
     pub const REGISTRY_DEVICES: &str = "fleetdp_registry_devices";
     pub const REGISTRY_REJECTED: &str = "fleetdp_registry_rejected_total";
+    pub const KEY_VALUES_REFUSED: &str = "fleetdp_key_values_refused_total";
 }
 
 /// Every metric the service exports.
@@ -75,6 +76,7 @@ pub const METRICS: &[&str] = &[
     name::FLEET_HALF_WIDTH,
     name::REGISTRY_DEVICES,
     name::REGISTRY_REJECTED,
+    name::KEY_VALUES_REFUSED,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -92,6 +94,7 @@ pub const EXACT_COUNT_METRICS: &[&str] = &[
     name::LANE_DEVICES,
     // How many seqs wait depends on how far partitions lag (input volume).
     name::FLEET_PENDING,
+    name::KEY_VALUES_REFUSED,
 ];
 
 /// Release-latency histogram buckets (seconds), 1 ms to 10 s.
@@ -333,6 +336,12 @@ pub(crate) fn registry_devices(devices: usize) {
 /// A registry record not applied, by reason (`key`, `value`, `full`).
 pub(crate) fn registry_rejected(reason: &'static str) {
     metrics::counter!(name::REGISTRY_REJECTED, "reason" => reason).increment(1);
+}
+
+/// A private-key value not counted: its table held
+/// [`crate::keys::MAX_CANDIDATE_KEYS`] values that horizon.
+pub(crate) fn key_value_refused(stream: &str) {
+    metrics::counter!(name::KEY_VALUES_REFUSED, "stream" => stream.to_string()).increment(1);
 }
 
 pub(crate) fn fleet_pending(seqs: usize) {

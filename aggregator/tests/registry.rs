@@ -333,7 +333,7 @@ group_by = ["firmware"]
             .filter(|r| r.stream == slot && r.window_seq == seq2)
         {
             assert_eq!(
-                count_of(&[r.clone()], slot, seq2).unwrap().0,
+                count_of(std::slice::from_ref(r), slot, seq2).unwrap().0,
                 v_of(&rs, slot, seq2)
             );
         }
