@@ -149,15 +149,25 @@ fn run(v: &Validated, registry: Option<Arc<Registry>>, msgs: &[Vec<u8>]) -> (f64
     }
     let (mut closed, mut windows, mut sink) = (Vec::new(), 0u64, 0.0);
     let t = Instant::now();
+    // As the service's consuming loop: each message is prepared (decoded,
+    // its group found, its devices' slots prefetched) before the one
+    // before it is applied.
     for (i, m) in msgs.iter().enumerate() {
-        p.process(0, i as i64, m, None, None, &mut closed)
-            .expect("valid");
+        p.prepare(0, i as i64, m, None, None).expect("valid");
+        if i > 0 {
+            p.apply(&mut closed).expect("valid");
+        }
+        if i % 64 == 0 {
+            p.flush_counters();
+        }
         for w in closed.drain(..) {
             let r = v.plan.streams[w.stream].release(&key, w.partition, w.seq, &w.values);
             sink += r[0].values[0];
             windows += 1;
         }
     }
+    p.apply(&mut closed).expect("valid");
+    p.flush_counters();
     let rate = msgs.len() as f64 / t.elapsed().as_secs_f64();
     std::hint::black_box(sink);
     let held = live() - before;
@@ -194,10 +204,27 @@ fn main() {
     let labelled = readings(devices, n, true);
     let best = |xs: &[(f64, u64, isize)]| xs.iter().map(|x| x.0).fold(0.0, f64::max);
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    // FLEETDP_GROUPS_ONLY=single|registry|labels runs one case (profiling).
+    let only = std::env::var("FLEETDP_GROUPS_ONLY").unwrap_or_default();
+    let on = |case: &str| only.is_empty() || only == case;
     for _ in 0..3 {
-        a.push(run(&flat, None, &plain));
-        b.push(run(&grouped, Some(registry.clone()), &plain));
-        c.push(run(&grouped, None, &labelled));
+        if on("single") {
+            a.push(run(&flat, None, &plain));
+        }
+        if on("registry") {
+            b.push(run(&grouped, Some(registry.clone()), &plain));
+        }
+        if on("labels") {
+            c.push(run(&grouped, None, &labelled));
+        }
+    }
+    if !only.is_empty() {
+        for (case, xs) in [("single", &a), ("registry", &b), ("labels", &c)] {
+            if !xs.is_empty() {
+                println!("{case}: {:.0} readings/s", best(xs));
+            }
+        }
+        return;
     }
     let (ra, rb, rc) = (best(&a), best(&b), best(&c));
     let per = |x: isize| x as f64 / devices as f64;

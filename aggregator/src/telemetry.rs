@@ -11,6 +11,7 @@ use crate::config::Validated;
 use crate::dp::rational;
 use ingest::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Metric names (the one list; dashboards and alert rules are tested
 /// against [`METRICS`]).
@@ -202,23 +203,18 @@ pub(crate) fn lag(partition: i32, lag: i64) {
     partition_gauge(name::CONSUMER_LAG, &[], partition, lag as f64);
 }
 
-/// A lane (stream, partition) counts `devices` devices.
-pub(crate) fn lane_devices(stream: &str, partition: i32, devices: usize) {
-    partition_gauge(
-        name::LANE_DEVICES,
-        &[("stream", stream)],
-        partition,
-        devices as f64,
-    );
-}
-
 /// Gauges labelled by input partition. The `metrics` recorder cannot remove
 /// a series, and a revoked partition's lag, lane and release gauges must
 /// go (another instance reports that partition now): they live in this
 /// table shared by the consuming loop, the release tasks and the lag probe,
 /// and `/metrics` renders it after the recorder's text
-/// ([`render_partition_gauges`]). Key: (metric, rendered labels).
-type PartitionGauges = dashmap::DashMap<(&'static str, String), (i32, f64)>;
+/// ([`render_partition_gauges`]). Key: (metric, rendered labels); value:
+/// the partition and the gauge (an f64's bits), which a writer that holds
+/// a [`GaugeHandle`] sets without looking the key up again.
+type PartitionGauges = dashmap::DashMap<(&'static str, String), (i32, Arc<AtomicU64>)>;
+
+/// A partition gauge's value, as held by the table and its writer.
+pub(crate) type GaugeHandle = Arc<AtomicU64>;
 
 fn partition_gauges() -> &'static PartitionGauges {
     static TABLE: std::sync::OnceLock<PartitionGauges> = std::sync::OnceLock::new();
@@ -226,6 +222,17 @@ fn partition_gauges() -> &'static PartitionGauges {
 }
 
 fn partition_gauge(metric: &'static str, labels: &[(&str, &str)], partition: i32, value: f64) {
+    partition_gauge_handle(metric, labels, partition).store(value.to_bits(), Ordering::Relaxed);
+}
+
+/// The value cell of a partition gauge, registered if new (or again, after
+/// its partition was revoked: a handle the table no longer holds is
+/// replaced by its holder, see [`StreamMetrics::lane_devices`]).
+fn partition_gauge_handle(
+    metric: &'static str,
+    labels: &[(&str, &str)],
+    partition: i32,
+) -> GaugeHandle {
     use std::fmt::Write;
     let mut rendered = String::new();
     for (k, v) in labels {
@@ -236,7 +243,11 @@ fn partition_gauge(metric: &'static str, labels: &[(&str, &str)], partition: i32
         let _ = write!(rendered, "{k}=\"{v}\",");
     }
     let _ = write!(rendered, "partition=\"{partition}\"");
-    partition_gauges().insert((metric, rendered), (partition, value));
+    partition_gauges()
+        .entry((metric, rendered))
+        .or_insert_with(|| (partition, Arc::default()))
+        .1
+        .clone()
 }
 
 /// Remove every gauge of `partition` (revoked).
@@ -249,7 +260,10 @@ pub fn render_partition_gauges() -> String {
     use std::fmt::Write;
     let mut rows: Vec<(&'static str, String, f64)> = partition_gauges()
         .iter()
-        .map(|e| (e.key().0, e.key().1.clone(), e.value().1))
+        .map(|e| {
+            let v = f64::from_bits(e.value().1.load(Ordering::Relaxed));
+            (e.key().0, e.key().1.clone(), v)
+        })
         .collect();
     rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let mut out = String::new();
@@ -411,6 +425,9 @@ pub(crate) struct StreamMetrics {
     device_limit_logged: Option<std::time::Instant>,
     /// Windows opened as last reported to `opened`.
     opened_seen: u64,
+    /// Per partition, this stream's lane-devices gauge (set per flush
+    /// without a table lookup: a grouped stream flushes hundreds of lanes).
+    lane_gauges: Vec<(i32, GaugeHandle)>,
     pub pending: Tally,
 }
 
@@ -430,13 +447,33 @@ impl StreamMetrics {
             device_limit_logged: None,
             opened: metrics::counter!(name::WINDOWS_OPENED, "stream" => stream.to_string()),
             opened_seen: 0,
+            lane_gauges: Vec::new(),
             pending: Tally::default(),
         }
     }
 
     /// The lane of this stream on `partition` counts `devices` devices.
-    pub fn lane_devices(&self, partition: i32, devices: usize) {
-        lane_devices(&self.stream, partition, devices);
+    pub fn lane_devices(&mut self, partition: i32, devices: usize) {
+        let at = self.lane_gauges.iter().position(|(p, _)| *p == partition);
+        // Only this handle left: the partition was revoked and its gauge
+        // removed; register it again.
+        let live = at.filter(|&i| Arc::strong_count(&self.lane_gauges[i].1) > 1);
+        let handle = match live {
+            Some(i) => &self.lane_gauges[i].1,
+            None => {
+                if let Some(i) = at {
+                    self.lane_gauges.swap_remove(i);
+                }
+                let h = partition_gauge_handle(
+                    name::LANE_DEVICES,
+                    &[("stream", &self.stream)],
+                    partition,
+                );
+                self.lane_gauges.push((partition, h));
+                &self.lane_gauges.last().expect("pushed").1
+            }
+        };
+        handle.store((devices as f64).to_bits(), Ordering::Relaxed);
     }
 
     /// Add the pending tally to `c` and Prometheus; `opened` is the
@@ -556,8 +593,9 @@ fleetdp_messages_total_other 1\n";
     /// A revoked partition's gauges leave `/metrics`; the others stay.
     #[test]
     fn partition_gauges_are_removed_with_their_partition() {
-        lane_devices("gauge-test", 9_001, 5);
-        lane_devices("gauge-test", 9_002, 7);
+        let mut m = StreamMetrics::new("gauge-test");
+        m.lane_devices(9_001, 5);
+        m.lane_devices(9_002, 7);
         release_value("gauge-test", 9_002, "q\"x", f64::INFINITY, None);
         let text = render_partition_gauges();
         assert!(
@@ -573,6 +611,19 @@ fleetdp_messages_total_other 1\n";
         assert!(text.contains("partition=\"9001\""));
         assert!(!text.contains("partition=\"9002\""), "{text}");
         assert_eq!(text.matches("# TYPE fleetdp_lane_devices gauge").count(), 1);
+        // A held handle updates in place; a revoked partition assigned
+        // again is registered again.
+        m.lane_devices(9_001, 6);
+        m.lane_devices(9_002, 8);
+        let text = render_partition_gauges();
+        assert!(
+            text.contains("fleetdp_lane_devices{stream=\"gauge-test\",partition=\"9001\"} 6\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fleetdp_lane_devices{stream=\"gauge-test\",partition=\"9002\"} 8\n"),
+            "{text}"
+        );
     }
 
     #[test]
