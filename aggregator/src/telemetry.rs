@@ -312,13 +312,29 @@ pub(crate) fn release_value(
 }
 
 /// A grouped stream's (`<stream>[<key>]`) extra labels: `declared_stream`
-/// and `group` (its key), so dashboards can set groups side by side. The
-/// key set is declared, so these add one series per declared group.
+/// and `group` (its key), so dashboards can set groups side by side, and
+/// per dimension in `group_by` order `dimension_<i>` (its name) and
+/// `value_<i>` (the group's value), so a dashboard that knows no
+/// dimension's name still has a variable per dimension. The key set is
+/// declared (private keys: bounded by their slots), so these add one series
+/// per group, not per value seen.
 fn group_labels(stream: &str) -> Vec<(&'static str, &str)> {
-    match stream.strip_suffix(']').and_then(|s| s.split_once('[')) {
-        Some((declared, key)) => vec![("declared_stream", declared), ("group", key)],
-        None => vec![],
+    const DIMENSION: [&str; 4] = ["dimension_1", "dimension_2", "dimension_3", "dimension_4"];
+    const VALUE: [&str; 4] = ["value_1", "value_2", "value_3", "value_4"];
+    let Some((declared, key)) = stream.strip_suffix(']').and_then(|s| s.split_once('[')) else {
+        return vec![];
+    };
+    let mut labels = vec![("declared_stream", declared), ("group", key)];
+    for (i, (d, v)) in key
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .take(4)
+        .enumerate()
+    {
+        labels.push((DIMENSION[i], d));
+        labels.push((VALUE[i], v));
     }
+    labels
 }
 
 /// Gauges of one fleet-wide statistic component.
@@ -575,6 +591,22 @@ impl MessageMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn grouped_streams_get_a_label_per_dimension() {
+        assert_eq!(group_labels("temp"), vec![]);
+        assert_eq!(
+            group_labels("temp[model=a,firmware=4.2]"),
+            vec![
+                ("declared_stream", "temp"),
+                ("group", "model=a,firmware=4.2"),
+                ("dimension_1", "model"),
+                ("value_1", "a"),
+                ("dimension_2", "firmware"),
+                ("value_2", "4.2"),
+            ]
+        );
+    }
 
     #[test]
     fn exact_count_families_are_removed_whole() {

@@ -142,7 +142,7 @@ fn wait_for(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
 }
 
 /// Every query of the Grafana dashboard (`$stream` set to a demo stream,
-/// `$declared` to its grouped stream, `$group` to all groups;
+/// `$declared` to its grouped stream, `$group` and `$dim1`…`$dim4` to all;
 /// Grafana's `label_values(m, l)` as the PromQL it stands for) and every
 /// alert expression.
 fn queries() -> (Vec<String>, Vec<String>) {
@@ -168,7 +168,11 @@ fn queries() -> (Vec<String>, Vec<String>) {
             let q = q
                 .replace("$stream", "cabin_temp_c")
                 .replace("$declared", "battery_v")
-                .replace("$group", ".*");
+                .replace("$group", ".*")
+                .replace("$dim1", ".*")
+                .replace("$dim2", ".*")
+                .replace("$dim3", ".*")
+                .replace("$dim4", ".*");
             match q
                 .strip_prefix("label_values(")
                 .and_then(|r| r.strip_suffix(')'))
@@ -244,8 +248,9 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
     let prom = format!("http://127.0.0.1:{prom_port}");
     let mean = r#"fleetdp_release_value{stream="cabin_temp_c",statistic="mean"}"#;
     let fleet = r#"fleetdp_fleet_release_value{stream="cabin_temp_c",statistic="mean"}"#;
-    // The grouped stream's groups carry their own labels.
-    let by_group = r#"fleetdp_fleet_release_value{declared_stream="battery_v",group="firmware=4.1",statistic="mean"}"#;
+    // The grouped stream's groups carry their own labels, one pair per
+    // dimension too (the dashboard's $dim1…$dim4).
+    let by_group = r#"fleetdp_fleet_release_value{declared_stream="battery_v",group="firmware=4.1",dimension_1="firmware",value_1="4.1",statistic="mean"}"#;
     let scraped = wait_for(Duration::from_secs(120), || {
         query(&prom, mean).is_ok_and(|r| !r.is_empty())
             && query(&prom, fleet).is_ok_and(|r| !r.is_empty())
