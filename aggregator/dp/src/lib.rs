@@ -10,6 +10,7 @@
 
 pub mod accountant;
 pub mod accuracy;
+pub mod advise;
 pub mod continual;
 pub mod groups;
 pub mod joint;
