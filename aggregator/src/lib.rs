@@ -57,6 +57,7 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+pub mod advise;
 pub mod config;
 pub mod demo;
 pub mod faults;

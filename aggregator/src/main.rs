@@ -106,6 +106,31 @@ enum Command {
         #[arg(long)]
         fleet: bool,
     },
+    /// Propose a stream's lower, upper and resolution from a sample of the
+    /// input topic, privately: spends its own ε per device (printed first
+    /// and recorded in the state topic; count it against the horizon's
+    /// budget), refused when this horizon's runs for the stream would pass
+    /// the declared budget.
+    Advise {
+        /// The service's TOML configuration (brokers, topics, the stream).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The [[stream]] to advise on.
+        #[arg(long)]
+        stream: String,
+        /// ε this run spends per device (pure DP), in (0, 100].
+        #[arg(long, default_value_t = 1.0)]
+        epsilon: f64,
+        /// Share of readings the bounds should cover, in [0.5, 0.9999].
+        #[arg(long, default_value_t = 0.99)]
+        coverage: f64,
+        /// Most readings sampled (from the oldest kept), 1 to 10^7.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_readings: u64,
+        /// Readings kept per device (k of the sample), 1 to 10,000.
+        #[arg(long, default_value_t = 1)]
+        max_readings_per_device: u32,
+    },
     /// Write a new random release key (64 hex digits) to a file.
     Keygen {
         #[arg(long)]
@@ -271,6 +296,24 @@ fn main() -> ExitCode {
             tail(config, &opts)
         }
         Command::Keygen { out } => keygen(out),
+        Command::Advise {
+            config,
+            stream,
+            epsilon,
+            coverage,
+            max_readings,
+            max_readings_per_device,
+        } => {
+            init_logging(cli.log_json, "warn");
+            let opts = fleetdp::advise::AdviseOptions {
+                stream,
+                epsilon,
+                coverage,
+                max_readings,
+                max_readings_per_device,
+            };
+            advise(config, &opts)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -279,6 +322,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn advise(path: PathBuf, opts: &fleetdp::advise::AdviseOptions) -> Result<()> {
+    let v = Config::load(&path)?.validate()?;
+    runtime()?.block_on(fleetdp::advise::run(
+        &v,
+        opts,
+        &mut std::io::stdout().lock(),
+    ))
 }
 
 fn tail(path: PathBuf, opts: &fleetdp::tail::TailOptions) -> Result<()> {

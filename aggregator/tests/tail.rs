@@ -181,3 +181,94 @@ fn json_releases_match_the_shipped_schema() {
         assert!(!validator.is_valid(&drifted));
     });
 }
+
+/// `fleetdp advise` over the broker: it proposes bounds covering ≥ 99% of
+/// the input's readings, prints the spend and the plan with them, records
+/// the spend in the state topic, and refuses a second run that would take
+/// the horizon's advisor spends above the declared budget.
+#[test]
+fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
+    use rand::{Rng, SeedableRng};
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "advise", 1).await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            TEMP,
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let base = now_ms() - 60_000;
+        let values: Vec<f64> = (0..3000)
+            .map(|_| {
+                let (u, w): (f64, f64) = (rng.gen::<f64>().max(1e-12), rng.gen());
+                20.0 + 5.0 * (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * w).cos()
+            })
+            .collect();
+        let msgs: Vec<Out> = values
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| temp_reading(Some(0), &format!("d{i}"), x, base + i as i64))
+            .collect();
+        produce(&broker, &t.input, &msgs).await;
+        let opts = |epsilon| fleetdp::advise::AdviseOptions {
+            stream: "temp".into(),
+            epsilon,
+            coverage: 0.99,
+            max_readings: 100_000,
+            max_readings_per_device: 1,
+        };
+        let mut out = Vec::new();
+        fleetdp::advise::run(&v, &opts(0.6), &mut out)
+            .await
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let field = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+                .parse()
+                .unwrap()
+        };
+        let (lower, upper) = (field("lower"), field("upper"));
+        let inside = values.iter().filter(|&&x| lower <= x && x <= upper).count();
+        assert!(
+            inside as f64 >= 0.99 * values.len() as f64,
+            "[{lower}, {upper}]:\n{text}"
+        );
+        assert!(upper - lower < 200.0, "{text}");
+        assert!(
+            text.contains("ε = 0.6 per device") && text.contains("the plan with these bounds"),
+            "{text}"
+        );
+        // The spend is in the state topic.
+        let recorded = tokio::task::block_in_place(|| read_all(&broker, &t.state))
+            .into_iter()
+            .filter(|m| m.headers.get("fleetdp-record").map(String::as_str) == Some("advise"))
+            .count();
+        assert_eq!(recorded, 1);
+        // 0.6 + 0.6 > 1: refused, nothing more recorded.
+        let e = fleetdp::advise::run(&v, &opts(0.6), &mut Vec::new())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("refused") && e.contains("1.2"), "{e}");
+        // An unknown stream or a bad ε is refused before anything is recorded.
+        let mut bad = opts(0.1);
+        bad.stream = "nope".into();
+        assert!(fleetdp::advise::run(&v, &bad, &mut Vec::new())
+            .await
+            .is_err());
+        assert!(fleetdp::advise::run(&v, &opts(0.0), &mut Vec::new())
+            .await
+            .is_err());
+        let recorded = tokio::task::block_in_place(|| read_all(&broker, &t.state))
+            .into_iter()
+            .filter(|m| m.headers.get("fleetdp-record").map(String::as_str) == Some("advise"))
+            .count();
+        assert_eq!(recorded, 1);
+    });
+}

@@ -105,6 +105,10 @@ pub fn restore(
                 )
             };
             let kind = header(msg, RECORD_KIND);
+            if kind == Some(crate::advise::ADVISE) {
+                // An advisor run's spend: not the service's state.
+                return Ok(());
+            }
             if kind == Some(KEYS) {
                 let Some(Ok(r)) = msg.payload().map(serde_json::from_slice::<KeysRecord>) else {
                     skip(&mut skipped, at(), "not a keys record");
