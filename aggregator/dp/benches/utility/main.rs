@@ -17,6 +17,8 @@
 //! FleetDP columns are printed alone. `FLEETDP_UTILITY_WINDOWS` changes the
 //! number of windows per shape.
 
+mod advisor;
+
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::continual::RunningState;
 use fleetdp_dp::mechanism::Measure;
@@ -283,6 +285,11 @@ fn opendp(root: &Path, cases: &[Case], shapes: &[Vec<Vec<i64>>]) -> Option<Vec<V
 }
 
 fn main() {
+    // FLEETDP_UTILITY_ONLY=advisor: the advisor's table alone.
+    if std::env::var("FLEETDP_UTILITY_ONLY").as_deref() == Ok("advisor") {
+        advisor::advisor_table();
+        return;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap_or(root);
     let windows: usize = std::env::var("FLEETDP_UTILITY_WINDOWS")
@@ -369,6 +376,7 @@ fn main() {
     }
     running_table(&shapes[0]);
     joint_table(&shapes);
+    advisor::advisor_table();
 }
 
 /// Two levels (p50, p90) at ε per window under change-one: FleetDP's split
