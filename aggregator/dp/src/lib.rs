@@ -15,6 +15,7 @@ pub mod continual;
 pub mod groups;
 pub mod joint;
 pub mod keyselect;
+pub mod local;
 pub mod mechanism;
 pub mod rational;
 pub mod relation;
