@@ -18,6 +18,7 @@
 //! number of windows per shape.
 
 mod advisor;
+mod local;
 
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::continual::RunningState;
@@ -290,6 +291,11 @@ fn main() {
         advisor::advisor_table();
         return;
     }
+    if std::env::var("FLEETDP_UTILITY_ONLY").as_deref() == Ok("local") {
+        let shapes: Vec<Vec<Vec<i64>>> = SHAPES.iter().map(|s| shape(s, 300)).collect();
+        local::ptr_table(&shapes);
+        return;
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = root.canonicalize().unwrap_or(root);
     let windows: usize = std::env::var("FLEETDP_UTILITY_WINDOWS")
@@ -376,6 +382,7 @@ fn main() {
     }
     running_table(&shapes[0]);
     joint_table(&shapes);
+    local::ptr_table(&shapes);
     advisor::advisor_table();
 }
 

@@ -1,0 +1,60 @@
+//! Propose-test-release's median beside the default (the exponential
+//! mechanism over candidates, `quantiles = [0.5]`), same windows, same total
+//! ε (PTR: ε/2 to test, ε/2 to release, δ = 10⁻⁶; change-one, k = 1), and
+//! how often PTR refuses (a refusal is scored as releasing the universe's
+//! midpoint, which is what a consumer without a value would fall back to).
+
+use super::{error, fleetdp, percentile, Case, LOWER, RES, SHAPES, UPPER};
+use fleetdp_dp::local::ptr_median;
+use fleetdp_dp::relation::Relation;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// PTR's proposed bound on the local sensitivity, grid units (0.5 °C).
+const B: i64 = 5;
+
+pub fn ptr_table(shapes: &[Vec<Vec<i64>>]) {
+    println!("\nMedian per window, change-one, same total ε: default (exponential mechanism) beside propose-test-release (b = 0.5 °C, δ = 10⁻⁶); errors p50 · p90 over windows, °C:");
+    println!("| ε | data | default | PTR | PTR refused |");
+    println!("|---|---|---|---|---|");
+    let (lo, hi) = ((LOWER / RES) as i64, (UPPER / RES) as i64);
+    for eps in [0.1, 0.5, 1.0] {
+        for (shape, ws) in SHAPES.iter().zip(shapes).take(3) {
+            let c = Case {
+                stat: "p50",
+                relation: Relation::ChangeOne,
+                eps,
+                shape,
+            };
+            let ours: Vec<f64> = fleetdp(&c, ws, false)
+                .0
+                .iter()
+                .zip(ws)
+                .map(|(r, w)| error("p50", r, w))
+                .collect();
+            let mut rng = ChaCha8Rng::seed_from_u64(17);
+            let mut refused = 0;
+            let ptr: Vec<f64> = ws
+                .iter()
+                .map(|w| {
+                    let mut s = w.clone();
+                    s.sort_unstable();
+                    let v =
+                        ptr_median(&mut rng, &s, lo, hi, B, eps / 2.0, 1e-6).unwrap_or_else(|| {
+                            refused += 1;
+                            (lo + hi) / 2
+                        });
+                    error("p50", &[v as f64 * RES], w)
+                })
+                .collect();
+            println!(
+                "| {eps} | {shape} | {:.3} · {:.3} | {:.3} · {:.3} | {refused} of {} |",
+                percentile(&ours, 0.5),
+                percentile(&ours, 0.9),
+                percentile(&ptr, 0.5),
+                percentile(&ptr, 0.9),
+                ws.len()
+            );
+        }
+    }
+}
