@@ -186,3 +186,74 @@ fn schema_registry_framed_protobuf_is_read() {
         );
     });
 }
+
+/// The fleet's own Protobuf message (`acme.v1.Telemetry`, the README's
+/// worked example) through its descriptor set and `[input]` paths, framed
+/// by Schema Registry: readings of both mapped metrics are released; a
+/// message of another type in the schema (index [1]) and one without its
+/// device id are dead-lettered naming what is wrong.
+#[test]
+fn a_fleets_own_protobuf_messages_are_read_through_their_descriptor_set() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "described", 1).await;
+        let dir = std::env::temp_dir().join(unique("fleetdp-described"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = dir.join("telemetry.pb");
+        std::fs::write(&set, ingest::example_descriptor_set()).unwrap();
+        let text = config_text(
+            &broker,
+            &t,
+            "epsilon_per_device = 50.0\nhorizon = \"24h\"",
+            &format!(
+                "[input]\ndevice_id = \"vin\"\nevent_time = \"ts\"\nprotobuf_descriptor_set = {:?}\nprotobuf_message = \"acme.v1.Telemetry\"\n\
+                 [input.streams]\ntemp = \"cabin.temp\"\nbattery = \"tyres.0\"",
+                set.display().to_string()
+            ),
+            &STREAMS.replace("lower = 10.0\nupper = 15.0", "lower = 0.0\nupper = 5.0"),
+        )
+        .replace("[kafka]\n", "[kafka]\ninput_framing = \"confluent\"\nread_content_type = false\n");
+        let v = fleetdp::config::Config::parse(&text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let at = now_ms() - 60_000;
+        let out = |key: &str, payload: Vec<u8>| Out {
+            partition: Some(0),
+            key: key.to_string(),
+            payload,
+            content_type: None,
+        };
+        let mut msgs: Vec<Out> = (0..10)
+            .map(|i| {
+                let vin = format!("VIN{i}");
+                let body = ingest::example_message(&vin, at + i, Some(20.0 + i as f64), "4.2");
+                out(&vin, ingest::frame(3, Some(&[0]), &body))
+            })
+            .collect();
+        let body = ingest::example_message("VINX", at, Some(1.0), "4.2");
+        msgs.push(out("other-type", ingest::frame(3, Some(&[1]), &body)));
+        let body = ingest::example_message("", at, Some(1.0), "4.2");
+        msgs.push(out("no-vin", ingest::frame(3, Some(&[0]), &body)));
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, [8; 32]);
+        assert!(
+            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
+            "released {}",
+            count(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(count(&c.readings_accepted), 20, "a temperature and a tyre each");
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
+        assert_eq!(rs.iter().filter(|r| r.stream == "battery").count(), 2);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        let details: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-detail"].as_str()).collect();
+        assert_eq!(details.len(), 2, "{details:?}");
+        assert!(details.iter().any(|d| d.contains("message index [1]") && d.contains("acme.v1.Telemetry")), "{details:?}");
+        assert!(details.iter().any(|d| d.contains("'vin'")), "{details:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

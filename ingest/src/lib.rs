@@ -7,11 +7,13 @@
 //! machine-readable [`Reason`] and a human message naming the field; neither
 //! ever contains a reading's value.
 
+mod described;
 mod framing;
 mod json;
 mod mapped;
 mod scan;
 
+pub use described::{example_descriptor_set, example_message, Described};
 pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
 
@@ -219,6 +221,8 @@ pub struct Decoder {
     mapping: Option<Mapping>,
     /// How messages are framed around their payload.
     framing: Framing,
+    /// Protobuf payloads are the fleet's own message, read by `mapping`.
+    described: Option<Described>,
 }
 
 /// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
@@ -253,7 +257,15 @@ impl Decoder {
             limits,
             mapping: None,
             framing: Framing::None,
+            described: None,
         }
+    }
+
+    /// Read Protobuf payloads as the fleet's own message (its descriptor),
+    /// through the mapping of [`Decoder::with_mapping`].
+    pub fn with_described(mut self, described: Described) -> Self {
+        self.described = Some(described);
+        self
     }
 
     /// Read messages framed as `framing` (e.g. Schema Registry's).
@@ -295,7 +307,10 @@ impl Decoder {
             Framing::Confluent => {
                 let protobuf = format != Format::Json;
                 let f = framing::unframe(payload, protobuf)?;
-                if protobuf {
+                if let (true, Some(d)) = (protobuf, &self.described) {
+                    d.check_indexes(&f.indexes)?;
+                    format = Format::Protobuf;
+                } else if protobuf {
                     // The message index names the message in fleetdp.proto.
                     format = match f.indexes.as_slice() {
                         [0] => Format::Protobuf,
@@ -314,6 +329,18 @@ impl Decoder {
             }
         };
         let raw: Vec<RawReading> = match format {
+            Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
+                let (d, m) = (
+                    self.described.as_ref().expect("matched"),
+                    self.mapping.as_ref(),
+                );
+                let m = m.ok_or_else(|| {
+                    Rejection::new(Reason::Undecodable, "a described message needs a mapping")
+                })?;
+                let raw = m.readings_of(&[d.to_json(payload)?])?;
+                self.check_count(raw.len())?;
+                raw
+            }
             Format::Protobuf => {
                 // The common case: one reading, validated without a batch.
                 let r = DeviceReading::decode(payload).map_err(|e| {

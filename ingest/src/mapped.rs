@@ -137,7 +137,11 @@ use crate::RawReading as Raw;
 impl Mapping {
     /// The readings of a payload of documents (at most `max_docs`).
     pub(crate) fn readings(&self, payload: &[u8], max_docs: usize) -> Result<Vec<Raw>, Rejection> {
-        let docs = parse_docs(payload, max_docs)?;
+        self.readings_of(&parse_docs(payload, max_docs)?)
+    }
+
+    /// The readings of decoded documents.
+    pub(crate) fn readings_of(&self, docs: &[Value]) -> Result<Vec<Raw>, Rejection> {
         let mut out = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
             let device = match self.device_id.find(doc) {

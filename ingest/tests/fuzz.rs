@@ -3,7 +3,10 @@
 //! rejected with a reason. CI runs 10⁵ cases per property; for a long run:
 //! `PROPTEST_CASES=10000000 cargo test --release -p fleetdp-ingest --test fuzz`.
 
-use fleetdp_ingest::{frame, Decoder, Format, Framing, Limits, Mapping, Path, TimeUnit};
+use fleetdp_ingest::{
+    example_descriptor_set, example_message, frame, Decoder, Described, Format, Framing, Limits,
+    Mapping, Path, TimeUnit,
+};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -38,6 +41,28 @@ fn mapped() -> Decoder {
         ],
         labels: vec![],
     })
+}
+
+/// The fleet's own Protobuf message (`acme.v1.Telemetry`) through its
+/// descriptor set: temp = `cabin.temp`, speed = `tyres.0`.
+fn described() -> Decoder {
+    static D: std::sync::OnceLock<Decoder> = std::sync::OnceLock::new();
+    D.get_or_init(described_decoder).clone()
+}
+
+fn described_decoder() -> Decoder {
+    decoder(Format::Protobuf)
+        .with_mapping(Mapping {
+            device_id: Path::parse("vin").unwrap(),
+            event_time: Path::parse("ts").unwrap(),
+            unit: TimeUnit::Milliseconds,
+            streams: vec![
+                ("temp".into(), Path::parse("cabin.temp").unwrap()),
+                ("speed".into(), Path::parse("tyres.0").unwrap()),
+            ],
+            labels: vec![],
+        })
+        .with_described(Described::new(&example_descriptor_set(), "acme.v1.Telemetry").unwrap())
 }
 
 /// A field of a document: absent, or one of several kinds of value.
@@ -146,6 +171,31 @@ proptest! {
             check(&decoder(f), &payload, ct.as_deref());
         }
         check(&mapped(), &payload, ct.as_deref());
+        check(&described(), &payload, None);
+        check(&described().with_framing(Framing::Confluent), &payload, None);
+    }
+
+    /// The fleet's own Protobuf messages: accepted exactly when the device
+    /// id is present (proto3: non-empty) and at most 256 bytes, the time is
+    /// present (non-zero) and every mapped value present is finite; then
+    /// the temperature (when set and non-zero) and the tyre. Damaged bytes
+    /// never panic.
+    #[test]
+    fn described_messages_are_accepted_exactly_when_valid(
+        vin in prop_oneof![Just(String::new()), "[a-z0-9-]{1,12}", ".{257,300}"],
+        ts in prop_oneof![Just(0i64), 1i64..4_000_000_000_000],
+        temp in prop_oneof![Just(None), Just(Some(f64::NAN)), Just(Some(f64::INFINITY)), (-100.0f64..100.0).prop_map(Some)],
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let payload = example_message(&vin, ts, temp, "4.2");
+        let valid = !vin.is_empty() && vin.len() <= 256 && ts != 0 && temp.is_none_or(f64::is_finite);
+        let got = described().decode(&payload, None);
+        prop_assert_eq!(got.is_ok(), valid, "{:?}", got.as_ref().err());
+        if let Ok(rs) = got {
+            let with_temp = temp.is_some_and(|t| t != 0.0);
+            prop_assert_eq!(rs.len(), 1 + usize::from(with_temp));
+        }
+        check(&described(), &payload[..cut.index(payload.len() + 1)], None);
     }
 
     /// Mapped documents: accepted exactly when every document has a device

@@ -1,6 +1,7 @@
-//! `[input]`: reading a fleet's own JSON documents — where the device id,
-//! the event time and each stream's value live (paths), and how the time is
-//! written. Validated at start; each error names the field.
+//! `[input]`: reading a fleet's own JSON documents or Protobuf messages
+//! (through their descriptor set) — where the device id, the event time and
+//! each stream's value live (paths), and how the time is written. Validated
+//! at start; each error names the field.
 
 use anyhow::{anyhow, bail, Result};
 use ingest::{Mapping, Path, TimeUnit};
@@ -24,13 +25,46 @@ pub struct InputConfig {
     /// Dimension name = path of its value (for streams with `group_by`).
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The fleet's messages are Protobuf: a serialized `FileDescriptorSet`
+    /// (`protoc --descriptor_set_out=… --include_imports`) holding them.
+    #[serde(default)]
+    pub protobuf_descriptor_set: Option<std::path::PathBuf>,
+    /// The message type in it, fully qualified (`acme.v1.Telemetry`).
+    #[serde(default)]
+    pub protobuf_message: Option<String>,
 }
+
+/// Largest descriptor set read (bytes).
+pub const MAX_DESCRIPTOR_SET_BYTES: u64 = 16 << 20;
 
 fn default_unit() -> String {
     "ms".into()
 }
 
 impl InputConfig {
+    /// The fleet's Protobuf message, if declared.
+    pub(crate) fn described(&self) -> Result<Option<ingest::Described>> {
+        match (&self.protobuf_descriptor_set, &self.protobuf_message) {
+            (None, None) => Ok(None),
+            (Some(_), None) | (None, Some(_)) => bail!(
+                "input.protobuf_descriptor_set and input.protobuf_message: declare both (the set's file and the message's full name) or neither"
+            ),
+            (Some(path), Some(name)) => {
+                let field = "input.protobuf_descriptor_set";
+                let size = std::fs::metadata(path)
+                    .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?
+                    .len();
+                if size > MAX_DESCRIPTOR_SET_BYTES {
+                    bail!("{field}: {} is {size} bytes; at most {MAX_DESCRIPTOR_SET_BYTES}", path.display());
+                }
+                let bytes = std::fs::read(path).map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?;
+                ingest::Described::new(&bytes, name)
+                    .map(Some)
+                    .map_err(|e| anyhow!("input.protobuf_message / {field} ({}): {e}", path.display()))
+            }
+        }
+    }
+
     /// The mapping, its streams in `declared` order.
     pub(crate) fn mapping(&self, declared: &[String]) -> Result<Mapping> {
         let path =

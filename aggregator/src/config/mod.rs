@@ -304,6 +304,8 @@ pub struct Validated {
     pub fleet: Fleet,
     /// `[input]`, if declared.
     pub mapping: Option<ingest::Mapping>,
+    /// `[input]`'s Protobuf message, if declared.
+    pub described: Option<ingest::Described>,
     /// Per declared stream (config order): how its readings find their
     /// group, if it has `group_by`.
     pub groupings: Vec<Option<dimensions::Grouping>>,
@@ -498,6 +500,13 @@ impl Config {
             .as_ref()
             .map(|i| i.mapping(&declared))
             .transpose()?;
+        let described = match &self.input {
+            Some(i) => i.described()?,
+            None => None,
+        };
+        if described.is_some() && self.kafka.input_format == ingest::Format::Json {
+            bail!("kafka.input_format: \"json\" with input.protobuf_message; set \"protobuf\" (the fleet's messages are Protobuf)");
+        }
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -543,6 +552,7 @@ impl Config {
             stall_timeout,
             fleet,
             mapping,
+            described,
             groupings,
         })
     }

@@ -89,7 +89,10 @@ pub fn decoder(v: &Validated) -> Decoder {
             ..Limits::default()
         },
     );
-    let d = d.with_framing(v.config.kafka.input_framing);
+    let mut d = d.with_framing(v.config.kafka.input_framing);
+    if let Some(described) = &v.described {
+        d = d.with_described(described.clone());
+    }
     match &v.mapping {
         Some(m) => d.with_mapping(m.clone()),
         None => d,
