@@ -10,6 +10,15 @@
 //! timing is public there) and a later one supersedes it; under add-remove
 //! only the bound on waiting seqs (`fleet.max_pending`, a count of public
 //! seqs) ever cuts a wait short.
+//!
+//! Private keys: a slot is bound per partition (one partition's `#1` may be
+//! another's `#2`), so slot releases are combined by the key they carry in
+//! `group`, as a fleet stream `<stream>[<dimension>=<key>,…]` of its own,
+//! and only once every input partition has released that key for the seq:
+//! a key some partition has not selected gets no fleet-wide record (a
+//! partial one would read as the fleet's), nor does `other` (its readings
+//! differ per partition). Which keys are bound is a DP output, so this is
+//! post-processing.
 
 use crate::config::Validated;
 use crate::dp::relation::Relation;
@@ -38,9 +47,17 @@ pub(crate) enum Offered {
     /// Not a stream of this plan, or released under another plan (its
     /// guarantee differs): never combined with this plan's releases.
     Foreign,
-    /// A slot of private keys: bound per partition (one partition's `#1`
-    /// may be another's `#2`), so released per partition only.
+    /// Private keys' `other` group: its readings differ per partition, so
+    /// it is released per partition only.
     PerPartition,
+}
+
+/// A fleet stream of a private key (module doc): its name and group, and
+/// the planned stream whose parameters its slot releases share.
+struct Keyed {
+    name: String,
+    group: HashMap<String, String>,
+    plan: usize,
 }
 
 /// Decides and builds fleet-wide releases.
@@ -58,6 +75,9 @@ pub(crate) struct Combiner {
     progress: HashMap<(usize, i32), u64>,
     /// Seqs published complete, per stream (the newest `max_pending`).
     done: Vec<BTreeSet<u64>>,
+    /// Fleet streams of private keys, indexed from the plan's stream count
+    /// on (`caches`, `guarantees` and `done` grow with them).
+    keyed: Vec<Keyed>,
 }
 
 impl Combiner {
@@ -74,6 +94,7 @@ impl Combiner {
             pending: BTreeMap::new(),
             progress: HashMap::new(),
             done: vec![BTreeSet::new(); streams],
+            keyed: Vec::new(),
             v,
         }
     }
@@ -84,7 +105,54 @@ impl Combiner {
     }
 
     fn stream_of(&self, name: &str) -> Option<usize> {
-        self.v.plan.streams.iter().position(|s| s.spec.name == name)
+        self.v
+            .plan
+            .streams
+            .iter()
+            .position(|s| s.spec.name == name)
+            .or_else(|| {
+                let n = self.v.plan.streams.len();
+                self.keyed
+                    .iter()
+                    .position(|k| k.name == name)
+                    .map(|i| n + i)
+            })
+    }
+
+    /// A fleet stream of a private key is not the plan's: its index.
+    fn is_keyed(&self, s: usize) -> bool {
+        s >= self.v.plan.streams.len()
+    }
+
+    /// The fleet stream of a slot's release (`None`: `other`), made if new.
+    fn keyed_stream(&mut self, s: usize, r: &proto::WindowRelease) -> Option<usize> {
+        let plan = &self.v.plan.streams[s];
+        let of = plan.group.as_ref()?;
+        let private = plan.spec.groups.as_ref()?.private.as_ref()?;
+        let mut key = Vec::new();
+        for (dimension, slot) in of.values() {
+            let value = r.group.get(dimension)?;
+            // The private dimension's `other`, or a slot not named by the
+            // release: nothing to combine by.
+            if dimension == private.dimension && (!slot.starts_with('#') || value.starts_with('#'))
+            {
+                return None;
+            }
+            key.push(format!("{dimension}={value}"));
+        }
+        let name = crate::dp::release::group_stream_name(&of.base, &key.join(","));
+        if let Some(i) = self.stream_of(&name) {
+            return Some(i);
+        }
+        self.keyed.push(Keyed {
+            name,
+            group: r.group.clone(),
+            plan: s,
+        });
+        self.caches.push(FleetCache::default());
+        self.guarantees.push(self.guarantees[s].clone());
+        self.done.push(BTreeSet::new());
+        Some(self.v.plan.streams.len() + self.keyed.len() - 1)
     }
 
     /// A partition's release; returns the fleet records it completes.
@@ -96,9 +164,17 @@ impl Combiner {
         let Some(s) = self.stream_of(&r.stream) else {
             return (Offered::Foreign, vec![]);
         };
-        if self.v.plan.streams[s].selection.is_some() {
-            return (Offered::PerPartition, vec![]);
-        }
+        let s = if self.v.plan.streams[s].selection.is_some() {
+            if r.guarantee.as_ref() != Some(&self.guarantees[s]) {
+                return (Offered::Foreign, vec![]);
+            }
+            match self.keyed_stream(s, &r) {
+                Some(k) => k,
+                None => return (Offered::PerPartition, vec![]),
+            }
+        } else {
+            s
+        };
         if r.guarantee.as_ref() != Some(&self.guarantees[s])
             || !(0..self.input_partitions).contains(&r.partition)
         {
@@ -127,7 +203,8 @@ impl Combiner {
             .filter(|(&(_, q), w)| {
                 (0..self.input_partitions).all(|part| {
                     w.parts.contains_key(&part)
-                        || self.progress.get(&(s, part)).is_some_and(|&hi| hi > q)
+                        || (!self.is_keyed(s)
+                            && self.progress.get(&(s, part)).is_some_and(|&hi| hi > q))
                 })
             })
             .map(|(k, _)| *k)
@@ -161,8 +238,10 @@ impl Combiner {
         let late: Vec<(usize, u64)> = self
             .pending
             .iter()
-            .filter(|(_, w)| {
-                now.duration_since(w.first_seen) >= wait && w.published != Some(w.parts.len())
+            .filter(|(&(s, _), w)| {
+                !self.is_keyed(s)
+                    && now.duration_since(w.first_seen) >= wait
+                    && w.published != Some(w.parts.len())
             })
             .map(|(k, _)| *k)
             .collect();
@@ -177,6 +256,7 @@ impl Combiner {
                 self.input_partitions,
                 k,
                 w,
+                None,
             ));
         }
         out
@@ -187,8 +267,20 @@ impl Combiner {
     fn over_cap(&mut self) -> Vec<proto::FleetRelease> {
         let mut out = vec![];
         while self.pending.len() > self.max_pending {
-            let (k, w) = self.pending.pop_first().expect("over the cap");
-            if w.published != Some(w.parts.len()) {
+            // Private keys' waits go first (they are never published
+            // partial), so they never push out a plan stream's seq.
+            let keyed = self
+                .pending
+                .keys()
+                .filter(|k| self.is_keyed(k.0))
+                .min_by_key(|k| k.1)
+                .copied();
+            let (k, w) = match keyed {
+                Some(k) => (k, self.pending.remove(&k).expect("listed")),
+                None => self.pending.pop_first().expect("over the cap"),
+            };
+            // A private key's partial record is never published.
+            if w.published != Some(w.parts.len()) && !self.is_keyed(k.0) {
                 out.extend(self.build(k, &w));
             }
         }
@@ -204,7 +296,18 @@ impl Combiner {
     }
 
     fn build(&mut self, k: (usize, u64), w: &Pending) -> Option<proto::FleetRelease> {
-        build(&self.v, &mut self.caches[k.0], self.input_partitions, k, w)
+        let keyed =
+            k.0.checked_sub(self.v.plan.streams.len())
+                .map(|i| &self.keyed[i]);
+        let keyed = keyed.map(|x| (x.plan, x.name.clone(), x.group.clone()));
+        build(
+            &self.v,
+            &mut self.caches[k.0],
+            self.input_partitions,
+            k,
+            w,
+            keyed,
+        )
     }
 }
 
@@ -216,8 +319,9 @@ fn build(
     input_partitions: i32,
     (s, seq): (usize, u64),
     w: &Pending,
+    keyed: Option<(usize, String, HashMap<String, String>)>,
 ) -> Option<proto::FleetRelease> {
-    let plan = &v.plan.streams[s];
+    let plan = &v.plan.streams[keyed.as_ref().map_or(s, |k| k.0)];
     let stats: Vec<Vec<ReleasedStatistic>> = w
         .parts
         .values()
@@ -255,8 +359,15 @@ fn build(
         })
         .collect();
     let rs = || w.parts.values();
+    let (stream, group) = match keyed {
+        Some((_, name, group)) => (name, group),
+        None => (
+            plan.spec.name.clone(),
+            crate::config::dimensions::group_map(plan),
+        ),
+    };
     Some(proto::FleetRelease {
-        stream: plan.spec.name.clone(),
+        stream,
         window_seq: seq,
         partitions: w.parts.keys().copied().collect(),
         input_partitions,
@@ -267,7 +378,7 @@ fn build(
         last_event_time_ms: rs().map(|r| r.last_event_time_ms).max().unwrap_or(0),
         statistics,
         guarantee: first.guarantee.clone(),
-        group: crate::config::dimensions::group_map(plan),
+        group,
         released_at_ms: rs().map(|r| r.released_at_ms).max().unwrap_or(0),
     })
 }

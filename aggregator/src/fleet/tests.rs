@@ -238,3 +238,96 @@ fn decisions_and_public_fields_ignore_the_released_values() {
         assert_eq!(a, b, "{:?}", v.plan.privacy.relation);
     }
 }
+
+/// Private keys: slot releases are combined by the key they carry, whatever
+/// slot each partition bound it to; a key one partition lacks, `other`, and
+/// past the bound a key's partial wait, publish nothing.
+#[test]
+fn private_keys_combine_by_their_key_and_only_complete() {
+    let text = CHANGE_ONE
+        .replace(
+            "horizon = \"24h\"",
+            "horizon = \"24h\"\nrelation = \"add-remove\"",
+        )
+        .replace("window_size = 4", "window = \"1m\"")
+        .replace(
+            "[[stream]]",
+            "[dimensions]\nfw = { private = true, max_keys = 2 }\n[[stream]]",
+        )
+        + "group_by = [\"fw\"]\nbudget_share = 0.5\n"
+        + "[[stream]]\nname = \"u\"\nlower = 0.0\nupper = 100.0\nresolution = 0.5\nwindow = \"1m\"\n\
+           max_windows_per_device = 10\nbudget_share = 0.5\nstatistics = [\"count\", \"sum\"]\n";
+    let v = validated(&text);
+    let index = |name: &str| {
+        v.plan
+            .streams
+            .iter()
+            .position(|s| s.spec.name == name)
+            .unwrap()
+    };
+    let slot = |stream: &str, p: i32, seq: u64, key: &str| {
+        let s = &v.plan.streams[index(stream)];
+        let mut r = release(&v, p, seq, &[1, 2, 3]);
+        r.stream = stream.into();
+        r.guarantee = Some(v.guarantee(s));
+        r.group = HashMap::from([("fw".to_string(), key.to_string())]);
+        r
+    };
+    let mut c = Combiner::new(v.clone(), 2);
+    let t0 = Instant::now();
+    // b7 is slot #1 on partition 0 and #2 on partition 1.
+    let (how, out) = c.offer(slot("t[fw=#1]", 0, 5, "b7"), t0);
+    assert_eq!((how, out.len()), (Offered::Kept, 0));
+    let (_, out) = c.offer(slot("t[fw=#2]", 1, 5, "b7"), t0);
+    assert_eq!(out.len(), 1);
+    let f = &out[0];
+    assert_eq!(f.stream, "t[fw=b7]");
+    assert!(f.complete && f.partitions == [0, 1]);
+    assert_eq!(
+        f.group,
+        HashMap::from([("fw".to_string(), "b7".to_string())])
+    );
+    // Read back, the record ends any wait for it.
+    c.seen(f);
+    assert_eq!(c.offer(slot("t[fw=#1]", 0, 5, "b7"), t0).0, Offered::Done);
+    // A plan stream waits for partition 1 meanwhile.
+    let u = |p: i32, seq: u64| {
+        let s = &v.plan.streams[index("u")];
+        let mut r = release(&v, p, seq, &[1, 2, 3]);
+        r.stream = "u".into();
+        r.guarantee = Some(v.guarantee(s));
+        r.statistics = s
+            .release(&ReleaseKey::from_bytes([1; 32]), p, seq, &[1, 2, 3])
+            .iter()
+            .map(|x| proto::Statistic {
+                name: x.name.clone(),
+                values: x.values.clone(),
+                level: x.level,
+                mechanism: x.mechanism.clone(),
+                sensitivity: x.sensitivity,
+                scale: x.scale,
+                spent: x.spent,
+                half_width: x.half_width,
+                bin_edges: vec![],
+            })
+            .collect();
+        r
+    };
+    assert!(c.offer(u(0, 6), t0).1.is_empty());
+    // b9 only on partition 0: kept waiting, never published, not even past
+    // the bound or on a timer.
+    for seq in 6..12 {
+        let (_, out) = c.offer(slot("t[fw=#2]", 0, seq, "b9"), t0);
+        assert!(out.is_empty(), "seq {seq}: {out:?}");
+    }
+    assert!(c.due(t0 + Duration::from_secs(3600)).is_empty());
+    // Those waits never pushed the plan stream's seq out partial: it
+    // completes when partition 1 releases it.
+    let (_, out) = c.offer(u(1, 6), t0);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].stream == "u" && out[0].complete, "{:?}", out[0]);
+    assert_eq!(
+        c.offer(slot("t[fw=other]", 0, 5, "other"), t0).0,
+        Offered::PerPartition
+    );
+}
