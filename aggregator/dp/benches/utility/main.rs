@@ -294,6 +294,7 @@ fn main() {
     if std::env::var("FLEETDP_UTILITY_ONLY").as_deref() == Ok("local") {
         let shapes: Vec<Vec<Vec<i64>>> = SHAPES.iter().map(|s| shape(s, 300)).collect();
         local::ptr_table(&shapes);
+        local::aggregate_table(&shapes);
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -383,6 +384,7 @@ fn main() {
     running_table(&shapes[0]);
     joint_table(&shapes);
     local::ptr_table(&shapes);
+    local::aggregate_table(&shapes);
     advisor::advisor_table();
 }
 
