@@ -14,14 +14,12 @@ use crate::config::Validated;
 use crate::dp::advise::{advise, Advice, AdviseSpec};
 use crate::dp::mechanism::Measure;
 use crate::kafka::{self, produce_acked, read_topic, Record};
+pub use crate::state::ADVISE;
 use crate::state::RECORD_KIND;
 use anyhow::{anyhow, bail, Context as _, Result};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use std::collections::HashMap;
 use std::io::Write;
-
-/// [`RECORD_KIND`] of an advisor run's spend in the state topic.
-pub const ADVISE: &str = "advise";
 
 /// Most readings a run may sample.
 pub const MAX_SAMPLE: u64 = 10_000_000;

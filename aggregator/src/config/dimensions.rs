@@ -160,6 +160,31 @@ pub fn validate(dims: &BTreeMap<String, Dimension>) -> Result<()> {
     Ok(())
 }
 
+/// A horizon's selected private keys route from two horizons on, so every
+/// reading of those must be stamped after the selection moment
+/// (`crate::keys`): `max_lateness + max_clock_skew ≤ horizon`.
+pub fn check_private_timing(
+    groupings: &[Option<Grouping>],
+    streams: &[super::StreamConfig],
+    lateness_and_skew: std::time::Duration,
+    horizon: std::time::Duration,
+) -> Result<()> {
+    let private = groupings
+        .iter()
+        .zip(streams)
+        .find(|(g, _)| g.as_ref().is_some_and(|g| g.private_dimension().is_some()));
+    if let Some((_, s)) = private {
+        if lateness_and_skew > horizon {
+            bail!(
+                "stream '{}': group_by with private keys needs limits.max_lateness + limits.max_clock_skew \
+                 ({lateness_and_skew:?}) at most privacy.horizon ({horizon:?})",
+                s.name
+            );
+        }
+    }
+    Ok(())
+}
+
 /// How one grouped stream finds a reading's group.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Grouping {

@@ -525,23 +525,12 @@ impl Config {
         if let Some(r) = &self.registry {
             r.validate(&topics, groupings.iter().any(Option::is_some))?;
         }
-        if let Some(g) = groupings
-            .iter()
-            .zip(&self.streams)
-            .find(|(g, _)| g.as_ref().is_some_and(|g| g.private_dimension().is_some()))
-        {
-            // A horizon's selected keys route from two horizons on; every
-            // reading of those must be stamped after the selection moment
-            // (`crate::keys`).
-            if max_lateness + max_clock_skew > horizon {
-                bail!(
-                    "stream '{}': group_by with private keys needs limits.max_lateness + limits.max_clock_skew \
-                     ({:?}) at most privacy.horizon ({horizon:?})",
-                    g.1.name,
-                    max_lateness + max_clock_skew
-                );
-            }
-        }
+        dimensions::check_private_timing(
+            &groupings,
+            &self.streams,
+            max_lateness + max_clock_skew,
+            horizon,
+        )?;
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
         Ok(Validated {
             config: self,

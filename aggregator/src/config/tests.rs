@@ -386,6 +386,30 @@ fn groups_are_validated_and_planned() {
             ),
             "registry.max_devices",
         ),
+        // Private keys route from two horizons on: lateness and skew must
+        // fit in a horizon; their settings only with a private dimension.
+        (
+            grouped
+                .replace(
+                    "firmware = [\"4.1\", \"4.2\"]",
+                    "firmware = { private = true, max_keys = 2 }",
+                )
+                .replace("horizon = \"24h\"", "horizon = \"30m\""),
+            "max_lateness + limits.max_clock_skew",
+        ),
+        (
+            grouped.replace("max_groups_per_device = 2", "key_selection_share = 0.2"),
+            "key_selection_share",
+        ),
+        (
+            grouped
+                .replace(
+                    "firmware = [\"4.1\", \"4.2\"]",
+                    "firmware = { private = true, max_keys = 2 }",
+                )
+                .replace("max_groups_per_device = 2", "key_selection_delta = 0.7"),
+            "key_selection_delta",
+        ),
     ];
     for (text, field) in cases {
         let e = Config::parse(&text)

@@ -50,6 +50,10 @@ pub const LEDGER: &str = "ledger";
 /// and partition): written, acknowledged, before anything routed by them
 /// is released, so a restart never selects a horizon's keys again.
 pub const KEYS: &str = "keys";
+/// [`RECORD_KIND`] of an advisor run's spend (`fleetdp advise`, key
+/// `advise/<stream>/<horizon>/<run>`): not the service's state, skipped by
+/// restore.
+pub const ADVISE: &str = "advise";
 /// [`RECORD_KIND`] of a fleet-wide release on the output topic
 /// ([`crate::fleet`]; derived, never part of a restore).
 pub const FLEET: &str = "fleet";

@@ -105,7 +105,7 @@ pub fn restore(
                 )
             };
             let kind = header(msg, RECORD_KIND);
-            if kind == Some(crate::advise::ADVISE) {
+            if kind == Some(super::ADVISE) {
                 // An advisor run's spend: not the service's state.
                 return Ok(());
             }
