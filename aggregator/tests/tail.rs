@@ -239,7 +239,9 @@ fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
             inside as f64 >= 0.99 * values.len() as f64,
             "[{lower}, {upper}]:\n{text}"
         );
-        assert!(upper - lower < 200.0, "{text}");
+        // Not the whole grid (±2⁶⁰): with 3,000 readings the scans' noise
+        // can overshoot by a few powers of two (README, Choosing bounds).
+        assert!(lower > -1e4 && upper < 1e4, "{text}");
         assert!(
             text.contains("ε = 0.6 per device") && text.contains("the plan with these bounds"),
             "{text}"

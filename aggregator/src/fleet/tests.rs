@@ -46,11 +46,22 @@ fn add_remove() -> Arc<Validated> {
 
 /// Partition `p`'s release of `seq`, values `values` (grid units).
 fn release(v: &Validated, p: i32, seq: u64, values: &[i64]) -> proto::WindowRelease {
-    let s = &v.plan.streams[0];
+    release_of(v, 0, p, seq, values)
+}
+
+/// [`release`] of planned stream `index`.
+fn release_of(
+    v: &Validated,
+    index: usize,
+    p: i32,
+    seq: u64,
+    values: &[i64],
+) -> proto::WindowRelease {
+    let s = &v.plan.streams[index];
     let key = ReleaseKey::from_bytes([1; 32]);
     let stats = s.release(&key, p, seq, values);
     proto::WindowRelease {
-        stream: "t".into(),
+        stream: s.spec.name.clone(),
         partition: p,
         window_seq: seq,
         n: if s.spec.window_size > 0 {
@@ -266,10 +277,7 @@ fn private_keys_combine_by_their_key_and_only_complete() {
             .unwrap()
     };
     let slot = |stream: &str, p: i32, seq: u64, key: &str| {
-        let s = &v.plan.streams[index(stream)];
-        let mut r = release(&v, p, seq, &[1, 2, 3]);
-        r.stream = stream.into();
-        r.guarantee = Some(v.guarantee(s));
+        let mut r = release_of(&v, index(stream), p, seq, &[1, 2, 3]);
         r.group = HashMap::from([("fw".to_string(), key.to_string())]);
         r
     };
@@ -291,28 +299,7 @@ fn private_keys_combine_by_their_key_and_only_complete() {
     c.seen(f);
     assert_eq!(c.offer(slot("t[fw=#1]", 0, 5, "b7"), t0).0, Offered::Done);
     // A plan stream waits for partition 1 meanwhile.
-    let u = |p: i32, seq: u64| {
-        let s = &v.plan.streams[index("u")];
-        let mut r = release(&v, p, seq, &[1, 2, 3]);
-        r.stream = "u".into();
-        r.guarantee = Some(v.guarantee(s));
-        r.statistics = s
-            .release(&ReleaseKey::from_bytes([1; 32]), p, seq, &[1, 2, 3])
-            .iter()
-            .map(|x| proto::Statistic {
-                name: x.name.clone(),
-                values: x.values.clone(),
-                level: x.level,
-                mechanism: x.mechanism.clone(),
-                sensitivity: x.sensitivity,
-                scale: x.scale,
-                spent: x.spent,
-                half_width: x.half_width,
-                bin_edges: vec![],
-            })
-            .collect();
-        r
-    };
+    let u = |p: i32, seq: u64| release_of(&v, index("u"), p, seq, &[1, 2, 3]);
     assert!(c.offer(u(0, 6), t0).1.is_empty());
     // b9 only on partition 0: kept waiting, never published, not even past
     // the bound or on a timer.
