@@ -23,7 +23,6 @@
 //! Laplace noise, whose ratio bounds are those of the continuous one. Sequential
 //! composition gives ε in total (pure DP); the caller charges it.
 
-use crate::rational;
 use crate::sampler::DiscreteLaplace;
 use rand::Rng;
 
@@ -78,19 +77,12 @@ pub fn candidates() -> Vec<f64> {
         .collect()
 }
 
-fn laplace(scale: f64) -> DiscreteLaplace {
-    DiscreteLaplace::new(&rational::round_up(
-        &rational::exact(scale),
-        rational::ROUNDING_BITS,
-    ))
-}
-
 /// AboveThreshold over `counts` (one per candidate, in scan order): the
 /// first index whose noisy count is at or below the noisy `tau` (the last
 /// one if none is).
 fn scan<R: Rng + ?Sized>(rng: &mut R, counts: &[i128], tau: i128, delta: f64, eps: f64) -> usize {
-    let threshold = tau + laplace(2.0 * delta / eps).sample(rng);
-    let query = laplace(4.0 * delta / eps);
+    let threshold = tau + DiscreteLaplace::at_least(2.0 * delta / eps).sample(rng);
+    let query = DiscreteLaplace::at_least(4.0 * delta / eps);
     counts
         .iter()
         .position(|&c| c + query.sample(rng) <= threshold)
@@ -131,7 +123,7 @@ pub fn advise<R: Rng + ?Sized>(
     let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
     sorted.sort_by(f64::total_cmp);
     let n = sorted.len() as i128;
-    let n_hat = n + laplace(delta / (eps / 5.0)).sample(rng);
+    let n_hat = n + DiscreteLaplace::at_least(delta / (eps / 5.0)).sample(rng);
     let tau = ((n_hat.max(0) as f64) * (1.0 - spec.coverage) / 4.0).floor() as i128;
     let grid = candidates();
     // Readings above each candidate (ascending grid, scanned upwards).
@@ -155,7 +147,7 @@ pub fn advise<R: Rng + ?Sized>(
     };
     let outside = sorted.partition_point(|&x| x < lower)
         + (sorted.len() - sorted.partition_point(|&x| x <= upper));
-    let noisy_out = outside as i128 + laplace(delta / (eps / 5.0)).sample(rng);
+    let noisy_out = outside as i128 + DiscreteLaplace::at_least(delta / (eps / 5.0)).sample(rng);
     let clamp_rate = if n_hat > 0 {
         (noisy_out as f64 / n_hat as f64).clamp(0.0, 1.0)
     } else {

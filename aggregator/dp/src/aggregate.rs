@@ -14,7 +14,6 @@
 //! `tests/aggregate_bruteforce.rs` checks the bound on every small input and
 //! audits the release.
 
-use crate::rational;
 use crate::sampler::DiscreteLaplace;
 use rand::Rng;
 
@@ -60,11 +59,7 @@ pub fn release<R: Rng + ?Sized>(
     // Rounding moves the mean by < 1/2 before noise: the sensitivity of the
     // rounded value is at most (hi − lo)/m + 1.
     let sensitivity = (hi - lo) as f64 / m + 1.0;
-    let scale = rational::round_up(
-        &rational::exact(sensitivity / epsilon),
-        rational::ROUNDING_BITS,
-    );
-    let noise = DiscreteLaplace::new(&scale).sample(rng);
+    let noise = DiscreteLaplace::at_least(sensitivity / epsilon).sample(rng);
     (aggregate(estimates).round() as i128 + noise) as i64
 }
 

@@ -27,7 +27,6 @@
 //! records why FleetDP does not default to it. Neither is a
 //! `quantile_mechanism` option of the service.
 
-use crate::rational;
 use crate::sampler::DiscreteLaplace;
 use rand::Rng;
 
@@ -87,13 +86,6 @@ pub fn distance_to_unstable(sorted: &[i64], lo: i64, hi: i64, b: i64) -> usize {
         .unwrap_or(sorted.len() + 2)
 }
 
-fn laplace(scale: f64) -> DiscreteLaplace {
-    DiscreteLaplace::new(&rational::round_up(
-        &rational::exact(scale),
-        rational::ROUNDING_BITS,
-    ))
-}
-
 /// Propose-test-release of the lower median with proposed bound `b` (grid
 /// units): `None` when the test refuses; (2ε, δ)-DP (module doc).
 pub fn ptr_median<R: Rng + ?Sized>(
@@ -107,13 +99,13 @@ pub fn ptr_median<R: Rng + ?Sized>(
 ) -> Option<i64> {
     assert!(epsilon > 0.0 && delta > 0.0 && delta < 1.0 && b >= 1 && !sorted.is_empty());
     let gamma = distance_to_unstable(sorted, lo, hi, b) as i128;
-    let noisy = gamma + laplace(1.0 / epsilon).sample(rng);
+    let noisy = gamma + DiscreteLaplace::at_least(1.0 / epsilon).sample(rng);
     // Pass iff the noisy distance exceeds ln(1/δ)/ε (integer comparison).
     if (noisy as f64) <= (1.0 / delta).ln() / epsilon {
         return None;
     }
     let m = sorted[median_index(sorted.len())];
-    Some((m as i128 + laplace(b as f64 / epsilon).sample(rng)) as i64)
+    Some((m as i128 + DiscreteLaplace::at_least(b as f64 / epsilon).sample(rng)) as i64)
 }
 
 #[cfg(test)]

@@ -158,6 +158,15 @@ impl DiscreteLaplace {
         Self { num, den, fast }
     }
 
+    /// The scale `scale` (a float computed from ε and a sensitivity),
+    /// rounded up to a rational: never less noise than asked for.
+    pub fn at_least(scale: f64) -> Self {
+        Self::new(&super::rational::round_up(
+            &super::rational::exact(scale),
+            super::rational::ROUNDING_BITS,
+        ))
+    }
+
     pub fn scale(&self) -> BigRational {
         BigRational::new(self.num.clone().into(), self.den.clone().into())
     }
