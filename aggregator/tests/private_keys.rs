@@ -3,7 +3,8 @@
 //! over its horizon's distinct devices picks it, from two horizons later;
 //! a value held by one device stays in `other`; unbound slots release
 //! nothing; a selection is made once per horizon, persisted, and a restart
-//! from the persisted bindings routes alike.
+//! from the persisted bindings routes alike; change-one neighbours differ
+//! only in the changed reading's window.
 
 use fleetdp::config::Config;
 use fleetdp::dp::rng::ReleaseKey;
@@ -241,5 +242,74 @@ fn a_lonely_value_changes_no_binding() {
             values_in(&a, "temp[firmware=other]", D0, D0 + 3 * DAY),
             values_in(&b, "temp[firmware=other]", D0, D0 + 3 * DAY) + 3
         );
+    }
+}
+
+/// Change-one neighbours (one reading's value differs), count windows: the
+/// bindings, which windows exist and who is in each are identical, and only
+/// the window holding the changed reading has different values — a
+/// reading's slot never depends on any value.
+#[test]
+fn change_one_neighbours_differ_only_in_the_changed_readings_window() {
+    let text = CONFIG
+        .replace("relation = \"add-remove\"", "relation = \"change-one\"")
+        .replace(
+            "window = \"1h\"",
+            "window_size = 50\nwindow_timeout = \"2h\"",
+        );
+    let v = Config::parse(&text).unwrap().validate().unwrap();
+    let msgs = |changed: Option<usize>| -> Vec<(Vec<u8>, i64)> {
+        (0..3)
+            .flat_map(|d| day(d, 400, "4.3", "rare"))
+            .enumerate()
+            .map(|(i, (m, t))| {
+                if Some(i) == changed {
+                    let text = String::from_utf8(m)
+                        .unwrap()
+                        .replace("\"value\":20", "\"value\":95");
+                    (text.into_bytes(), t)
+                } else {
+                    (m, t)
+                }
+            })
+            .collect()
+    };
+    let run = |msgs: &[(Vec<u8>, i64)]| {
+        let mut p = Processor::new(&v, Arc::new(Counters::default()))
+            .with_release_key(ReleaseKey::from_bytes([4; 32]));
+        let (mut closed, mut records) = (Vec::new(), Vec::new());
+        for (i, (m, t)) in msgs.iter().enumerate() {
+            p.process(
+                0,
+                i as i64,
+                m,
+                Some("application/json"),
+                Some(*t),
+                &mut closed,
+            )
+            .unwrap();
+            records.extend(p.take_key_updates());
+        }
+        (closed, records)
+    };
+    // Change a reading of day 0 (counted for the selection) and of day 2
+    // (routed to the bound slot).
+    for changed in [10, 2 * 401 + 10] {
+        let (a, ra) = run(&msgs(None));
+        let (b, rb) = run(&msgs(Some(changed)));
+        assert_eq!(ra, rb, "bindings differ");
+        assert!(
+            ra.last().is_some_and(|r| r.2.slots[0].is_some()),
+            "4.3 was bound"
+        );
+        assert_eq!(a.len(), b.len());
+        let mut differing = 0;
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!((x.stream, x.seq, &x.charges), (y.stream, y.seq, &y.charges));
+            if x.values != y.values {
+                differing += 1;
+            }
+        }
+        assert_eq!(differing, 1, "reading {changed}");
     }
 }
