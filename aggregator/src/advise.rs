@@ -17,6 +17,7 @@ use crate::kafka::{self, produce_acked, read_topic, Record};
 pub use crate::state::ADVISE;
 use crate::state::RECORD_KIND;
 use anyhow::{anyhow, bail, Context as _, Result};
+use rand::{Rng, SeedableRng};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use std::collections::HashMap;
 use std::io::Write;
@@ -57,6 +58,17 @@ fn in_budget_units(measure: Measure, epsilon: f64) -> f64 {
 
 /// Run the advisor; prints to `out`, progress to stderr.
 pub async fn run(v: &Validated, opts: &AdviseOptions, out: &mut impl Write) -> Result<()> {
+    run_with_rng(v, opts, &mut rand::rngs::StdRng::from_entropy(), out).await
+}
+
+/// [`run`] with the noise drawn from `rng` (tests pass a seeded one so a
+/// run is reproducible; the command uses fresh entropy).
+pub async fn run_with_rng<R: Rng + Send>(
+    v: &Validated,
+    opts: &AdviseOptions,
+    rng: &mut R,
+    out: &mut impl Write,
+) -> Result<()> {
     let Some(index) = v.config.streams.iter().position(|s| s.name == opts.stream) else {
         bail!(
             "--stream {:?} is not a [[stream]] of the configuration (declared: {})",
@@ -173,7 +185,7 @@ pub async fn run(v: &Validated, opts: &AdviseOptions, out: &mut impl Write) -> R
     .await
     .with_context(|| format!("recording the spend in {state}"))?;
     let values = sample(v, index, opts, &base, stop).await?;
-    let a = advise(&mut rand::thread_rng(), &values, &spec).map_err(|e| anyhow!("{e}"))?;
+    let a = advise(rng, &values, &spec).map_err(|e| anyhow!("{e}"))?;
     report(v, index, opts, &a, out)
 }
 

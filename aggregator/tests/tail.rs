@@ -222,7 +222,10 @@ fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
             max_readings_per_device: 1,
         };
         let mut out = Vec::new();
-        fleetdp::advise::run(&v, &opts(0.6), &mut out)
+        // Seeded noise: the run is reproducible (the method's coverage over
+        // many draws is the core's test, dp/tests/advise.rs).
+        let mut noise = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        fleetdp::advise::run_with_rng(&v, &opts(0.6), &mut noise, &mut out)
             .await
             .unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -242,6 +245,8 @@ fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
         // Not the whole grid (±2⁶⁰): with 3,000 readings the scans' noise
         // can overshoot by a few powers of two (README, Choosing bounds).
         assert!(lower > -1e4 && upper < 1e4, "{text}");
+        // The plan accepts the proposal it prints.
+        assert!(!text.contains("is refused"), "{text}");
         assert!(
             text.contains("ε = 0.6 per device") && text.contains("the plan with these bounds"),
             "{text}"

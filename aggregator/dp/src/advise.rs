@@ -102,6 +102,15 @@ pub fn round_resolution(lower: f64, upper: f64) -> f64 {
         .unwrap_or(10.0 * base)
 }
 
+/// `units × resolution`, written with no more decimals than the resolution
+/// has (so `0.3` is printed as `0.3`, not `0.30000000000000004`).
+fn on_grid(units: f64, resolution: f64) -> f64 {
+    let decimals = (-resolution.log10().floor()).max(0.0) as usize;
+    format!("{:.*}", decimals, units * resolution)
+        .parse()
+        .unwrap_or(units * resolution)
+}
+
 /// Propose bounds for `values` (each device's first `k` readings, in any
 /// order), spending `spec.epsilon`.
 pub fn advise<R: Rng + ?Sized>(
@@ -153,10 +162,17 @@ pub fn advise<R: Rng + ?Sized>(
     } else {
         0.0
     };
+    // On the resolution's grid (outwards, so coverage only grows): the
+    // proposal must be a universe the plan accepts.
+    let resolution = round_resolution(lower, upper);
+    let (lower, upper) = (
+        on_grid((lower / resolution).floor(), resolution),
+        on_grid((upper / resolution).ceil(), resolution),
+    );
     Ok(Advice {
         lower,
         upper,
-        resolution: round_resolution(lower, upper),
+        resolution,
         readings: n_hat,
         clamp_rate,
     })
@@ -214,6 +230,37 @@ mod tests {
         ] {
             assert!(advise(&mut rng, &[1.0], &s).is_err(), "{s:?}");
         }
+    }
+
+    /// Every proposal is a universe the plan accepts (on the grid of its
+    /// resolution), whatever the data: a proposal of `lower = 0.5` with
+    /// `resolution = 1000` was refused by the plan it was printed with.
+    #[test]
+    fn proposals_are_on_their_grid() {
+        let mut rng = ChaCha20Rng::seed_from_u64(9);
+        let samples: Vec<Vec<f64>> = vec![
+            (0..3000).map(|i| 20.0 + (i % 97) as f64 * 0.13).collect(),
+            (0..500).map(|i| -3.3 + (i % 7) as f64 * 0.01).collect(),
+            (0..2000).map(|i| 1.5f64.powi(i % 40)).collect(),
+            vec![0.3; 100],
+            vec![],
+        ];
+        for values in &samples {
+            for _ in 0..200 {
+                let a = advise(&mut rng, values, &spec()).unwrap();
+                crate::universe::Universe::new(a.lower, a.upper, a.resolution)
+                    .unwrap_or_else(|e| panic!("{a:?}: {e}"));
+                let steps = (a.upper - a.lower) / a.resolution;
+                assert!(steps <= 10_002.0, "{a:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn grid_values_print_short() {
+        assert_eq!(on_grid(3.0, 0.1).to_string(), "0.3");
+        assert_eq!(on_grid(-7.0, 1000.0).to_string(), "-7000");
+        assert_eq!(on_grid(1.0, 0.0002).to_string(), "0.0002");
     }
 
     /// Constant data still gets an interval that holds it.
