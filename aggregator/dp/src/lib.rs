@@ -23,6 +23,7 @@ pub mod relation;
 pub mod release;
 pub mod rng;
 pub mod sampler;
+pub mod smooth;
 pub mod stats;
 pub mod sums;
 pub mod universe;

@@ -2,15 +2,19 @@
 //! definition on every window of small universes (change-one: neighbours
 //! differ in one reading), the smooth sensitivity's two properties (an
 //! upper bound on the local sensitivity; within `e^β` between neighbours),
-//! the distance PTR tests, and an empirical audit of PTR's release.
+//! the distance PTR tests, an empirical audit of PTR's release, and the same
+//! for the smooth-sensitivity release (its ladder bound, exact sampler and
+//! audit).
 
 mod common;
 
-use common::{cp_lower, cp_upper};
+use common::{chi_square_p, cp_lower, cp_upper};
 use fleetdp_dp::local::{
     distance_to_unstable, local_sensitivity, ls_at_distance, median_index, ptr_median,
     smooth_sensitivity,
 };
+use fleetdp_dp::smooth::{rounded_laplace, smooth_exponent, smooth_median, Ladder};
+use num_rational::BigRational;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use std::collections::HashMap;
@@ -184,4 +188,101 @@ fn ptr_is_two_epsilon_delta_dp_empirically() {
     }
     // The noise is there: the released value varies.
     assert!(a.len() > 5);
+}
+
+/// The ladder bound `S = q^j` used by the smooth release: an upper bound on
+/// the local sensitivity by definition, within `q = e^β` between every pair
+/// of neighbours, and the float smooth sensitivity rounded up by at most `q`.
+#[test]
+fn the_ladder_bound_is_smooth_and_bounds_the_local_sensitivity() {
+    // m = 2, 3 and 30: β ≈ 0.41, 0.29 and 0.033.
+    for (eps, delta) in [(10.0, 0.5), (4.0, 0.1), (1.0, 1e-6)] {
+        let ladder = Ladder::for_privacy(eps, delta);
+        let q = (ladder.m() + 1) as f64 / ladder.m() as f64;
+        for n in 1..=5 {
+            let all = windows(n);
+            let j: Vec<i64> = all
+                .iter()
+                .map(|x| smooth_exponent(x, LO, HI, &ladder))
+                .collect();
+            for (i, x) in all.iter().enumerate() {
+                let s = q.powi(j[i] as i32);
+                assert!(s >= ls_by_definition(x) as f64, "{x:?}: {s}");
+                let float = smooth_sensitivity(x, LO, HI, ladder.beta());
+                assert!(
+                    float <= s * (1.0 + 1e-12) && s <= q * float * (1.0 + 1e-12),
+                    "{x:?}: ladder {s}, smooth {float}"
+                );
+                for (k, y) in all.iter().enumerate() {
+                    if distance(x, y) == 1 {
+                        assert!(
+                            j[i] <= j[k] + 1,
+                            "j({x:?}) = {} vs j({y:?}) = {}",
+                            j[i],
+                            j[k]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `round(b·Z)` against its exact pmf, for a scale above and below one.
+#[test]
+fn rounded_laplace_has_its_distribution() {
+    for (num, den) in [(3i64, 2i64), (1, 3), (40, 7)] {
+        let b = BigRational::new(num.into(), den.into());
+        let bf = num as f64 / den as f64;
+        let mut rng = ChaCha20Rng::seed_from_u64(num as u64 * 31 + den as u64);
+        let samples: Vec<i128> = (0..60_000).map(|_| rounded_laplace(&mut rng, &b)).collect();
+        let pmf = |k: i128| -> f64 {
+            if k == 0 {
+                1.0 - (-0.5 / bf).exp()
+            } else {
+                let k = k.unsigned_abs() as f64;
+                0.5 * ((-(k - 0.5) / bf).exp() - (-(k + 0.5) / bf).exp())
+            }
+        };
+        let p = chi_square_p(&samples, pmf, (-60, 60), 5.0);
+        assert!(p > 1e-4, "b = {num}/{den}: p = {p}");
+    }
+}
+
+/// The smooth release on neighbours where the changed reading moves the
+/// median: every outcome's probability stays within `e^ε` of the other's
+/// plus δ. With a tenth of the noise it fails.
+#[test]
+fn smooth_median_is_epsilon_delta_dp_empirically() {
+    const TRIALS: u64 = 40_000;
+    let (eps, delta) = (1.0, 1e-3);
+    let x: Vec<i64> = (0..101).map(|i| 40 + i / 10).collect();
+    let mut y = x.clone();
+    y[100] = 0;
+    y.sort_unstable();
+    assert_ne!(median(&x), median(&y));
+    let outcomes = |w: &[i64], seed: u64| -> HashMap<i64, u64> {
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let mut h = HashMap::new();
+        for _ in 0..TRIALS {
+            *h.entry(smooth_median(&mut rng, w, 0, 100, eps, delta))
+                .or_insert(0) += 1;
+        }
+        h
+    };
+    let (a, c) = (outcomes(&x, 5), outcomes(&y, 6));
+    let keys: Vec<i64> = a.keys().chain(c.keys()).copied().collect();
+    let tests = 2.0 * keys.len() as f64;
+    for k in keys {
+        let (p, q) = (
+            a.get(&k).copied().unwrap_or(0),
+            c.get(&k).copied().unwrap_or(0),
+        );
+        for (p, q) in [(p, q), (q, p)] {
+            let lo = cp_lower(p, TRIALS, 0.05 / tests) - delta;
+            let hi = cp_upper(q, TRIALS, 0.05 / tests);
+            assert!(lo <= eps.exp() * hi, "outcome {k}: {p} vs {q} of {TRIALS}");
+        }
+    }
+    assert!(a.len() > 5, "the noise is there");
 }

@@ -4,11 +4,13 @@
 //! mechanism over candidates, `quantiles = [0.5]`), same windows, same total
 //! ε (PTR: ε/2 to test, ε/2 to release, δ = 10⁻⁶; change-one, k = 1), and
 //! how often PTR refuses (a refusal is scored as releasing the universe's
-//! midpoint, which is what a consumer without a value would fall back to).
+//! midpoint, which is what a consumer without a value would fall back to),
+//! and the smooth-sensitivity release at the same total ε and δ.
 
 use super::{error, fleetdp, percentile, Case, LOWER, RES, SHAPES, UPPER};
 use fleetdp_dp::local::ptr_median;
 use fleetdp_dp::relation::Relation;
+use fleetdp_dp::smooth::smooth_median;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -16,9 +18,9 @@ use rand_chacha::ChaCha8Rng;
 const B: i64 = 5;
 
 pub fn ptr_table(shapes: &[Vec<Vec<i64>>]) {
-    println!("\nMedian per window, change-one, same total ε: default (exponential mechanism) beside propose-test-release (b = 0.5 °C, δ = 10⁻⁶); errors p50 · p90 over windows, °C:");
-    println!("| ε | data | default | PTR | PTR refused |");
-    println!("|---|---|---|---|---|");
+    println!("\nMedian per window, change-one, same total ε: default (exponential mechanism) beside propose-test-release (b = 0.5 °C, δ = 10⁻⁶) and smooth sensitivity (δ = 10⁻⁶); errors p50 · p90 over windows, °C:");
+    println!("| ε | data | default | PTR | PTR refused | smooth sensitivity |");
+    println!("|---|---|---|---|---|---|");
     let (lo, hi) = ((LOWER / RES) as i64, (UPPER / RES) as i64);
     for eps in [0.1, 0.5, 1.0] {
         for (shape, ws) in SHAPES.iter().zip(shapes).take(3) {
@@ -49,13 +51,24 @@ pub fn ptr_table(shapes: &[Vec<Vec<i64>>]) {
                     error("p50", &[v as f64 * RES], w)
                 })
                 .collect();
+            let smooth: Vec<f64> = ws
+                .iter()
+                .map(|w| {
+                    let mut s = w.clone();
+                    s.sort_unstable();
+                    let v = smooth_median(&mut rng, &s, lo, hi, eps, 1e-6);
+                    error("p50", &[v as f64 * RES], w)
+                })
+                .collect();
             println!(
-                "| {eps} | {shape} | {:.3} · {:.3} | {:.3} · {:.3} | {refused} of {} |",
+                "| {eps} | {shape} | {:.3} · {:.3} | {:.3} · {:.3} | {refused} of {} | {:.3} · {:.3} |",
                 percentile(&ours, 0.5),
                 percentile(&ours, 0.9),
                 percentile(&ptr, 0.5),
                 percentile(&ptr, 0.9),
-                ws.len()
+                ws.len(),
+                percentile(&smooth, 0.5),
+                percentile(&smooth, 0.9),
             );
         }
     }
