@@ -118,21 +118,8 @@ pub fn advise<R: Rng + ?Sized>(
     values: &[f64],
     spec: &AdviseSpec,
 ) -> Result<Advice, AdviseError> {
-    if !(spec.epsilon.is_finite() && spec.epsilon > 0.0 && spec.epsilon <= 100.0) {
-        return Err(AdviseError::Epsilon(spec.epsilon));
-    }
-    if !(0.5..=0.9999).contains(&spec.coverage) {
-        return Err(AdviseError::Coverage(spec.coverage));
-    }
-    if !(1..=10_000).contains(&spec.max_readings_per_device) {
-        return Err(AdviseError::Readings(spec.max_readings_per_device));
-    }
-    let delta = spec.max_readings_per_device as f64;
-    let eps = spec.epsilon;
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    sorted.sort_by(f64::total_cmp);
-    let n = sorted.len() as i128;
-    let n_hat = n + DiscreteLaplace::at_least(delta / (eps / 5.0)).sample(rng);
+    let (sorted, n_hat) = prepare(rng, values, spec)?;
+    let (delta, eps) = (spec.max_readings_per_device as f64, spec.epsilon);
     let tau = ((n_hat.max(0) as f64) * (1.0 - spec.coverage) / 4.0).floor() as i128;
     let grid = candidates();
     // Readings above each candidate (ascending grid, scanned upwards).
@@ -148,34 +135,72 @@ pub fn advise<R: Rng + ?Sized>(
         .map(|&c| sorted.partition_point(|&x| x < c) as i128)
         .collect();
     let lower = grid[grid.len() - 1 - scan(rng, &below, tau, delta, 2.0 * eps / 5.0)];
+    Ok(finish(rng, &sorted, lower, upper, n_hat, spec))
+}
+
+/// Check the settings; the sample's finite readings sorted, and its noisy
+/// size (ε/5 of the budget).
+pub(crate) fn prepare<R: Rng + ?Sized>(
+    rng: &mut R,
+    values: &[f64],
+    spec: &AdviseSpec,
+) -> Result<(Vec<f64>, i128), AdviseError> {
+    if !(spec.epsilon.is_finite() && spec.epsilon > 0.0 && spec.epsilon <= 100.0) {
+        return Err(AdviseError::Epsilon(spec.epsilon));
+    }
+    if !(0.5..=0.9999).contains(&spec.coverage) {
+        return Err(AdviseError::Coverage(spec.coverage));
+    }
+    if !(1..=10_000).contains(&spec.max_readings_per_device) {
+        return Err(AdviseError::Readings(spec.max_readings_per_device));
+    }
+    let delta = spec.max_readings_per_device as f64;
+    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len() as i128;
+    let n_hat = n + DiscreteLaplace::at_least(delta / (spec.epsilon / 5.0)).sample(rng);
+    Ok((sorted, n_hat))
+}
+
+/// Turn chosen bounds into the proposal: a band when they cross, rounded
+/// outwards onto the resolution's grid (the plan must accept it), and the
+/// noisy clamp count at the rounded bounds (the last ε/5).
+pub(crate) fn finish<R: Rng + ?Sized>(
+    rng: &mut R,
+    sorted: &[f64],
+    lower: f64,
+    upper: f64,
+    n_hat: i128,
+    spec: &AdviseSpec,
+) -> Advice {
     let (lower, upper) = if lower < upper {
         (lower, upper)
     } else {
         // Every reading on one grid point: a band around it.
         (upper.min(lower) - 1.0, upper.max(lower) + 1.0)
     };
-    let outside = sorted.partition_point(|&x| x < lower)
-        + (sorted.len() - sorted.partition_point(|&x| x <= upper));
-    let noisy_out = outside as i128 + DiscreteLaplace::at_least(delta / (eps / 5.0)).sample(rng);
-    let clamp_rate = if n_hat > 0 {
-        (noisy_out as f64 / n_hat as f64).clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    // On the resolution's grid (outwards, so coverage only grows): the
-    // proposal must be a universe the plan accepts.
     let resolution = round_resolution(lower, upper);
     let (lower, upper) = (
         on_grid((lower / resolution).floor(), resolution),
         on_grid((upper / resolution).ceil(), resolution),
     );
-    Ok(Advice {
+    let outside = sorted.partition_point(|&x| x < lower)
+        + (sorted.len() - sorted.partition_point(|&x| x <= upper));
+    let delta = spec.max_readings_per_device as f64;
+    let noisy_out =
+        outside as i128 + DiscreteLaplace::at_least(delta / (spec.epsilon / 5.0)).sample(rng);
+    let clamp_rate = if n_hat > 0 {
+        (noisy_out as f64 / n_hat as f64).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    Advice {
         lower,
         upper,
         resolution,
         readings: n_hat,
         clamp_rate,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 pub mod accountant;
 pub mod accuracy;
 pub mod advise;
+pub mod advise_sums;
 pub mod aggregate;
 pub mod continual;
 pub mod groups;
