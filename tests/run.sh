@@ -71,6 +71,32 @@ if [ "${CI:-}" = "true" ]; then
   export CARGO_PROFILE_RELEASE_DEBUG=false
 fi
 
-echo "== building and running every test (release mode: the statistical tests are heavy)"
+echo "== building every test (release mode: the statistical tests are heavy)"
 echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
-cargo test --release --workspace --locked --features fleetdp/crash-points
+test_args=(--release --workspace --locked --features fleetdp/crash-points)
+cargo test "${test_args[@]}" --no-run
+
+# The two longest broker tests (≈ 2 min each) mostly wait — for a broker
+# outage to end, for killed instances to be replaced — so they run beside
+# the rest instead of after it (same build, their own topics and groups);
+# their output follows the rest's.
+slow_tests=(--test crash --test outage)
+slow_names=(killed_instances_release_every_window_exactly_once
+  the_service_rides_out_a_broker_outage
+  a_blocked_loop_turns_the_liveness_probe_red)
+skip=()
+for t in "${slow_names[@]}"; do skip+=(--skip "$t"); done
+echo "== running the crash and outage tests in the background (output at the end)"
+cargo test "${test_args[@]}" "${slow_tests[@]}" > "$tools/slow-tests.log" 2>&1 &
+slow_pid=$!
+echo "== running every other test"
+rest=0
+cargo test "${test_args[@]}" -- "${skip[@]}" || rest=$?
+slow=0
+wait "$slow_pid" || slow=$?
+echo "== the crash and outage tests"
+cat "$tools/slow-tests.log"
+if [ "$rest" -ne 0 ] || [ "$slow" -ne 0 ]; then
+  echo "tests failed: the rest exited $rest, crash/outage exited $slow" >&2
+  exit 1
+fi
