@@ -257,3 +257,80 @@ fn a_fleets_own_protobuf_messages_are_read_through_their_descriptor_set() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+/// A fleet's own Avro records over the broker, Schema Registry framed, the
+/// schema id pinned: readings released; a message with another schema id, a
+/// truncated one and one without a device id dead-lettered naming what is
+/// wrong; a record with a `null` temperature still gives its battery.
+#[test]
+fn a_fleets_own_avro_records_are_read_against_their_schema() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "avro", 1).await;
+        let dir = std::env::temp_dir().join(unique("fleetdp-avro"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let schema = dir.join("telemetry.avsc");
+        std::fs::write(&schema, ingest::EXAMPLE_AVRO_SCHEMA).unwrap();
+        let text = config_text(
+            &broker,
+            &t,
+            "epsilon_per_device = 50.0\nhorizon = \"24h\"",
+            &format!(
+                "[input]\ndevice_id = \"vin\"\nevent_time = \"ts\"\navro_schema = {:?}\navro_schema_id = 42\n\
+                 [input.streams]\ntemp = \"cabin.temp_c\"\nbattery = \"battery_v\"",
+                schema.display().to_string()
+            ),
+            STREAMS,
+        )
+        .replace(
+            "[kafka]\n",
+            "[kafka]\ninput_format = \"avro\"\ninput_framing = \"confluent\"\nread_content_type = false\n",
+        );
+        let v = fleetdp::config::Config::parse(&text)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let at = now_ms() - 60_000;
+        let out = |key: &str, payload: Vec<u8>| Out {
+            partition: Some(0),
+            key: key.to_string(),
+            payload,
+            content_type: None,
+        };
+        // Ten devices with both readings, one with only a battery reading.
+        let mut msgs: Vec<Out> = (0..11)
+            .map(|i| {
+                let vin = format!("VIN{i}");
+                let temp = (i < 10).then_some(20.0 + i as f64);
+                let body = ingest::example_avro(&vin, at + i, temp, 12.0 + i as f32 / 10.0);
+                out(&vin, ingest::frame(42, None, &body))
+            })
+            .collect();
+        let body = ingest::example_avro("VINX", at, Some(1.0), 12.0);
+        msgs.push(out("other-id", ingest::frame(43, None, &body)));
+        msgs.push(out("cut", ingest::frame(42, None, &body[..body.len() - 2])));
+        let body = ingest::example_avro("", at, Some(1.0), 12.0);
+        msgs.push(out("no-vin", ingest::frame(42, None, &body)));
+        produce(&broker, &t.input, &msgs).await;
+        let (stop, c, h) = spawn_pipeline(v, [8; 32]);
+        assert!(
+            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
+            "released {}",
+            count(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert_eq!(count(&c.readings_accepted), 21, "ten temperatures, eleven batteries");
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
+        assert_eq!(rs.iter().filter(|r| r.stream == "battery").count(), 2);
+        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
+        let details: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-detail"].as_str()).collect();
+        assert_eq!(details.len(), 3, "{details:?}");
+        assert!(details.iter().any(|d| d.contains("schema id 43") && d.contains("pins 42")), "{details:?}");
+        assert!(details.iter().any(|d| d.contains("acme.v1.Telemetry")), "{details:?}");
+        assert!(details.iter().any(|d| d.contains("'vin'")), "{details:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    });
+}

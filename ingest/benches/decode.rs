@@ -140,6 +140,33 @@ fn main() {
             .unwrap(),
         )
         .with_framing(fleetdp_ingest::Framing::Confluent);
+    // The README's Avro record, framed: two mapped readings per message.
+    let avro: Vec<Vec<u8>> = (0..MESSAGES / 2)
+        .map(|i| {
+            let body = fleetdp_ingest::example_avro(
+                &format!("WVW{i:08}"),
+                1_795_541_400_000 + i as i64,
+                Some(20.0 + (i % 100) as f64 / 10.0),
+                12.5,
+            );
+            fleetdp_ingest::frame(1, None, &body)
+        })
+        .collect();
+    let avro_decoder = decoder()
+        .with_mapping(Mapping {
+            device_id: Path::parse("vin").unwrap(),
+            event_time: Path::parse("ts").unwrap(),
+            unit: TimeUnit::Milliseconds,
+            streams: vec![
+                ("temp".into(), Path::parse("cabin.temp_c").unwrap()),
+                ("battery".into(), Path::parse("battery_v").unwrap()),
+            ],
+            labels: vec![],
+        })
+        .with_avro(
+            fleetdp_ingest::AvroSchema::new(fleetdp_ingest::EXAMPLE_AVRO_SCHEMA, Some(1)).unwrap(),
+        )
+        .with_framing(fleetdp_ingest::Framing::Confluent);
     let base = rate(
         &decoder(),
         &proto,
@@ -158,6 +185,10 @@ fn main() {
         (
             "own Protobuf message, descriptor, framed",
             rate(&described_decoder, &described, "application/x-protobuf"),
+        ),
+        (
+            "own Avro record, schema file, framed",
+            rate(&avro_decoder, &avro, "application/avro"),
         ),
         (
             "FleetDP JSON reading",

@@ -7,12 +7,14 @@
 //! machine-readable [`Reason`] and a human message naming the field; neither
 //! ever contains a reading's value.
 
+mod avro;
 mod described;
 mod framing;
 mod json;
 mod mapped;
 mod scan;
 
+pub use avro::{example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION};
 pub use described::{example_descriptor_set, example_message, Described};
 pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
@@ -33,12 +35,16 @@ pub enum Format {
     ProtobufBatch,
     /// A JSON object with the reading's fields, `{"readings": [...]}` or an array.
     Json,
+    /// One Avro datum of the fleet's own record (`[input] avro_schema`),
+    /// read through the `[input]` mapping.
+    Avro,
 }
 
 impl Format {
     /// Content types: `application/json`,
     /// `application/vnd.fleetdp.reading+protobuf` (or `application/x-protobuf`),
-    /// `application/vnd.fleetdp.batch+protobuf`.
+    /// `application/vnd.fleetdp.batch+protobuf`, `application/avro` (or
+    /// `avro/binary`).
     pub fn from_content_type(ct: &str) -> Option<Format> {
         let base = ct.split(';').next().unwrap_or("").trim();
         let is = |s: &str| base.eq_ignore_ascii_case(s);
@@ -51,6 +57,8 @@ impl Format {
             Some(Format::Protobuf)
         } else if is("application/vnd.fleetdp.batch+protobuf") {
             Some(Format::ProtobufBatch)
+        } else if is("application/avro") || is("avro/binary") {
+            Some(Format::Avro)
         } else {
             None
         }
@@ -61,6 +69,7 @@ impl Format {
             Format::Protobuf => "application/vnd.fleetdp.reading+protobuf",
             Format::ProtobufBatch => "application/vnd.fleetdp.batch+protobuf",
             Format::Json => "application/json",
+            Format::Avro => "application/avro",
         }
     }
 }
@@ -223,6 +232,8 @@ pub struct Decoder {
     framing: Framing,
     /// Protobuf payloads are the fleet's own message, read by `mapping`.
     described: Option<Described>,
+    /// Avro payloads are the fleet's own record, read by `mapping`.
+    avro: Option<AvroSchema>,
 }
 
 /// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
@@ -258,7 +269,15 @@ impl Decoder {
             mapping: None,
             framing: Framing::None,
             described: None,
+            avro: None,
         }
+    }
+
+    /// Read Avro payloads as the fleet's own record (its writer's schema),
+    /// through the mapping of [`Decoder::with_mapping`].
+    pub fn with_avro(mut self, schema: AvroSchema) -> Self {
+        self.avro = Some(schema);
+        self
     }
 
     /// Read Protobuf payloads as the fleet's own message (its descriptor),
@@ -305,9 +324,11 @@ impl Decoder {
         let payload = match self.framing {
             Framing::None => payload,
             Framing::Confluent => {
-                let protobuf = format != Format::Json;
+                let protobuf = !matches!(format, Format::Json | Format::Avro);
                 let f = framing::unframe(payload, protobuf)?;
-                if let (true, Some(d)) = (protobuf, &self.described) {
+                if let (Format::Avro, Some(a)) = (format, &self.avro) {
+                    a.check_id(f.schema_id)?;
+                } else if let (true, Some(d)) = (protobuf, &self.described) {
                     d.check_indexes(&f.indexes)?;
                     format = Format::Protobuf;
                 } else if protobuf {
@@ -361,6 +382,17 @@ impl Decoder {
                     .into_iter()
                     .map(RawReading::from)
                     .collect()
+            }
+            Format::Avro => {
+                let (Some(a), Some(m)) = (&self.avro, &self.mapping) else {
+                    return Err(Rejection::new(
+                        Reason::Undecodable,
+                        "an Avro message needs input.avro_schema and an [input] mapping",
+                    ));
+                };
+                let raw = m.readings_of(&[a.to_json(payload)?])?;
+                self.check_count(raw.len())?;
+                raw
             }
             Format::Json if self.mapping.is_some() => {
                 let m = self.mapping.as_ref().expect("matched");

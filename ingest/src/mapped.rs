@@ -149,6 +149,7 @@ impl Mapping {
                 // Numeric ids are common: their decimal text.
                 Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
                 None | Some(Value::Null) => return Err(missing(self.device_id.as_str(), i)),
+                Some(Value::String(_)) => return Err(missing(self.device_id.as_str(), i)),
                 Some(_) => return Err(bad(i, &self.device_id, "is not a string or an integer")),
             };
             let time = match self.event_time.find(doc) {

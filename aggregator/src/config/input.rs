@@ -1,5 +1,5 @@
-//! `[input]`: reading a fleet's own JSON documents or Protobuf messages
-//! (through their descriptor set) — where the device id, the event time and
+//! `[input]`: reading a fleet's own JSON documents, Protobuf messages
+//! (through their descriptor set) or Avro records (through their schema) — where the device id, the event time and
 //! each stream's value live (paths), and how the time is written. Validated
 //! at start; each error names the field.
 
@@ -32,7 +32,18 @@ pub struct InputConfig {
     /// The message type in it, fully qualified (`acme.v1.Telemetry`).
     #[serde(default)]
     pub protobuf_message: Option<String>,
+    /// The fleet's messages are Avro: the writer's schema (`.avsc`, a
+    /// record), for `kafka.input_format = "avro"`.
+    #[serde(default)]
+    pub avro_schema: Option<std::path::PathBuf>,
+    /// With Schema Registry framing: the schema id every message must carry
+    /// (others are dead-lettered naming both ids).
+    #[serde(default)]
+    pub avro_schema_id: Option<u32>,
 }
+
+/// Largest Avro schema file read (bytes).
+pub const MAX_AVRO_SCHEMA_BYTES: u64 = 1 << 20;
 
 /// Largest descriptor set read (bytes).
 pub const MAX_DESCRIPTOR_SET_BYTES: u64 = 16 << 20;
@@ -63,6 +74,31 @@ impl InputConfig {
                     .map_err(|e| anyhow!("input.protobuf_message / {field} ({}): {e}", path.display()))
             }
         }
+    }
+
+    /// The fleet's Avro record, if declared.
+    pub(crate) fn avro(&self) -> Result<Option<ingest::AvroSchema>> {
+        let Some(path) = &self.avro_schema else {
+            if self.avro_schema_id.is_some() {
+                bail!("input.avro_schema_id: only with input.avro_schema");
+            }
+            return Ok(None);
+        };
+        let field = "input.avro_schema";
+        let size = std::fs::metadata(path)
+            .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?
+            .len();
+        if size > MAX_AVRO_SCHEMA_BYTES {
+            bail!(
+                "{field}: {} is {size} bytes; at most {MAX_AVRO_SCHEMA_BYTES}",
+                path.display()
+            );
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?;
+        ingest::AvroSchema::new(&text, self.avro_schema_id)
+            .map(Some)
+            .map_err(|e| anyhow!("{field} ({}): {e}", path.display()))
     }
 
     /// The mapping, its streams in `declared` order.

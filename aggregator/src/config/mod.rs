@@ -306,6 +306,8 @@ pub struct Validated {
     pub mapping: Option<ingest::Mapping>,
     /// `[input]`'s Protobuf message, if declared.
     pub described: Option<ingest::Described>,
+    /// The fleet's Avro record (`[input] avro_schema`).
+    pub avro: Option<ingest::AvroSchema>,
     /// Per declared stream (config order): how its readings find their
     /// group, if it has `group_by`.
     pub groupings: Vec<Option<dimensions::Grouping>>,
@@ -507,6 +509,18 @@ impl Config {
         if described.is_some() && self.kafka.input_format == ingest::Format::Json {
             bail!("kafka.input_format: \"json\" with input.protobuf_message; set \"protobuf\" (the fleet's messages are Protobuf)");
         }
+        let avro = match &self.input {
+            Some(i) => i.avro()?,
+            None => None,
+        };
+        match (self.kafka.input_format == ingest::Format::Avro, avro.is_some()) {
+            (true, false) => bail!("kafka.input_format: \"avro\" needs [input] with avro_schema (the writer's schema) and the paths to read"),
+            (false, true) if !self.kafka.read_content_type => bail!("input.avro_schema: set kafka.input_format = \"avro\" (or keep read_content_type = true and send content-type application/avro)"),
+            _ => {}
+        }
+        if avro.is_some() && described.is_some() {
+            bail!("input.avro_schema and input.protobuf_message: declare one (the topic's messages are Avro or Protobuf)");
+        }
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -542,6 +556,7 @@ impl Config {
             fleet,
             mapping,
             described,
+            avro,
             groupings,
         })
     }

@@ -420,3 +420,66 @@ fn groups_are_validated_and_planned() {
         assert!(e.contains(field), "{field}: {e}");
     }
 }
+
+/// `[input] avro_schema` / `avro_schema_id` and `input_format = "avro"`:
+/// refused at start naming the field, unless they fit together.
+#[test]
+fn avro_settings_are_checked() {
+    let dir = std::env::temp_dir().join(format!("fleetdp-avro-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.avsc");
+    std::fs::write(&good, ingest::EXAMPLE_AVRO_SCHEMA).unwrap();
+    let bad = dir.join("bad.avsc");
+    std::fs::write(&bad, "{\"type\": \"record\"").unwrap();
+    let long = dir.join("long.avsc");
+    std::fs::write(&long, "\"long\"").unwrap();
+    let text = |format: &str, rct: bool, extra: &str| {
+        format!(
+            "{}\n[input]\ndevice_id = \"vin\"\nevent_time = \"ts\"\n{extra}\n[input.streams]\ncabin_temp_c = \"cabin.temp_c\"",
+            SAMPLE.replacen(
+                "[kafka]\n",
+                &format!("[kafka]\ninput_format = \"{format}\"\nread_content_type = {rct}\n"),
+                1
+            )
+        )
+    };
+    let schema = |p: &std::path::Path| format!("avro_schema = {:?}", p.display().to_string());
+    let v = Config::parse(&text(
+        "avro",
+        false,
+        &(schema(&good) + "\navro_schema_id = 3"),
+    ))
+    .unwrap()
+    .validate()
+    .unwrap();
+    assert_eq!(v.avro.expect("a schema").name(), "acme.v1.Telemetry");
+    // Content types decide: a protobuf default with headers read is fine.
+    assert!(Config::parse(&text("protobuf", true, &schema(&good)))
+        .unwrap()
+        .validate()
+        .is_ok());
+    let cases = [
+        (text("avro", false, ""), "kafka.input_format"),
+        (text("protobuf", false, &schema(&good)), "input.avro_schema"),
+        (
+            text("avro", false, &schema(&dir.join("absent.avsc"))),
+            "input.avro_schema",
+        ),
+        (text("avro", false, &schema(&bad)), "input.avro_schema"),
+        (text("avro", false, &schema(&long)), "record"),
+        (
+            text("avro", false, "avro_schema_id = 3"),
+            "input.avro_schema_id",
+        ),
+        (
+            text("avro", false, &(schema(&good) + "\navro_schema_id = -1")),
+            "avro_schema_id",
+        ),
+    ];
+    for (text, field) in cases {
+        let err = Config::parse(&text).and_then(|c| c.validate()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains(field), "expected {field:?} in: {msg}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

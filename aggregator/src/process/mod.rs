@@ -90,6 +90,9 @@ pub fn decoder(v: &Validated) -> Decoder {
         },
     );
     let mut d = d.with_framing(v.config.kafka.input_framing);
+    if let Some(a) = &v.avro {
+        d = d.with_avro(a.clone());
+    }
     if let Some(described) = &v.described {
         d = d.with_described(described.clone());
     }

@@ -237,7 +237,9 @@ impl Fleet {
                     Format::Json.content_type(),
                 )
             }
-            Format::Protobuf | Format::ProtobufBatch => {
+            // The simulator writes FleetDP's own messages: Avro (a fleet's
+            // own record) is written as protobuf readings.
+            Format::Protobuf | Format::ProtobufBatch | Format::Avro => {
                 let r = proto::DeviceReading {
                     device_id: device_id.to_string(),
                     stream: stream.to_string(),
