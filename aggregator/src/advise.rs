@@ -199,7 +199,9 @@ async fn sample(
     base: &rdkafka::ClientConfig,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<f64>> {
-    let decoder = crate::process::decoder(v);
+    let mut decoder = crate::process::decoder(v);
+    let registry = v.schema_registry.clone();
+    let runtime = tokio::runtime::Handle::current();
     let (base, topic) = (base.clone(), v.config.kafka.input_topic.clone());
     let (max, k) = (opts.max_readings as usize, opts.max_readings_per_device);
     tokio::task::spawn_blocking(move || -> Result<Vec<f64>> {
@@ -217,7 +219,14 @@ async fn sample(
             &progress,
             |msg| {
                 let ct = kafka::header(msg, crate::kafka::CONTENT_TYPE);
-                match decoder.decode(msg.payload().unwrap_or(&[]), ct) {
+                let payload = msg.payload().unwrap_or(&[]);
+                if let Some(r) = &registry {
+                    let mut stop = stop.clone();
+                    if !runtime.block_on(r.ensure(&mut decoder, payload, ct, &mut stop)) {
+                        return Err(anyhow!("stopped"));
+                    }
+                }
+                match decoder.decode(payload, ct) {
                     Err(_) => skipped += 1,
                     Ok(readings) => {
                         for r in readings.iter().filter(|r| r.stream_index == index) {

@@ -68,6 +68,7 @@ pub mod keys;
 pub mod pipeline;
 pub mod registry;
 pub mod report;
+pub mod schemas;
 pub mod sim;
 pub mod state;
 pub mod tail;

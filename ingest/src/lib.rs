@@ -234,6 +234,9 @@ pub struct Decoder {
     described: Option<Described>,
     /// Avro payloads are the fleet's own record, read by `mapping`.
     avro: Option<AvroSchema>,
+    /// Avro writers' schemas fetched from a Schema Registry, by id (or why
+    /// an id has none); `Some` when the schemas come from a registry.
+    registry: Option<HashMap<u32, Result<AvroSchema, String>>>,
 }
 
 /// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
@@ -270,14 +273,8 @@ impl Decoder {
             framing: Framing::None,
             described: None,
             avro: None,
+            registry: None,
         }
-    }
-
-    /// Read Avro payloads as the fleet's own record (its writer's schema),
-    /// through the mapping of [`Decoder::with_mapping`].
-    pub fn with_avro(mut self, schema: AvroSchema) -> Self {
-        self.avro = Some(schema);
-        self
     }
 
     /// Read Protobuf payloads as the fleet's own message (its descriptor),
@@ -321,12 +318,33 @@ impl Decoder {
             })?,
             None => self.default_format,
         };
+        // The writer's schema a framed Avro payload names (registry mode).
+        let mut fetched: Option<&AvroSchema> = None;
         let payload = match self.framing {
             Framing::None => payload,
             Framing::Confluent => {
                 let protobuf = !matches!(format, Format::Json | Format::Avro);
                 let f = framing::unframe(payload, protobuf)?;
-                if let (Format::Avro, Some(a)) = (format, &self.avro) {
+                if let (Format::Avro, Some(r)) = (format, &self.registry) {
+                    fetched = Some(match r.get(&f.schema_id) {
+                        Some(Ok(a)) => a,
+                        Some(Err(why)) => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!("Schema Registry: schema id {}: {why}", f.schema_id),
+                            ))
+                        }
+                        None => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!(
+                                    "Schema Registry: schema id {} was not fetched",
+                                    f.schema_id
+                                ),
+                            ))
+                        }
+                    });
+                } else if let (Format::Avro, Some(a)) = (format, &self.avro) {
                     a.check_id(f.schema_id)?;
                 } else if let (true, Some(d)) = (protobuf, &self.described) {
                     d.check_indexes(&f.indexes)?;
@@ -384,10 +402,10 @@ impl Decoder {
                     .collect()
             }
             Format::Avro => {
-                let (Some(a), Some(m)) = (&self.avro, &self.mapping) else {
+                let (Some(a), Some(m)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
                     return Err(Rejection::new(
                         Reason::Undecodable,
-                        "an Avro message needs input.avro_schema and an [input] mapping",
+                        "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
                 let raw = m.readings_of(&[a.to_json(payload)?])?;

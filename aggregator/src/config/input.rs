@@ -40,6 +40,10 @@ pub struct InputConfig {
     /// (others are dead-lettered naming both ids).
     #[serde(default)]
     pub avro_schema_id: Option<u32>,
+    /// Framed Avro: fetch each message's writer's schema by its id from
+    /// this Confluent-compatible Schema Registry (`http://host:port`).
+    #[serde(default)]
+    pub schema_registry_url: Option<String>,
 }
 
 /// Largest Avro schema file read (bytes).
@@ -141,4 +145,56 @@ impl InputConfig {
             labels,
         })
     }
+}
+
+/// Where the fleet's own messages get their shape: a Protobuf descriptor
+/// set, an Avro schema file, or a Schema Registry — checked against
+/// `[kafka]`'s format and framing, each error naming its field.
+pub(crate) struct Sources {
+    pub described: Option<ingest::Described>,
+    pub avro: Option<ingest::AvroSchema>,
+    pub schema_registry: Option<crate::schemas::SchemaRegistry>,
+}
+
+pub(crate) fn sources(input: Option<&InputConfig>, kafka: &super::KafkaConfig) -> Result<Sources> {
+    let described = match input {
+        Some(i) => i.described()?,
+        None => None,
+    };
+    if described.is_some() && kafka.input_format == ingest::Format::Json {
+        bail!("kafka.input_format: \"json\" with input.protobuf_message; set \"protobuf\" (the fleet's messages are Protobuf)");
+    }
+    let avro = match input {
+        Some(i) => i.avro()?,
+        None => None,
+    };
+    let schema_registry = match input.and_then(|i| i.schema_registry_url.as_ref()) {
+        None => None,
+        Some(url) => {
+            let r = crate::schemas::SchemaRegistry::parse(url)?;
+            if avro.is_some() {
+                bail!("input.schema_registry_url and input.avro_schema: declare one (schemas from the registry, or one schema file)");
+            }
+            if kafka.input_framing != ingest::Framing::Confluent {
+                bail!("input.schema_registry_url: set kafka.input_framing = \"confluent\" (the frame names the schema id)");
+            }
+            if kafka.input_format != ingest::Format::Avro && !kafka.read_content_type {
+                bail!("input.schema_registry_url: set kafka.input_format = \"avro\" (schemas are fetched for Avro messages)");
+            }
+            Some(r)
+        }
+    };
+    match (kafka.input_format == ingest::Format::Avro, avro.is_some() || schema_registry.is_some()) {
+        (true, false) => bail!("kafka.input_format: \"avro\" needs [input] with avro_schema (the writer's schema) or schema_registry_url, and the paths to read"),
+        (false, true) if !kafka.read_content_type => bail!("input.avro_schema: set kafka.input_format = \"avro\" (or keep read_content_type = true and send content-type application/avro)"),
+        _ => {}
+    }
+    if avro.is_some() && described.is_some() {
+        bail!("input.avro_schema and input.protobuf_message: declare one (the topic's messages are Avro or Protobuf)");
+    }
+    Ok(Sources {
+        described,
+        avro,
+        schema_registry,
+    })
 }

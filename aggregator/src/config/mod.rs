@@ -308,6 +308,9 @@ pub struct Validated {
     pub described: Option<ingest::Described>,
     /// The fleet's Avro record (`[input] avro_schema`).
     pub avro: Option<ingest::AvroSchema>,
+    /// Where framed Avro messages' schemas are fetched (`[input]
+    /// schema_registry_url`).
+    pub schema_registry: Option<crate::schemas::SchemaRegistry>,
     /// Per declared stream (config order): how its readings find their
     /// group, if it has `group_by`.
     pub groupings: Vec<Option<dimensions::Grouping>>,
@@ -502,25 +505,11 @@ impl Config {
             .as_ref()
             .map(|i| i.mapping(&declared))
             .transpose()?;
-        let described = match &self.input {
-            Some(i) => i.described()?,
-            None => None,
-        };
-        if described.is_some() && self.kafka.input_format == ingest::Format::Json {
-            bail!("kafka.input_format: \"json\" with input.protobuf_message; set \"protobuf\" (the fleet's messages are Protobuf)");
-        }
-        let avro = match &self.input {
-            Some(i) => i.avro()?,
-            None => None,
-        };
-        match (self.kafka.input_format == ingest::Format::Avro, avro.is_some()) {
-            (true, false) => bail!("kafka.input_format: \"avro\" needs [input] with avro_schema (the writer's schema) and the paths to read"),
-            (false, true) if !self.kafka.read_content_type => bail!("input.avro_schema: set kafka.input_format = \"avro\" (or keep read_content_type = true and send content-type application/avro)"),
-            _ => {}
-        }
-        if avro.is_some() && described.is_some() {
-            bail!("input.avro_schema and input.protobuf_message: declare one (the topic's messages are Avro or Protobuf)");
-        }
+        let input::Sources {
+            described,
+            avro,
+            schema_registry,
+        } = input::sources(self.input.as_ref(), &self.kafka)?;
         let privacy = PrivacySpec {
             relation: self.privacy.relation,
             budget: self.budget()?,
@@ -557,6 +546,7 @@ impl Config {
             mapping,
             described,
             avro,
+            schema_registry,
             groupings,
         })
     }

@@ -481,5 +481,27 @@ fn avro_settings_are_checked() {
         let msg = format!("{err:#}");
         assert!(msg.contains(field), "expected {field:?} in: {msg}");
     }
+    // Schemas from a registry: framed input, one source of schemas, http.
+    let url = |u: &str| format!("schema_registry_url = {u:?}");
+    let framed = |t: String| t.replacen("[kafka]\n", "[kafka]\ninput_framing = \"confluent\"\n", 1);
+    let v = Config::parse(&framed(text("avro", false, &url("http://127.0.0.1:8081"))))
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert!(v.schema_registry.is_some() && v.avro.is_none());
+    for bad in [
+        text("avro", false, &url("http://127.0.0.1:8081")),
+        framed(text("avro", false, &url("https://registry:8081"))),
+        framed(text(
+            "avro",
+            false,
+            &(url("http://r:1") + "\n" + &schema(&good)),
+        )),
+        framed(text("protobuf", false, &url("http://r:1"))),
+    ] {
+        let err = Config::parse(&bad).and_then(|c| c.validate()).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("input.schema_registry_url"), "{msg}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

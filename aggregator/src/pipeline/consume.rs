@@ -188,15 +188,27 @@ impl<'a> Consuming<'a> {
                     break;
                 }
             }
+            let content_type = if read_content_type {
+                kafka::header(&msg, CONTENT_TYPE)
+            } else {
+                None
+            };
+            // A framed Avro message's writer's schema, fetched once.
+            if let Some(registry) = &self.p.v.schema_registry {
+                let payload = msg.payload().unwrap_or(&[]);
+                let decoder = self.processor.decoder_mut();
+                if !registry
+                    .ensure(decoder, payload, content_type, &mut self.stop.clone())
+                    .await
+                {
+                    break;
+                }
+            }
             let prepared = self.processor.prepare(
                 msg.partition(),
                 msg.offset(),
                 msg.payload().unwrap_or(&[]),
-                if read_content_type {
-                    kafka::header(&msg, CONTENT_TYPE)
-                } else {
-                    None
-                },
+                content_type,
                 msg.timestamp().to_millis(),
             );
             // Private keys selected by this message are durable before

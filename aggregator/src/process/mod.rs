@@ -93,6 +93,9 @@ pub fn decoder(v: &Validated) -> Decoder {
     if let Some(a) = &v.avro {
         d = d.with_avro(a.clone());
     }
+    if v.schema_registry.is_some() {
+        d = d.with_avro_registry();
+    }
     if let Some(described) = &v.described {
         d = d.with_described(described.clone());
     }
@@ -302,6 +305,12 @@ impl Processor {
             .and_then(|()| self.apply(closed));
         self.flush_counters();
         r
+    }
+
+    /// The decoder, to hand it writers' schemas fetched from a Schema
+    /// Registry ([`crate::schemas::SchemaRegistry::ensure`]).
+    pub fn decoder_mut(&mut self) -> &mut Decoder {
+        &mut self.decoder
     }
 
     /// The first half of processing, which depends on nothing but the
