@@ -11,7 +11,8 @@
 //!    printed too: it is steadier than throughput on a shared machine.
 //!
 //! Run: `cargo bench -p fleetdp --bench pipeline` (FLEETDP_BENCH_E2E_ONLY=1
-//! skips the in-process part, FLEETDP_BENCH_READ_CONTENT_TYPE=true|false
+//! skips the in-process part, FLEETDP_BENCH_SHAPES_ONLY=1 runs only the
+//! input shapes (protobuf readings, mapped JSON, framed Avro), FLEETDP_BENCH_READ_CONTENT_TYPE=true|false
 //! measures one way of reading the input only). The broker is
 //! FLEETDP_BENCH_BROKERS or KAFKA_BROKERS (e.g. the tansu that tests/run.sh
 //! installs), else the in-process mock cluster with a smaller data set.
@@ -194,15 +195,54 @@ histogram_edges = [-40, 0, 20, 40, 85]
 quantiles = [0.5, 0.9]
 "#;
 
-fn shapes_config(mapped: bool) -> Validated {
-    let input = if mapped {
-        "[input]\ndevice_id = \"vin\"\nevent_time = \"/ts\"\nevent_time_unit = \"rfc3339\"\n\
-         [input.streams]\ntemp = \"cabin.temp_c\"\nbattery = \"/battery/volts\"\nspeed = \"speed_kmh\"\n\
-         rpm = \"engine.rpm\"\nfuel = \"fuel.level\"\n"
-    } else {
-        ""
+/// The reports as a fleet's own Avro record (Schema Registry framed, id 1).
+const REPORT_AVSC: &str = r#"{"type": "record", "name": "Report", "namespace": "bench", "fields": [
+  {"name": "vin", "type": "string"},
+  {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+  {"name": "cabin", "type": {"type": "record", "name": "Cabin", "fields": [{"name": "temp_c", "type": "double"}]}},
+  {"name": "battery", "type": {"type": "record", "name": "Battery", "fields": [{"name": "volts", "type": "double"}]}},
+  {"name": "speed_kmh", "type": "double"},
+  {"name": "engine", "type": {"type": "record", "name": "Engine", "fields": [{"name": "rpm", "type": "double"}]}},
+  {"name": "fuel", "type": {"type": "record", "name": "Fuel", "fields": [{"name": "level", "type": "double"}]}},
+  {"name": "odo", "type": "long"}]}"#;
+
+/// How the 5-metric reports reach the service.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// Five FleetDP protobuf readings per report.
+    Readings,
+    /// One mapped JSON document per report (RFC 3339 times).
+    Json,
+    /// One framed Avro record per report, read against [`REPORT_AVSC`].
+    Avro,
+}
+
+fn shapes_config(shape: Shape) -> Validated {
+    const STREAMS: &str =
+        "[input.streams]\ntemp = \"cabin.temp_c\"\nbattery = \"/battery/volts\"\n\
+         speed = \"speed_kmh\"\nrpm = \"engine.rpm\"\nfuel = \"fuel.level\"\n";
+    let input = match shape {
+        Shape::Readings => String::new(),
+        Shape::Json => format!(
+            "[input]\ndevice_id = \"vin\"\nevent_time = \"/ts\"\nevent_time_unit = \"rfc3339\"\n{STREAMS}"
+        ),
+        Shape::Avro => {
+            let path = std::env::temp_dir().join(format!("fleetdp-bench-{}.avsc", std::process::id()));
+            std::fs::write(&path, REPORT_AVSC).unwrap();
+            format!(
+                "[input]\ndevice_id = \"vin\"\nevent_time = \"ts\"\navro_schema = {:?}\navro_schema_id = 1\n{STREAMS}",
+                path.display().to_string()
+            )
+        }
     };
-    let mut text = SHAPES.replace("INPUT", input);
+    let mut text = SHAPES.replace("INPUT", &input);
+    if shape == Shape::Avro {
+        text = text.replacen(
+            "[kafka]\n",
+            "[kafka]\ninput_format = \"avro\"\ninput_framing = \"confluent\"\nread_content_type = false\n",
+            1,
+        );
+    }
     for name in ["battery", "speed", "rpm", "fuel"] {
         text += &format!(
             "[[stream]]\nname = \"{name}\"\nlower = 0.0\nupper = 5000.0\nresolution = 0.01\n\
@@ -218,9 +258,9 @@ fn shapes_config(mapped: bool) -> Validated {
 /// (key, payload) per message.
 type Messages = Vec<(String, Vec<u8>)>;
 
-fn shaped_messages(reports: usize) -> (Messages, Messages) {
+fn shaped_messages(reports: usize) -> (Messages, Messages, Messages) {
     use prost::Message as _;
-    let (mut proto, mut docs) = (Vec::new(), Vec::new());
+    let (mut proto, mut docs, mut avro) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..reports {
         let vin = format!("WVW{:08}", i % 100_000);
         let t = 1_795_541_400_000i64 + i as i64;
@@ -248,9 +288,15 @@ fn shaped_messages(reports: usize) -> (Messages, Messages) {
             r#"{{"vin":"{vin}","ts":"{ts}","cabin":{{"temp_c":{}}},"battery":{{"volts":12.6}},"speed_kmh":{},"engine":{{"rpm":2100}},"fuel":{{"level":0.55}},"odo":81234}}"#,
             values[0].1, values[2].1
         );
+        let record = serde_json::json!({
+            "vin": vin, "ts": t, "cabin": {"temp_c": values[0].1}, "battery": {"volts": 12.6},
+            "speed_kmh": values[2].1, "engine": {"rpm": 2100.0}, "fuel": {"level": 0.55}, "odo": 81234,
+        });
+        let body = ingest::encode_avro_json(REPORT_AVSC, &record).unwrap();
+        avro.push((vin.clone(), ingest::frame(1, None, &body)));
         docs.push((vin, doc.into_bytes()));
     }
-    (proto, docs)
+    (proto, docs, avro)
 }
 
 fn main() {
@@ -261,52 +307,66 @@ fn main() {
         end_to_end();
         return;
     }
-    let n = 2_000_000;
-    println!("FleetDP pipeline benchmark ({n} readings of one stream, n = 10,000 per window)");
-    let msgs = messages(n);
-    let v = config("unused", "in", "out", "g", true);
-    // Warm up, then alternate to even out machine noise.
-    let _ = in_process(&v, &msgs[..200_000], true);
-    let mut exact = Vec::new();
-    let mut dp = Vec::new();
-    for _ in 0..9 {
-        exact.push(in_process(&v, &msgs, false).0);
-        dp.push(in_process(&v, &msgs, true).0);
-    }
     let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
-    let (e, d) = (best(&exact), best(&dp));
-    println!(
-        "in process, exact aggregation (noise off): {:>12.0} readings/s",
-        e
-    );
-    println!(
-        "in process, with DP release:               {:>12.0} readings/s",
-        d
-    );
-    println!(
-        "DP overhead: {:.1}% (ratio {:.3}; target ≤ 10%)",
-        (e / d - 1.0) * 100.0,
-        d / e
-    );
+    // FLEETDP_BENCH_SHAPES_ONLY=1: the real-world input shapes alone.
+    if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {
+        let n = 2_000_000;
+        println!("FleetDP pipeline benchmark ({n} readings of one stream, n = 10,000 per window)");
+        let msgs = messages(n);
+        let v = config("unused", "in", "out", "g", true);
+        // Warm up, then alternate to even out machine noise.
+        let _ = in_process(&v, &msgs[..200_000], true);
+        let mut exact = Vec::new();
+        let mut dp = Vec::new();
+        for _ in 0..9 {
+            exact.push(in_process(&v, &msgs, false).0);
+            dp.push(in_process(&v, &msgs, true).0);
+        }
+        let (e, d) = (best(&exact), best(&dp));
+        println!(
+            "in process, exact aggregation (noise off): {:>12.0} readings/s",
+            e
+        );
+        println!(
+            "in process, with DP release:               {:>12.0} readings/s",
+            d
+        );
+        println!(
+            "DP overhead: {:.1}% (ratio {:.3}; target ≤ 10%)",
+            (e / d - 1.0) * 100.0,
+            d / e
+        );
+    }
 
     // Real-world shapes: the same 5-metric reports as FleetDP protobuf
     // readings and as mapped multi-metric JSON documents (issue 19's
     // target: ≥ 0.5× the protobuf path in readings/s).
-    let (proto_msgs, doc_msgs) = shaped_messages(200_000);
-    let (pv, mv) = (shapes_config(false), shapes_config(true));
-    let (mut pr, mut mr) = (Vec::new(), Vec::new());
+    let (proto_msgs, doc_msgs, avro_msgs) = shaped_messages(200_000);
+    let (pv, mv, av) = (
+        shapes_config(Shape::Readings),
+        shapes_config(Shape::Json),
+        shapes_config(Shape::Avro),
+    );
+    let (mut pr, mut mr, mut ar) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
         pr.push(in_process_shaped(&pv, &proto_msgs, true, 1, None).0);
         mr.push(in_process_shaped(&mv, &doc_msgs, true, 5, Some("application/json")).0);
+        ar.push(in_process_shaped(&av, &avro_msgs, true, 5, None).0);
     }
-    let (p, m) = (best(&pr), best(&mr));
+    let (p, m, a) = (best(&pr), best(&mr), best(&ar));
     println!("in process, 5 streams, protobuf readings:   {p:>12.0} readings/s");
     println!(
         "in process, 5 streams, mapped JSON (5/doc): {m:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.5×)",
         m / p
     );
+    println!(
+        "in process, 5 streams, framed Avro (5/rec): {a:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
+        a / p
+    );
 
-    end_to_end();
+    if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {
+        end_to_end();
+    }
 }
 
 fn end_to_end() {

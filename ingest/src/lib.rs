@@ -14,7 +14,9 @@ mod json;
 mod mapped;
 mod scan;
 
-pub use avro::{example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION};
+pub use avro::{
+    encode_avro_json, example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION,
+};
 pub use described::{example_descriptor_set, example_message, Described};
 pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
