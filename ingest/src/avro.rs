@@ -68,23 +68,26 @@ impl AvroSchema {
 
     /// Decode one datum into a JSON value; every byte must belong to it.
     pub fn to_json(&self, body: &[u8]) -> Result<Value, Rejection> {
-        let mut rest = body;
-        let v = apache_avro::from_avro_datum(&self.schema, &mut rest, None)
+        let mut r = Tracked {
+            rest: body,
+            short: false,
+        };
+        let v = apache_avro::from_avro_datum(&self.schema, &mut r, None)
             .map_err(|e| undecodable(format!("Avro {}: {e}", self.name())))?;
         // apache-avro reads a string or bytes cut short by the end of the
-        // message as `null` instead of failing: a value that does not match
-        // the schema is a truncated (or otherwise broken) message.
-        if !v.validate(&self.schema) {
+        // message as `null` instead of failing: any read the message could
+        // not fill means it ends inside the record.
+        if r.short {
             return Err(undecodable(format!(
                 "Avro {}: the message ends inside the record",
                 self.name()
             )));
         }
-        if !rest.is_empty() {
+        if !r.rest.is_empty() {
             return Err(undecodable(format!(
                 "Avro {}: {} bytes after the record",
                 self.name(),
-                rest.len()
+                r.rest.len()
             )));
         }
         convert(v, 0)
@@ -141,6 +144,21 @@ impl crate::Decoder {
     pub fn with_avro(mut self, schema: AvroSchema) -> Self {
         self.avro = Some(schema);
         self
+    }
+}
+
+/// The message's bytes, noting a read it could not fill.
+struct Tracked<'a> {
+    rest: &'a [u8],
+    short: bool,
+}
+
+impl std::io::Read for Tracked<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if buf.len() > self.rest.len() {
+            self.short = true;
+        }
+        self.rest.read(buf)
     }
 }
 
