@@ -236,21 +236,7 @@ fn a_fleets_own_protobuf_messages_are_read_through_their_descriptor_set() {
         msgs.push(out("other-type", ingest::frame(3, Some(&[1]), &body)));
         let body = ingest::example_message("", at, Some(1.0), "4.2");
         msgs.push(out("no-vin", ingest::frame(3, Some(&[0]), &body)));
-        produce(&broker, &t.input, &msgs).await;
-        let (stop, c, h) = spawn_pipeline(v, [8; 32]);
-        assert!(
-            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
-            "released {}",
-            count(&c.windows_released)
-        );
-        stop.send(true).unwrap();
-        h.await.unwrap().unwrap();
-        assert_eq!(count(&c.readings_accepted), 20, "a temperature and a tyre each");
-        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
-        assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
-        assert_eq!(rs.iter().filter(|r| r.stream == "battery").count(), 2);
-        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
-        let details: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-detail"].as_str()).collect();
+        let details = run_framed(&broker, &t, v, &msgs, 20).await;
         assert_eq!(details.len(), 2, "{details:?}");
         assert!(details.iter().any(|d| d.contains("message index [1]") && d.contains("acme.v1.Telemetry")), "{details:?}");
         assert!(details.iter().any(|d| d.contains("'vin'")), "{details:?}");
@@ -312,25 +298,38 @@ fn a_fleets_own_avro_records_are_read_against_their_schema() {
         msgs.push(out("cut", ingest::frame(42, None, &body[..body.len() - 2])));
         let body = ingest::example_avro("", at, Some(1.0), 12.0);
         msgs.push(out("no-vin", ingest::frame(42, None, &body)));
-        produce(&broker, &t.input, &msgs).await;
-        let (stop, c, h) = spawn_pipeline(v, [8; 32]);
-        assert!(
-            wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
-            "released {}",
-            count(&c.windows_released)
-        );
-        stop.send(true).unwrap();
-        h.await.unwrap().unwrap();
-        assert_eq!(count(&c.readings_accepted), 21, "ten temperatures, eleven batteries");
-        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
-        assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
-        assert_eq!(rs.iter().filter(|r| r.stream == "battery").count(), 2);
-        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
-        let details: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-detail"].as_str()).collect();
+        // Ten temperatures, eleven batteries.
+        let details = run_framed(&broker, &t, v, &msgs, 21).await;
         assert_eq!(details.len(), 3, "{details:?}");
         assert!(details.iter().any(|d| d.contains("schema id 43") && d.contains("pins 42")), "{details:?}");
         assert!(details.iter().any(|d| d.contains("acme.v1.Telemetry")), "{details:?}");
         assert!(details.iter().any(|d| d.contains("'vin'")), "{details:?}");
         let _ = std::fs::remove_dir_all(&dir);
     });
+}
+
+/// Produce `msgs`, run the pipeline until the temp window and both battery
+/// windows are released, check the readings accepted and the releases;
+/// the dead letters' details.
+async fn run_framed(
+    broker: &Broker,
+    t: &Topics,
+    v: fleetdp::config::Validated,
+    msgs: &[Out],
+    accepted: u64,
+) -> Vec<String> {
+    produce(broker, &t.input, msgs).await;
+    let (stop, c, h) = spawn_pipeline(v, [8; 32]);
+    assert!(
+        wait_until(Duration::from_secs(120), || count(&c.windows_released) >= 3).await,
+        "released {}",
+        count(&c.windows_released)
+    );
+    stop.send(true).unwrap();
+    h.await.unwrap().unwrap();
+    assert_eq!(count(&c.readings_accepted), accepted);
+    let rs = tokio::task::block_in_place(|| releases(broker, &t.output));
+    assert_eq!(rs.iter().filter(|r| r.stream == "temp").count(), 1);
+    assert_eq!(rs.iter().filter(|r| r.stream == "battery").count(), 2);
+    dead_letter_details(broker, &t.dlq)
 }

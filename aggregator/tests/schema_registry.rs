@@ -146,8 +146,7 @@ fn framed_avro_schemas_are_fetched_once_from_the_registry() {
             ["/schemas/ids/42", "/schemas/ids/43", "/schemas/ids/99"],
             "{requests:?}"
         );
-        let dlq = tokio::task::block_in_place(|| read_all(&broker, &t.dlq));
-        let details: Vec<&str> = dlq.iter().map(|m| m.headers["fleetdp-detail"].as_str()).collect();
+        let details = dead_letter_details(&broker, &t.dlq);
         assert_eq!(details.len(), 3, "{details:?}");
         assert!(details.iter().any(|d| d.contains("schema id 43") && d.contains("PROTOBUF")), "{details:?}");
         assert_eq!(

@@ -142,6 +142,34 @@ fn smooth_sensitivity_bounds_the_local_one_and_is_smooth() {
     }
 }
 
+/// Every outcome's probability under one neighbour stays within `e^eps`
+/// of the other's plus `delta`, both ways (Clopper–Pearson bounds, 5%
+/// family-wise over the outcomes seen).
+fn assert_within<K: std::hash::Hash + Eq + Copy + std::fmt::Debug>(
+    a: &HashMap<K, u64>,
+    c: &HashMap<K, u64>,
+    trials: u64,
+    eps: f64,
+    delta: f64,
+) {
+    let keys: Vec<K> = a.keys().chain(c.keys()).copied().collect();
+    let tests = 2.0 * keys.len() as f64;
+    for k in keys {
+        let (p, q) = (
+            a.get(&k).copied().unwrap_or(0),
+            c.get(&k).copied().unwrap_or(0),
+        );
+        for (p, q) in [(p, q), (q, p)] {
+            let lo = cp_lower(p, trials, 0.05 / tests) - delta;
+            let hi = cp_upper(q, trials, 0.05 / tests);
+            assert!(
+                lo <= eps.exp() * hi,
+                "outcome {k:?}: {p} vs {q} of {trials}"
+            );
+        }
+    }
+}
+
 /// PTR on neighbours, where the changed reading moves the median: every
 /// outcome's probability stays within `e^{2ε}` of the other's plus δ.
 #[test]
@@ -170,22 +198,7 @@ fn ptr_is_two_epsilon_delta_dp_empirically() {
         a.get(&None).copied().unwrap_or(0) < TRIALS / 2,
         "PTR refused too often"
     );
-    let keys: Vec<Option<i64>> = a.keys().chain(c.keys()).copied().collect();
-    let tests = 2.0 * keys.len() as f64;
-    for k in keys {
-        let (p, q) = (
-            a.get(&k).copied().unwrap_or(0),
-            c.get(&k).copied().unwrap_or(0),
-        );
-        for (p, q) in [(p, q), (q, p)] {
-            let lo = cp_lower(p, TRIALS, 0.05 / tests) - delta;
-            let hi = cp_upper(q, TRIALS, 0.05 / tests);
-            assert!(
-                lo <= (2.0 * eps).exp() * hi,
-                "outcome {k:?}: {p} vs {q} of {TRIALS}"
-            );
-        }
-    }
+    assert_within(&a, &c, TRIALS, 2.0 * eps, delta);
     // The noise is there: the released value varies.
     assert!(a.len() > 5);
 }
@@ -271,18 +284,6 @@ fn smooth_median_is_epsilon_delta_dp_empirically() {
         h
     };
     let (a, c) = (outcomes(&x, 5), outcomes(&y, 6));
-    let keys: Vec<i64> = a.keys().chain(c.keys()).copied().collect();
-    let tests = 2.0 * keys.len() as f64;
-    for k in keys {
-        let (p, q) = (
-            a.get(&k).copied().unwrap_or(0),
-            c.get(&k).copied().unwrap_or(0),
-        );
-        for (p, q) in [(p, q), (q, p)] {
-            let lo = cp_lower(p, TRIALS, 0.05 / tests) - delta;
-            let hi = cp_upper(q, TRIALS, 0.05 / tests);
-            assert!(lo <= eps.exp() * hi, "outcome {k}: {p} vs {q} of {TRIALS}");
-        }
-    }
+    assert_within(&a, &c, TRIALS, eps, delta);
     assert!(a.len() > 5, "the noise is there");
 }

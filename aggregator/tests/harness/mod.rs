@@ -483,3 +483,11 @@ pub fn http_get(url: &str) -> Option<(u16, String)> {
     let status = buf.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
 }
+
+/// The `fleetdp-detail` header of every dead letter on `topic`.
+pub fn dead_letter_details(broker: &Broker, topic: &str) -> Vec<String> {
+    tokio::task::block_in_place(|| read_all(broker, topic))
+        .into_iter()
+        .map(|m| m.headers["fleetdp-detail"].clone())
+        .collect()
+}
