@@ -139,12 +139,7 @@ fn schema_registry_framed_protobuf_is_read() {
             event_time_ms: Some(at + i as i64),
             labels: Default::default(),
         };
-        let out = |key: &str, payload: Vec<u8>| Out {
-            partition: Some(0),
-            key: key.to_string(),
-            payload,
-            content_type: None,
-        };
+        let out = framed_out;
         let mut msgs: Vec<Out> = (0..5)
             .map(|i| {
                 out(
@@ -219,12 +214,7 @@ fn a_fleets_own_protobuf_messages_are_read_through_their_descriptor_set() {
             .validate()
             .unwrap();
         let at = now_ms() - 60_000;
-        let out = |key: &str, payload: Vec<u8>| Out {
-            partition: Some(0),
-            key: key.to_string(),
-            payload,
-            content_type: None,
-        };
+        let out = framed_out;
         let mut msgs: Vec<Out> = (0..10)
             .map(|i| {
                 let vin = format!("VIN{i}");
@@ -278,12 +268,7 @@ fn a_fleets_own_avro_records_are_read_against_their_schema() {
             .validate()
             .unwrap();
         let at = now_ms() - 60_000;
-        let out = |key: &str, payload: Vec<u8>| Out {
-            partition: Some(0),
-            key: key.to_string(),
-            payload,
-            content_type: None,
-        };
+        let out = framed_out;
         // Ten devices with both readings, one with only a battery reading.
         let mut msgs: Vec<Out> = (0..11)
             .map(|i| {

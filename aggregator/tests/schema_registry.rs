@@ -101,12 +101,7 @@ fn framed_avro_schemas_are_fetched_once_from_the_registry() {
             .validate()
             .unwrap();
         let at = now_ms() - 60_000;
-        let out = |key: &str, payload: Vec<u8>| Out {
-            partition: Some(0),
-            key: key.to_string(),
-            payload,
-            content_type: None,
-        };
+        let out = framed_out;
         let mut msgs: Vec<Out> = (0..10)
             .map(|i| {
                 let vin = format!("VIN{i}");

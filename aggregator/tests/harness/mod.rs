@@ -491,3 +491,14 @@ pub fn dead_letter_details(broker: &Broker, topic: &str) -> Vec<String> {
         .map(|m| m.headers["fleetdp-detail"].clone())
         .collect()
 }
+
+/// A message for partition 0 without a content type (framed input, read as
+/// the declared format).
+pub fn framed_out(key: &str, payload: Vec<u8>) -> Out {
+    Out {
+        partition: Some(0),
+        key: key.to_string(),
+        payload,
+        content_type: None,
+    }
+}
