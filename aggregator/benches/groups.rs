@@ -5,9 +5,10 @@
 //!
 //! - readings/s through decode → group → bound → window → release, the
 //!   groups found in a 10⁶-device registry (the DashMap the registry topic
-//!   fills) or in each reading's labels;
+//!   fills, copied into the loop's replica) or in each reading's labels;
 //! - bytes per device, counted by this binary's allocator: the registry's
-//!   rows, and the windows' per-device state (lane counts and group table).
+//!   rows, and what the processor holds per device (lane counts, group
+//!   table and, in the registry case, its replica of the rows).
 //!
 //! Target (issue 18): grouped ≥ 0.8× the single-group readings/s.
 //!
@@ -234,7 +235,7 @@ fn main() {
         per(a[0].2)
     );
     println!(
-        "504 groups, registry (DashMap):      {rb:>12.0} readings/s, {:>6} windows, {:>6.1} bytes/device of window state ({:.2}× single; target ≥ 0.8×)",
+        "504 groups, registry (replica):      {rb:>12.0} readings/s, {:>6} windows, {:>6.1} bytes/device of window state and replica ({:.2}× single; target ≥ 0.8×)",
         b[0].1,
         per(b[0].2),
         rb / ra

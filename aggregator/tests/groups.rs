@@ -398,3 +398,79 @@ fn sampled_neighbouring_streams_stay_within_the_devices_groups_and_caps() {
         }
     }
 }
+
+/// The registry changes between messages. Whether each message is prepared
+/// before the previous one is applied (the consuming loop, where a reading
+/// waits for its registry row to arrive) or processed alone, every reading
+/// is routed by the rows as they were when its message was prepared: the
+/// same windows with the same values. Routing a prepared reading by rows
+/// read later (at its apply) would put the readings right after an update
+/// in the other group.
+#[test]
+fn registry_updates_route_alike_when_preparing_ahead() {
+    let v = Config::parse(&config("add-remove", 2))
+        .unwrap()
+        .validate()
+        .unwrap();
+    let devices = ["a", "b", "c", "d", "e"];
+    let msgs: Vec<Vec<u8>> = (0..60)
+        .map(|i| reading(devices[i % 5], i as f64, T0 + i as i64 * 20 * 60_000, None))
+        .collect();
+    // Before message i: device `devices[i / 7 % 5]` moves firmware.
+    let update = |i: usize| {
+        let firmware = if (i / 7).is_multiple_of(2) { "4.2" } else { "4.1" };
+        (i % 7 == 3).then(|| (devices[(i / 7) % 5], firmware))
+    };
+    let run = |ahead: bool| {
+        let reg = Arc::new(Registry::new(
+            vec![("firmware".into(), Some(vec!["4.1".into(), "4.2".into()]))],
+            100,
+        ));
+        for d in devices {
+            reg.apply(Some(d.as_bytes()), Some(br#"{"firmware":"4.1"}"#))
+                .unwrap();
+        }
+        let mut p = Processor::new(&v, Arc::new(Counters::default())).with_registry(reg.clone());
+        p.windower_mut().start_time_lanes(0, T0 - HOUR);
+        let mut closed = Vec::new();
+        let json = Some("application/json");
+        for (i, m) in msgs.iter().enumerate() {
+            if let Some((d, f)) = update(i) {
+                let row = format!(r#"{{"firmware":"{f}"}}"#);
+                reg.apply(Some(d.as_bytes()), Some(row.as_bytes())).unwrap();
+            }
+            if ahead {
+                p.prepare(0, i as i64, m, json, None).unwrap();
+                if i > 0 {
+                    p.apply(&mut closed).unwrap();
+                }
+            } else {
+                p.process(0, i as i64, m, json, None, &mut closed).unwrap();
+            }
+        }
+        if ahead {
+            p.apply(&mut closed).unwrap();
+        }
+        let next_day = T0 + 100 * HOUR;
+        p.windower_mut()
+            .close_due(next_day, |_| next_day, usize::MAX, &mut closed);
+        let mut out: Vec<(String, u64, Vec<i64>)> = closed
+            .into_iter()
+            .filter(|w| !w.values.is_empty())
+            .map(|w| (v.plan.streams[w.stream].spec.name.clone(), w.seq, w.values))
+            .collect();
+        out.sort();
+        out
+    };
+    let (one_by_one, ahead) = (run(false), run(true));
+    assert_eq!(one_by_one, ahead);
+    // The updates moved readings: both groups hold some.
+    for g in ["temp[firmware=4.1]", "temp[firmware=4.2]"] {
+        let n: usize = one_by_one
+            .iter()
+            .filter(|(s, _, _)| s == g)
+            .map(|(_, _, v)| v.len())
+            .sum();
+        assert!(n > 5, "{g}: {n} readings");
+    }
+}

@@ -8,9 +8,10 @@ use crate::dp::rng::ReleaseKey;
 use crate::dp::universe::TopCoder;
 use crate::keys::KeyTable;
 
+mod groups;
 mod private;
 use crate::partitioner::Partitioner;
-use crate::registry::{label, Registry};
+use crate::registry::{Registry, Replica};
 use crate::telemetry::{Counters, MessageMetrics, StreamMetrics};
 use crate::window::{
     device_key, Admission, ClosedWindow, FastMap, LaneGroup, StreamRules, Windower,
@@ -21,7 +22,11 @@ use std::sync::Arc;
 
 /// A prepared reading, waiting for [`Processor::apply`].
 struct Staged {
+    /// Its planned stream ([`ROUTE_LATER`]: its group is found by
+    /// [`Processor::route`]).
     stream: usize,
+    /// Its declared stream.
+    declared: u32,
     /// Its index within its message.
     index: u32,
     device: u64,
@@ -30,6 +35,10 @@ struct Staged {
     /// Its message's Kafka timestamp (its event time when the message has none).
     msg_ms: i64,
 }
+
+/// A staged reading whose group is to be looked up in the registry replica
+/// once its slot has had time to arrive (`Processor::route`).
+const ROUTE_LATER: usize = usize::MAX;
 
 /// Rules of each stream for the windower.
 pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
@@ -130,6 +139,8 @@ pub struct Processor {
     declared: Vec<Declared>,
     /// Dimension values of devices (grouped streams), if `[registry]`.
     registry: Option<Arc<Registry>>,
+    /// This loop's copy of the registry's rows, when they fit one.
+    replica: Option<Replica>,
     names: FastMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
@@ -201,6 +212,7 @@ impl Processor {
             decoder,
             declared,
             registry: None,
+            replica: None,
             coders: v.plan.streams.iter().map(|s| s.top_coder()).collect(),
             windower: Windower::new(
                 stream_rules(v),
@@ -254,18 +266,6 @@ impl Processor {
         self.windower.drop_partition(partition);
         self.keys.retain(|&(_, p), _| p != partition);
         self.slot_values.retain(|&(_, p, _), _| p != partition);
-    }
-
-    /// Look grouped streams' dimension values up in `registry` (readings'
-    /// labels take precedence).
-    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
-        for d in &mut self.declared {
-            if let Some(g) = &d.grouping {
-                d.positions = g.dimensions().map(|n| registry.position(n)).collect();
-            }
-        }
-        self.registry = Some(registry);
-        self
     }
 
     /// The input topic's partition count; until it is set, the partition
@@ -353,6 +353,7 @@ impl Processor {
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
         self.to_count.clear();
+        self.sync_registry();
         for (i, r) in readings.iter().enumerate() {
             let device = device_key(&r.device_id);
             // A wrong clock must not move any lane: judged against the
@@ -368,24 +369,21 @@ impl Processor {
             }
             let private = self.private_slot(r, partition, device, stamp);
             let d = &self.declared[r.stream_index];
-            let s = d.first
-                + match (&d.grouping, &self.registry) {
-                    (None, _) => 0,
-                    (Some(g), Some(reg)) => {
-                        reg.group_of(g, &d.positions, device, &r.labels, private)
-                    }
-                    (Some(g), None) => match g.private_dimension() {
-                        None => g.index(|dim| label(&r.labels, dim)),
-                        Some(pi) => g.index_digits(|i| {
-                            if i == pi {
-                                private
-                            } else {
-                                label(&r.labels, g.dimension(i)).and_then(|v| g.digit(i, v))
-                            }
-                        }),
-                    },
-                } as usize;
-            let Ok(t) = self.coders[s].top_code(r.value) else {
+            // A reading the registry alone routes waits for its replica
+            // slot, fetched meanwhile (`route`); its group's lanes share
+            // the stream's universe, so it is top-coded now.
+            let later = r.labels.is_empty()
+                && self.replica.is_some()
+                && d.grouping
+                    .as_ref()
+                    .is_some_and(|g| g.private_dimension().is_none());
+            let s = if later {
+                ROUTE_LATER
+            } else {
+                d.first + self.group_index(r.stream_index, r, device, private) as usize
+            };
+            let coder = &self.coders[if later { d.first } else { s }];
+            let Ok(t) = coder.top_code(r.value) else {
                 return Err(Rejection::new(
                     Reason::NotFinite,
                     format!("reading {i}: value is NaN or infinite"),
@@ -404,9 +402,13 @@ impl Processor {
                     _ => {}
                 }
             }
-            self.windower.prefetch(s, partition, device);
+            match &self.replica {
+                Some(rep) if later => rep.prefetch(device),
+                _ => self.windower.prefetch(s, partition, device),
+            }
             self.staged.push_back(Staged {
                 stream: s,
+                declared: r.stream_index as u32,
                 index: u32::try_from(i).unwrap_or(u32::MAX),
                 device,
                 units: t.units,
@@ -437,6 +439,27 @@ impl Processor {
         if !self.partitions_seen.contains(&partition) {
             self.partitions_seen.push(partition);
         }
+        self.route(0, count, partition);
+        let r = self.admit_staged(partition, offset, count, closed);
+        // The next message's groups, now that its replica slots had the
+        // time this one took; its lanes' slots are fetched meanwhile.
+        let mut from = 0;
+        for i in 0..self.messages_staged.len() {
+            let (p, _, n) = self.messages_staged[i];
+            self.route(from, n, p);
+            from += n;
+        }
+        r
+    }
+
+    /// Apply the oldest prepared message's `count` readings.
+    fn admit_staged(
+        &mut self,
+        partition: i32,
+        offset: i64,
+        count: usize,
+        closed: &mut Vec<ClosedWindow>,
+    ) -> Result<(), Rejection> {
         let too_old = self.staged.range(..count).position(|r| {
             self.windower
                 .is_too_old(r.stream, partition, offset, r.event_ms)

@@ -117,7 +117,7 @@ impl Processor {
                 .registry
                 .as_ref()
                 .zip(decl.positions.get(pi).copied().flatten())
-                .and_then(|(reg, p)| reg.private_value(device, p)),
+                .and_then(|(reg, p)| reg.interned_value(self.registry_digit(device, p))),
         };
         let key = self.release_key.clone();
         let t = self.key_table(d, partition)?;

@@ -15,13 +15,18 @@
 //! a device.
 
 mod follow;
+mod replica;
 
 pub(crate) use follow::spawn;
+pub(crate) use replica::Replica;
+pub use replica::MAX_DIMENSIONS as MAX_REPLICA_DIMENSIONS;
 
 use crate::config::dimensions::Grouping;
 use dashmap::DashMap;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// A device's row: per kept dimension, the position of its value among
 /// the dimension's declared values ([`ABSENT`]: missing or undeclared, the
@@ -40,6 +45,10 @@ pub const ABSENT: u16 = u16::MAX;
 
 /// Most bytes of one registry record's value.
 pub const MAX_ROW_BYTES: usize = 4_096;
+
+/// Most changed devices the journal keeps for [`Replica`]s to catch up
+/// from; one further behind copies the whole table.
+const JOURNAL: usize = 16_384;
 
 /// Why a registry record was not applied (counted, never logged with its key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +85,17 @@ pub struct Registry {
     max_devices: usize,
     held: AtomicUsize,
     applied: AtomicU64,
+    /// The latest changed devices, for [`Replica`]s.
+    journal: Mutex<Journal>,
+    /// Changes journaled so far (the journal's end).
+    version: AtomicU64,
+}
+
+/// Device keys whose rows changed, the oldest at position `start`.
+#[derive(Default)]
+struct Journal {
+    start: u64,
+    changed: VecDeque<u64>,
 }
 
 impl Registry {
@@ -89,7 +109,35 @@ impl Registry {
             max_devices,
             held: AtomicUsize::new(0),
             applied: AtomicU64::new(0),
+            journal: Default::default(),
+            version: AtomicU64::new(0),
         }
+    }
+
+    /// Changes so far (see [`Registry::changes_since`]).
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// The devices changed since `version`, and the version they bring a
+    /// reader to; `None` when the journal no longer reaches that far back.
+    pub(crate) fn changes_since(&self, version: u64) -> Option<(Vec<u64>, u64)> {
+        let j = self.journal.lock().expect("not poisoned");
+        let skip = usize::try_from(version.checked_sub(j.start)?).ok()?;
+        let changed = j.changed.iter().skip(skip).copied().collect();
+        Some((changed, j.start + j.changed.len() as u64))
+    }
+
+    /// Note that `device`'s row changed (after the table holds the change).
+    fn journal(&self, device: u64) {
+        let mut j = self.journal.lock().expect("not poisoned");
+        if j.changed.len() == JOURNAL {
+            j.changed.pop_front();
+            j.start += 1;
+        }
+        j.changed.push_back(device);
+        self.version
+            .store(j.start + j.changed.len() as u64, Ordering::Release);
     }
 
     /// Devices held.
@@ -120,8 +168,10 @@ impl Registry {
             .ok_or(Rejected::Key)?;
         let value = value.filter(|v| !v.is_empty());
         let Some(value) = value else {
-            if self.devices.remove(&crate::device_key(device)).is_some() {
+            let device = crate::device_key(device);
+            if self.devices.remove(&device).is_some() {
                 self.held.fetch_sub(1, Ordering::Relaxed);
+                self.journal(device);
             }
             self.applied.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -139,6 +189,7 @@ impl Registry {
                 }
             }
         }
+        self.journal(device);
         self.applied.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -207,6 +258,11 @@ impl Registry {
     /// [`crate::device_key`] is `device`, if its row has one.
     pub fn private_value(&self, device: u64, position: usize) -> Option<std::sync::Arc<str>> {
         let n = self.devices.get(&device)?.get(position).copied()?;
+        self.interned_value(n)
+    }
+
+    /// The private dimensions' value numbered `n` ([`ABSENT`]: none).
+    pub(crate) fn interned_value(&self, n: u16) -> Option<std::sync::Arc<str>> {
         if n == ABSENT {
             return None;
         }
@@ -225,12 +281,8 @@ impl Registry {
         f(row.as_ref().map(|r| &r[..]))
     }
 
-    /// The group of `device` in `grouping` (`positions[i]`: where the
-    /// grouping's dimension `i` sits in a row, [`Registry::position`]):
-    /// each dimension's value from the reading's `labels` when it carries
-    /// one, else from the device's row; neither, or an undeclared value:
-    /// that dimension's `other`. The private dimension, if any, takes
-    /// `private_digit` (its bound slot, found by the caller).
+    /// The group of `device` in `grouping`: [`group_in`] with the device's
+    /// row in this table.
     pub fn group_of(
         &self,
         grouping: &Grouping,
@@ -240,16 +292,33 @@ impl Registry {
         private_digit: Option<usize>,
     ) -> u32 {
         self.with_row(device, |row| {
-            grouping.index_digits(|i| match label(labels, grouping.dimension(i)) {
-                _ if grouping.private_dimension() == Some(i) => private_digit,
-                Some(v) => grouping.digit(i, v),
-                None => {
-                    let d = row.zip(positions[i]).map(|(r, p)| r[p])?;
-                    (d != ABSENT).then_some(d as usize)
-                }
-            })
+            group_in(grouping, positions, row, labels, private_digit)
         })
     }
+}
+
+/// The group of a reading in `grouping` (`positions[i]`: where the
+/// grouping's dimension `i` sits in a registry row, [`Registry::position`]):
+/// each dimension's value from the reading's `labels` when it carries one,
+/// else from the device's `row`; neither, or an undeclared value: that
+/// dimension's `other`. The private dimension, if any, takes
+/// `private_digit` (its bound slot, found by the caller).
+pub(crate) fn group_in(
+    grouping: &Grouping,
+    positions: &[Option<usize>],
+    row: Option<&[u16]>,
+    labels: &ingest::Labels,
+    private_digit: Option<usize>,
+) -> u32 {
+    grouping.index_digits(|i| match label(labels, grouping.dimension(i)) {
+        _ if grouping.private_dimension() == Some(i) => private_digit,
+        Some(v) => grouping.digit(i, v),
+        None => {
+            let p = positions.get(i).copied().flatten()?;
+            let d = *row?.get(p)?;
+            (d != ABSENT).then_some(d as usize)
+        }
+    })
 }
 
 /// Values of private dimensions and their numbers.
