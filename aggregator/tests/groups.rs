@@ -401,9 +401,9 @@ fn sampled_neighbouring_streams_stay_within_the_devices_groups_and_caps() {
 
 /// The registry changes between messages. Whether each message is prepared
 /// before the previous one is applied (the consuming loop, where a reading
-/// waits for its registry row to arrive) or processed alone, every reading
-/// is routed by the rows as they were when its message was prepared: the
-/// same windows with the same values. Routing a prepared reading by rows
+/// waits for its registry row to arrive), two messages ahead, or processed
+/// alone, every reading is routed by the rows as they were when its message
+/// was prepared: the same windows with the same values. Routing a prepared reading by rows
 /// read later (at its apply) would put the readings right after an update
 /// in the other group.
 #[test]
@@ -418,10 +418,15 @@ fn registry_updates_route_alike_when_preparing_ahead() {
         .collect();
     // Before message i: device `devices[i / 7 % 5]` moves firmware.
     let update = |i: usize| {
-        let firmware = if (i / 7).is_multiple_of(2) { "4.2" } else { "4.1" };
+        let firmware = if (i / 7).is_multiple_of(2) {
+            "4.2"
+        } else {
+            "4.1"
+        };
         (i % 7 == 3).then(|| (devices[(i / 7) % 5], firmware))
     };
-    let run = |ahead: bool| {
+    // `ahead`: messages prepared and not yet applied (0: one by one).
+    let run = |ahead: usize| {
         let reg = Arc::new(Registry::new(
             vec![("firmware".into(), Some(vec!["4.1".into(), "4.2".into()]))],
             100,
@@ -439,16 +444,16 @@ fn registry_updates_route_alike_when_preparing_ahead() {
                 let row = format!(r#"{{"firmware":"{f}"}}"#);
                 reg.apply(Some(d.as_bytes()), Some(row.as_bytes())).unwrap();
             }
-            if ahead {
+            if ahead > 0 {
                 p.prepare(0, i as i64, m, json, None).unwrap();
-                if i > 0 {
+                if i >= ahead {
                     p.apply(&mut closed).unwrap();
                 }
             } else {
                 p.process(0, i as i64, m, json, None, &mut closed).unwrap();
             }
         }
-        if ahead {
+        for _ in 0..ahead {
             p.apply(&mut closed).unwrap();
         }
         let next_day = T0 + 100 * HOUR;
@@ -462,8 +467,9 @@ fn registry_updates_route_alike_when_preparing_ahead() {
         out.sort();
         out
     };
-    let (one_by_one, ahead) = (run(false), run(true));
-    assert_eq!(one_by_one, ahead);
+    let one_by_one = run(0);
+    assert_eq!(one_by_one, run(1), "one message ahead");
+    assert_eq!(one_by_one, run(2), "two messages ahead");
     // The updates moved readings: both groups hold some.
     for g in ["temp[firmware=4.1]", "temp[firmware=4.2]"] {
         let n: usize = one_by_one

@@ -17,14 +17,32 @@ impl Processor {
                 d.positions = g.dimensions().map(|n| registry.position(n)).collect();
             }
         }
-        self.replica = Replica::new(&registry);
+        // A copy of the rows now (the registry is loaded before the first
+        // reading), not at the first message.
+        self.replica = Replica::new(&registry).map(|mut r| {
+            r.sync(&registry);
+            r
+        });
         self.registry = Some(registry);
         self
     }
 
     /// Bring the replica up to date with the registry (before a message's
-    /// readings are routed).
+    /// readings are routed). Staged readings still waiting are routed
+    /// first, by the rows as they were when their message was prepared.
     pub(super) fn sync_registry(&mut self) {
+        let (Some(rep), Some(reg)) = (&self.replica, &self.registry) else {
+            return;
+        };
+        if rep.is_current(reg) {
+            return;
+        }
+        let mut from = 0;
+        for i in 0..self.messages_staged.len() {
+            let (p, _, n) = self.messages_staged[i];
+            self.route(from, n, p);
+            from += n;
+        }
         if let (Some(rep), Some(reg)) = (&mut self.replica, &self.registry) {
             rep.sync(reg);
         }

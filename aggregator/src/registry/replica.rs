@@ -53,9 +53,15 @@ impl Replica {
         })
     }
 
+    /// Whether no change came since the last [`Replica::sync`].
+    #[inline]
+    pub(crate) fn is_current(&self, registry: &Registry) -> bool {
+        registry.version() == self.seen
+    }
+
     /// Catch up with the registry's changes.
     pub(crate) fn sync(&mut self, registry: &Registry) {
-        if registry.version() == self.seen {
+        if self.is_current(registry) {
             return;
         }
         match registry.changes_since(self.seen) {
