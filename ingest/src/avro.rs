@@ -11,15 +11,21 @@
 //! message written with another schema would be misread against this one,
 //! so it is dead-lettered naming both ids.
 
+use crate::avro_reader::Compiled;
+use crate::mapped::Path;
 use crate::{Reason, Rejection};
 use apache_avro::types::Value as Av;
 use apache_avro::Schema;
 use serde_json::{Map, Number, Value};
+use std::sync::Arc;
 
 /// The writer's schema of an input topic.
 #[derive(Debug, Clone)]
 pub struct AvroSchema {
     schema: Schema,
+    /// The schema compiled for FleetDP's own reader (`None`: a type it
+    /// leaves to apache-avro).
+    compiled: Option<Arc<Compiled>>,
     /// The Schema Registry id every framed message must carry, if pinned.
     id: Option<u32>,
 }
@@ -29,7 +35,7 @@ pub struct AvroSchema {
 pub const MAX_AVRO_ALLOCATION: usize = 16 << 20;
 
 /// Deepest nesting converted (deeper values are refused as undecodable).
-const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 fn undecodable(what: String) -> Rejection {
     Rejection::new(Reason::Undecodable, what)
@@ -45,7 +51,12 @@ impl AvroSchema {
         if !matches!(schema, Schema::Record(_)) {
             return Err("the schema must be a record (the fleet's message)".into());
         }
-        Ok(AvroSchema { schema, id })
+        let compiled = Compiled::new(&schema).map(Arc::new);
+        Ok(AvroSchema {
+            schema,
+            compiled,
+            id,
+        })
     }
 
     /// The record's full name.
@@ -68,6 +79,28 @@ impl AvroSchema {
 
     /// Decode one datum into a JSON value; every byte must belong to it.
     pub fn to_json(&self, body: &[u8]) -> Result<Value, Rejection> {
+        self.to_json_for(body, None)
+    }
+
+    /// [`AvroSchema::to_json`], building only what `paths` read (the
+    /// rest is checked, not built): what a mapping needs.
+    pub fn to_json_for(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, Rejection> {
+        match &self.compiled {
+            Some(c) => c
+                .decode(body, paths)
+                .map_err(|e| undecodable(format!("Avro {}: {e}", self.name()))),
+            None => self.to_json_reference(body),
+        }
+    }
+
+    /// Whether FleetDP's own reader decodes this schema (else apache-avro).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
+    }
+
+    /// The same datum decoded by apache-avro (the reader for schemas with
+    /// `uuid` or `big-decimal`; the reference the tests compare with).
+    pub fn to_json_reference(&self, body: &[u8]) -> Result<Value, Rejection> {
         let mut r = Tracked {
             rest: body,
             short: false,
@@ -164,7 +197,7 @@ impl std::io::Read for Tracked<'_> {
 
 /// A float as JSON; NaN and ±∞ spelled as strings, so the mapping refuses
 /// them as not finite (JSON has no literal for them).
-fn float(f: f64) -> Value {
+pub(crate) fn float(f: f64) -> Value {
     match Number::from_f64(f) {
         Some(n) => Value::Number(n),
         None if f.is_nan() => Value::String("nan".into()),

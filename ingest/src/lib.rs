@@ -8,6 +8,7 @@
 //! ever contains a reading's value.
 
 mod avro;
+mod avro_reader;
 mod described;
 mod framing;
 mod json;
@@ -17,6 +18,7 @@ mod scan;
 pub use avro::{
     encode_avro_json, example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION,
 };
+pub use avro_reader::MAX_AVRO_ITEMS;
 pub use described::{example_descriptor_set, example_message, Described};
 pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
@@ -410,7 +412,7 @@ impl Decoder {
                         "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
-                let raw = m.readings_of(&[a.to_json(payload)?])?;
+                let raw = m.readings_of(&[a.to_json_for(payload, Some(&m.paths()))?])?;
                 self.check_count(raw.len())?;
                 raw
             }

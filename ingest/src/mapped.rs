@@ -66,6 +66,11 @@ impl Path {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// Its tokens (object keys or array indexes), outermost first.
+    pub(crate) fn tokens(&self) -> &[String] {
+        &self.tokens
+    }
 }
 
 /// How the event time is written.
@@ -135,6 +140,15 @@ pub struct Mapping {
 use crate::RawReading as Raw;
 
 impl Mapping {
+    /// Every path the mapping reads.
+    pub(crate) fn paths(&self) -> Vec<&Path> {
+        let named = self.streams.iter().chain(&self.labels).map(|(_, p)| p);
+        [&self.device_id, &self.event_time]
+            .into_iter()
+            .chain(named)
+            .collect()
+    }
+
     /// The readings of a payload of documents (at most `max_docs`).
     pub(crate) fn readings(&self, payload: &[u8], max_docs: usize) -> Result<Vec<Raw>, Rejection> {
         self.readings_of(&parse_docs(payload, max_docs)?)

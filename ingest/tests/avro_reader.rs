@@ -1,0 +1,236 @@
+//! FleetDP's own Avro reader against apache-avro, message by message, over
+//! a schema with every Avro type FleetDP compiles (nested and recursive
+//! records, unions, arrays, maps, enums, fixed, bytes, decimals, durations,
+//! logical timestamps, zero-width items): valid datums, then the same bytes
+//! damaged (a byte changed, cut short, one appended). Both must accept the
+//! same messages with the same JSON — the one allowed difference being
+//! FleetDP's bound on built array and map items — and the mapping's view
+//! (only what its paths read) must find exactly what the full value has.
+//! CI runs 2·10⁴ cases; `PROPTEST_CASES` for more.
+
+use apache_avro::types::Value as Av;
+use apache_avro::Schema;
+use fleetdp_ingest::{AvroSchema, Path};
+use proptest::prelude::*;
+
+const SCHEMA: &str = r#"{"type": "record", "name": "R", "namespace": "t", "fields": [
+  {"name": "b", "type": "boolean"},
+  {"name": "i", "type": "int"},
+  {"name": "l", "type": "long"},
+  {"name": "f", "type": "float"},
+  {"name": "d", "type": "double"},
+  {"name": "s", "type": "string"},
+  {"name": "by", "type": "bytes"},
+  {"name": "fx", "type": {"type": "fixed", "name": "F", "size": 3}},
+  {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B", "C"]}},
+  {"name": "a", "type": {"type": "array", "items": ["null", "long"]}},
+  {"name": "m", "type": {"type": "map", "values": "double"}},
+  {"name": "n", "type": ["null", {"type": "record", "name": "N", "fields": [
+    {"name": "x", "type": "int"}, {"name": "next", "type": ["null", "N"]}]}]},
+  {"name": "z", "type": {"type": "array", "items": "null"}},
+  {"name": "dec", "type": {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}},
+  {"name": "du", "type": {"type": "fixed", "name": "D", "size": 12, "logicalType": "duration"}},
+  {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+  {"name": "fe", "type": "F"}
+]}"#;
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+fn schema() -> &'static (Schema, AvroSchema) {
+    static S: std::sync::OnceLock<(Schema, AvroSchema)> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        (
+            Schema::parse_str(SCHEMA).unwrap(),
+            AvroSchema::new(SCHEMA, None).unwrap(),
+        )
+    })
+}
+
+/// A chain of `N` records `depth` long.
+fn chain(xs: &[i32]) -> Av {
+    match xs {
+        [] => Av::Union(0, Box::new(Av::Null)),
+        [x, rest @ ..] => Av::Union(
+            1,
+            Box::new(Av::Record(vec![
+                ("x".into(), Av::Int(*x)),
+                ("next".into(), chain(rest)),
+            ])),
+        ),
+    }
+}
+
+prop_compose! {
+    fn datum()(
+        b in any::<bool>(),
+        i in any::<i32>(),
+        l in any::<i64>(),
+        f in prop_oneof![any::<f32>(), Just(f32::NAN)],
+        d in prop_oneof![any::<f64>(), Just(f64::INFINITY)],
+        s in ".{0,12}",
+        by in prop::collection::vec(any::<u8>(), 0..6),
+        fx in prop::array::uniform3(any::<u8>()),
+        e in 0u32..3,
+        a in prop::collection::vec(prop::option::of(any::<i64>()), 0..5),
+        m in prop::collection::vec(("[a-c]{1,2}", any::<f64>()), 0..4),
+        n in prop::collection::vec(any::<i32>(), 0..40),
+        z in 0usize..4,
+        ts in any::<i64>(),
+    ) -> Av {
+        Av::Record(vec![
+            ("b".into(), Av::Boolean(b)),
+            ("i".into(), Av::Int(i)),
+            ("l".into(), Av::Long(l)),
+            ("f".into(), Av::Float(f)),
+            ("d".into(), Av::Double(d)),
+            ("s".into(), Av::String(s)),
+            ("by".into(), Av::Bytes(by.clone())),
+            ("fx".into(), Av::Fixed(3, fx.to_vec())),
+            ("e".into(), Av::Enum(e, ["A", "B", "C"][e as usize].into())),
+            ("a".into(), Av::Array(a.into_iter().map(|x| match x {
+                Some(x) => Av::Union(1, Box::new(Av::Long(x))),
+                None => Av::Union(0, Box::new(Av::Null)),
+            }).collect())),
+            ("m".into(), Av::Map(m.into_iter().map(|(k, v)| (k, Av::Double(v))).collect())),
+            ("n".into(), chain(&n)),
+            ("z".into(), Av::Array(vec![Av::Null; z])),
+            ("dec".into(), Av::Decimal(vec![by.len() as u8].into())),
+            ("du".into(), Av::Duration([1u8; 12].into())),
+            ("ts".into(), Av::TimestampMillis(ts)),
+            ("fe".into(), Av::Fixed(3, fx.to_vec())),
+        ])
+    }
+}
+
+/// How a valid message is damaged.
+#[derive(Debug, Clone)]
+enum Damage {
+    None,
+    Set(prop::sample::Index, u8),
+    Cut(prop::sample::Index),
+    Append(u8),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        Just(Damage::None),
+        (any::<prop::sample::Index>(), byte()).prop_map(|(i, b)| Damage::Set(i, b)),
+        any::<prop::sample::Index>().prop_map(Damage::Cut),
+        any::<u8>().prop_map(Damage::Append),
+    ]
+}
+
+/// A byte for damage: often a small value or a varint's edge.
+fn byte() -> impl Strategy<Value = u8> {
+    prop_oneof![any::<u8>(), 0u8..4, Just(0x7f), Just(0x80), Just(0xff)]
+}
+
+/// The mapping's kind of paths into [`SCHEMA`]'s values, including ones
+/// through unions, arrays, maps, scalars and absent fields.
+fn paths() -> Vec<Path> {
+    [
+        "s",
+        "/l",
+        "n.x",
+        "n.next.next.x",
+        "a.1",
+        "m.ab",
+        "e",
+        "f",
+        "d",
+        "s.x",
+        "nope",
+        "fx",
+    ]
+    .iter()
+    .map(|p| Path::parse(p).unwrap())
+    .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fleetdp_reads_avro_as_apache_avro_does(v in datum(), damage in damage()) {
+        let (raw, schema) = schema();
+        let mut bytes = apache_avro::to_avro_datum(raw, v).unwrap();
+        match damage {
+            Damage::None => {}
+            Damage::Set(i, b) => {
+                let i = i.index(bytes.len());
+                bytes[i] = b;
+            }
+            Damage::Cut(i) => bytes.truncate(i.index(bytes.len())),
+            Damage::Append(b) => bytes.push(b),
+        }
+        let ours = schema.to_json(&bytes);
+        let theirs = schema.to_json_reference(&bytes);
+        match (&ours, &theirs) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+            (Err(_), Err(_)) => {}
+            (Err(e), Ok(_)) => prop_assert!(e.detail.contains("array and map items"), "only FleetDP refused: {}", e.detail),
+            (Ok(_), Err(e)) => prop_assert!(false, "only apache-avro refused: {}", e.detail),
+        }
+        // The mapping's view: accepted alike, and every path finds the same.
+        let paths = paths();
+        let refs: Vec<&Path> = paths.iter().collect();
+        let view = schema.to_json_for(&bytes, Some(&refs));
+        prop_assert_eq!(view.is_ok(), ours.is_ok(), "{:?}", view.as_ref().err());
+        if let (Ok(view), Ok(full)) = (&view, &ours) {
+            for p in &paths {
+                prop_assert_eq!(p.find(view), p.find(full), "{}", p.as_str());
+            }
+        }
+    }
+}
+
+/// Messages that only claim a lot: nulls that take no bytes are not walked
+/// one by one, and built items are bounded.
+#[test]
+fn claimed_counts_cost_nothing() {
+    let schema = AvroSchema::new(
+        r#"{"type": "record", "name": "Q", "fields": [
+            {"name": "z", "type": {"type": "array", "items": {"type": "record", "name": "E", "fields": [{"name": "u", "type": "null"}]}}},
+            {"name": "k", "type": "long"}]}"#,
+        None,
+    )
+    .unwrap();
+    assert!(schema.is_compiled());
+    // 16·2²⁰ empty records a block, 1,000 blocks, then k = 1.
+    let mut bytes = Vec::new();
+    for _ in 0..1_000 {
+        bytes.extend([0x80, 0x80, 0x80, 0x10]);
+    }
+    bytes.extend([0, 2]);
+    // (Walked item by item this would be 1.6·10¹⁰ steps: the test would
+    // not finish.)
+    let k = Path::parse("k").unwrap();
+    let v = schema.to_json_for(&bytes, Some(&[&k])).unwrap();
+    assert_eq!(v["k"], 1);
+    // Built (a path reads the array), the items are bounded.
+    let z = Path::parse("z").unwrap();
+    let e = schema.to_json_for(&bytes, Some(&[&z])).unwrap_err();
+    assert!(e.detail.contains("array and map items"), "{}", e.detail);
+}
+
+/// A schema with a `uuid` is left to apache-avro, and still decodes.
+#[test]
+fn uuid_schemas_use_apache_avro() {
+    let text = r#"{"type": "record", "name": "U", "fields": [
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}}]}"#;
+    let schema = AvroSchema::new(text, None).unwrap();
+    assert!(!schema.is_compiled());
+    let raw = Schema::parse_str(text).unwrap();
+    let id = "6f1c3a1e-8d3e-4c59-9b47-2f4f1e7a0b11";
+    let bytes = apache_avro::to_avro_datum(
+        &raw,
+        Av::Record(vec![("id".into(), Av::Uuid(id.parse().unwrap()))]),
+    )
+    .unwrap();
+    assert_eq!(schema.to_json(&bytes).unwrap()["id"], id);
+}
