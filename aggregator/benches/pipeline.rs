@@ -215,6 +215,10 @@ enum Shape {
     Json,
     /// One framed Avro record per report, read against [`REPORT_AVSC`].
     Avro,
+    /// One framed Protobuf message of the fleet's own type per report
+    /// (the README's `acme.v1.Telemetry`: cabin temperature and four tyre
+    /// readings), read through its descriptor set.
+    Protobuf,
 }
 
 fn shapes_config(shape: Shape) -> Validated {
@@ -226,6 +230,15 @@ fn shapes_config(shape: Shape) -> Validated {
         Shape::Json => format!(
             "[input]\ndevice_id = \"vin\"\nevent_time = \"/ts\"\nevent_time_unit = \"rfc3339\"\n{STREAMS}"
         ),
+        Shape::Protobuf => {
+            let path = std::env::temp_dir().join(format!("fleetdp-bench-{}.pb", std::process::id()));
+            std::fs::write(&path, ingest::example_descriptor_set()).unwrap();
+            format!(
+                "[input]\ndevice_id = \"vin\"\nevent_time = \"ts\"\nprotobuf_descriptor_set = {:?}\nprotobuf_message = \"acme.v1.Telemetry\"\n\
+                 [input.streams]\ntemp = \"cabin.temp\"\nbattery = \"tyres.0\"\nspeed = \"tyres.1\"\nrpm = \"tyres.2\"\nfuel = \"tyres.3\"\n",
+                path.display().to_string()
+            )
+        }
         Shape::Avro => {
             let path = std::env::temp_dir().join(format!("fleetdp-bench-{}.avsc", std::process::id()));
             std::fs::write(&path, REPORT_AVSC).unwrap();
@@ -236,10 +249,15 @@ fn shapes_config(shape: Shape) -> Validated {
         }
     };
     let mut text = SHAPES.replace("INPUT", &input);
-    if shape == Shape::Avro {
+    let format = match shape {
+        Shape::Avro => "avro",
+        Shape::Protobuf => "protobuf",
+        _ => "",
+    };
+    if !format.is_empty() {
         text = text.replacen(
             "[kafka]\n",
-            "[kafka]\ninput_format = \"avro\"\ninput_framing = \"confluent\"\nread_content_type = false\n",
+            &format!("[kafka]\ninput_format = \"{format}\"\ninput_framing = \"confluent\"\nread_content_type = false\n"),
             1,
         );
     }
@@ -258,9 +276,9 @@ fn shapes_config(shape: Shape) -> Validated {
 /// (key, payload) per message.
 type Messages = Vec<(String, Vec<u8>)>;
 
-fn shaped_messages(reports: usize) -> (Messages, Messages, Messages) {
+fn shaped_messages(reports: usize) -> [Messages; 4] {
     use prost::Message as _;
-    let (mut proto, mut docs, mut avro) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut proto, mut docs, mut avro, mut own) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..reports {
         let vin = format!("WVW{:08}", i % 100_000);
         let t = 1_795_541_400_000i64 + i as i64;
@@ -294,9 +312,12 @@ fn shaped_messages(reports: usize) -> (Messages, Messages, Messages) {
         });
         let body = ingest::encode_avro_json(REPORT_AVSC, &record).unwrap();
         avro.push((vin.clone(), ingest::frame(1, None, &body)));
+        let tyres = [12.6, values[2].1, 2100.0, 0.55];
+        let body = ingest::example_report(&vin, t, Some(values[0].1), &tyres, "4.2");
+        own.push((vin.clone(), ingest::frame(1, Some(&[0]), &body)));
         docs.push((vin, doc.into_bytes()));
     }
-    (proto, docs, avro)
+    [proto, docs, avro, own]
 }
 
 fn main() {
@@ -341,19 +362,21 @@ fn main() {
     // Real-world shapes: the same 5-metric reports as FleetDP protobuf
     // readings and as mapped multi-metric JSON documents (issue 19's
     // target: ≥ 0.5× the protobuf path in readings/s).
-    let (proto_msgs, doc_msgs, avro_msgs) = shaped_messages(200_000);
-    let (pv, mv, av) = (
+    let [proto_msgs, doc_msgs, avro_msgs, own_msgs] = shaped_messages(200_000);
+    let (pv, mv, av, ov) = (
         shapes_config(Shape::Readings),
         shapes_config(Shape::Json),
         shapes_config(Shape::Avro),
+        shapes_config(Shape::Protobuf),
     );
-    let (mut pr, mut mr, mut ar) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut pr, mut mr, mut ar, mut or) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
         pr.push(in_process_shaped(&pv, &proto_msgs, true, 1, None).0);
         mr.push(in_process_shaped(&mv, &doc_msgs, true, 5, Some("application/json")).0);
         ar.push(in_process_shaped(&av, &avro_msgs, true, 5, None).0);
+        or.push(in_process_shaped(&ov, &own_msgs, true, 5, None).0);
     }
-    let (p, m, a) = (best(&pr), best(&mr), best(&ar));
+    let (p, m, a, o) = (best(&pr), best(&mr), best(&ar), best(&or));
     println!("in process, 5 streams, protobuf readings:   {p:>12.0} readings/s");
     println!(
         "in process, 5 streams, mapped JSON (5/doc): {m:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.5×)",
@@ -362,6 +385,10 @@ fn main() {
     println!(
         "in process, 5 streams, framed Avro (5/rec): {a:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
         a / p
+    );
+    println!(
+        "in process, 5 streams, framed own Protobuf (5/msg, descriptor set): {o:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
+        o / p
     );
 
     if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {

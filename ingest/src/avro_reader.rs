@@ -22,6 +22,7 @@
 
 use crate::avro::{float, MAX_DEPTH};
 use crate::mapped::Path;
+use crate::project::{self, Want};
 use crate::MAX_AVRO_ALLOCATION;
 use apache_avro::schema::{Name, Namespace, ResolvedSchema};
 use apache_avro::Schema;
@@ -83,10 +84,7 @@ impl Compiled {
 
     /// Decode one datum, building the parts `paths` read (`None`: all of it).
     pub(crate) fn decode(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, String> {
-        let want = match paths {
-            Some(p) if p.len() < 64 => want_of(p, 0, (1u64 << p.len()) - 1),
-            _ => Want::All,
-        };
+        let want = project::root(paths);
         let mut r = Reader {
             bytes: body,
             at: 0,
@@ -183,39 +181,6 @@ impl Compiler<'_> {
             _ => return None,
         })
     }
-}
-
-/// What to build of a value.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Want {
-    /// Nothing: check it and move on.
-    Nothing,
-    /// All of it (a path ends here or passes through an array or map).
-    All,
-    /// The fields along these paths (bits), which continue below.
-    Paths(u64),
-}
-
-/// What to build of a value reached by `mask`'s paths after `tok` tokens.
-fn want_of(paths: &[&Path], tok: usize, mask: u64) -> Want {
-    if mask == 0 {
-        Want::Nothing
-    } else if bits(mask).any(|i| paths[i].tokens().len() == tok) {
-        Want::All
-    } else {
-        Want::Paths(mask)
-    }
-}
-
-/// The set bits of `mask`, lowest first.
-fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        let i = mask.trailing_zeros() as usize;
-        (mask != 0).then(|| {
-            mask &= mask - 1;
-            i
-        })
-    })
 }
 
 struct Reader<'a> {
@@ -349,16 +314,7 @@ impl Reader<'_> {
             Node::Record(fields) => {
                 let mut m = Map::new();
                 for (name, f) in fields {
-                    let w = match want {
-                        Want::Nothing => Want::Nothing,
-                        Want::All => Want::All,
-                        Want::Paths(mask) => {
-                            let here = bits(mask)
-                                .filter(|&i| self.paths[i].tokens()[tok] == *name)
-                                .fold(0u64, |m, i| m | 1 << i);
-                            want_of(self.paths, tok + 1, here)
-                        }
-                    };
+                    let w = project::field(self.paths, want, tok, name);
                     if let Some(v) = self.value(nodes, *f, depth + 1, tok + 1, w)? {
                         m.insert(name.clone(), v);
                     }

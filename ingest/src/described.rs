@@ -5,19 +5,25 @@
 //! the same [`crate::Mapping`] as JSON documents, so paths, units and
 //! errors are the same for both.
 
+use crate::described_reader::Compiled;
+use crate::mapped::Path;
 use crate::{Reason, Rejection};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, MessageDescriptor, Value as Pv};
 use serde_json::{Map, Number, Value};
+use std::sync::Arc;
 
 /// The declared message type of an input topic.
 #[derive(Debug, Clone)]
 pub struct Described {
     message: MessageDescriptor,
+    /// The message compiled for FleetDP's own reader (`None`: it has
+    /// groups or extensions, left to prost-reflect).
+    compiled: Option<Arc<Compiled>>,
 }
 
 /// Deepest nesting converted (deeper messages are refused as undecodable).
-const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 impl Described {
     /// The message `name` (fully qualified, e.g. `acme.v1.Telemetry`) of a
@@ -38,7 +44,8 @@ impl Described {
                 known.join(", ")
             )
         })?;
-        Ok(Described { message })
+        let compiled = Compiled::new(&message).map(Arc::new);
+        Ok(Described { message, compiled })
     }
 
     /// The message's full name.
@@ -77,6 +84,31 @@ impl Described {
 
     /// Decode one message into a JSON value.
     pub fn to_json(&self, body: &[u8]) -> Result<Value, Rejection> {
+        self.to_json_for(body, None)
+    }
+
+    /// [`Described::to_json`], building only what `paths` read (the rest
+    /// is checked, not built): what a mapping needs.
+    pub fn to_json_for(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, Rejection> {
+        match &self.compiled {
+            Some(c) => c.decode(body, paths).map_err(|e| {
+                Rejection::new(
+                    Reason::Undecodable,
+                    format!("{}: {e}", self.message.full_name()),
+                )
+            }),
+            None => self.to_json_reference(body),
+        }
+    }
+
+    /// Whether FleetDP's own reader decodes this message (else prost-reflect).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some()
+    }
+
+    /// The same message decoded by prost-reflect (the reader for messages
+    /// with groups or extensions; the reference the tests compare with).
+    pub fn to_json_reference(&self, body: &[u8]) -> Result<Value, Rejection> {
         let m = DynamicMessage::decode(self.message.clone(), body).map_err(|e| {
             Rejection::new(
                 Reason::Undecodable,
@@ -143,7 +175,7 @@ fn value(v: &Pv, depth: usize) -> Option<Value> {
     })
 }
 
-fn float(x: f64) -> Value {
+pub(crate) fn float(x: f64) -> Value {
     match Number::from_f64(x) {
         Some(n) => Value::Number(n),
         None => Value::String(if x.is_nan() {
@@ -217,9 +249,24 @@ pub fn example_descriptor_set() -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// A payload of the example: `acme.v1.Telemetry` with these fields.
+/// A payload of the example: `acme.v1.Telemetry` with these fields (two
+/// tyres).
 pub fn example_message(vin: &str, ts_ms: i64, temp: Option<f64>, firmware: &str) -> Vec<u8> {
-    let d = Described::new(&example_descriptor_set(), "acme.v1.Telemetry").expect("example");
+    example_report(vin, ts_ms, temp, &[2.1, 2.2], firmware)
+}
+
+/// A payload of the example with these tyre readings.
+pub fn example_report(
+    vin: &str,
+    ts_ms: i64,
+    temp: Option<f64>,
+    tyres: &[f64],
+    firmware: &str,
+) -> Vec<u8> {
+    static D: std::sync::OnceLock<Described> = std::sync::OnceLock::new();
+    let d = D.get_or_init(|| {
+        Described::new(&example_descriptor_set(), "acme.v1.Telemetry").expect("example")
+    });
     let mut m = DynamicMessage::new(d.message.clone());
     m.set_field_by_name("vin", Pv::String(vin.into()));
     m.set_field_by_name("ts", Pv::I64(ts_ms));
@@ -232,7 +279,8 @@ pub fn example_message(vin: &str, ts_ms: i64, temp: Option<f64>, firmware: &str)
         c.set_field_by_name("temp", Pv::F64(t));
         m.set_field_by_name("cabin", Pv::Message(c));
     }
-    m.set_field_by_name("tyres", Pv::List(vec![Pv::F64(2.1), Pv::F64(2.2)]));
+    let tyres = tyres.iter().map(|&t| Pv::F64(t)).collect();
+    m.set_field_by_name("tyres", Pv::List(tyres));
     m.set_field_by_name("firmware", Pv::String(firmware.into()));
     m.encode_to_vec()
 }

@@ -10,16 +10,18 @@
 mod avro;
 mod avro_reader;
 mod described;
+mod described_reader;
 mod framing;
 mod json;
 mod mapped;
+mod project;
 mod scan;
 
 pub use avro::{
     encode_avro_json, example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION,
 };
 pub use avro_reader::MAX_AVRO_ITEMS;
-pub use described::{example_descriptor_set, example_message, Described};
+pub use described::{example_descriptor_set, example_message, example_report, Described};
 pub use framing::{frame, Framing};
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
 
@@ -380,7 +382,7 @@ impl Decoder {
                 let m = m.ok_or_else(|| {
                     Rejection::new(Reason::Undecodable, "a described message needs a mapping")
                 })?;
-                let raw = m.readings_of(&[d.to_json(payload)?])?;
+                let raw = m.readings_of(&[d.to_json_for(payload, Some(&m.paths()))?])?;
                 self.check_count(raw.len())?;
                 raw
             }

@@ -1,0 +1,64 @@
+//! Which parts of a decoded message to build as JSON: the readers of a
+//! fleet's own binary records (Avro, Protobuf through a descriptor set)
+//! build only what the mapping's paths read — the values along a path,
+//! everything under its end — and check the rest without building it.
+//! `mask` holds the paths (by index, at most 63) still matching at a
+//! message's current level.
+
+use crate::mapped::Path;
+
+/// What to build of a value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Want {
+    /// Nothing: check it and move on.
+    Nothing,
+    /// All of it (a path ends here or passes through an array or map).
+    All,
+    /// The fields along these paths (bits), which continue below.
+    Paths(u64),
+}
+
+/// What to build of a value reached by `mask`'s paths after `tok` tokens.
+pub(crate) fn want_of(paths: &[&Path], tok: usize, mask: u64) -> Want {
+    if mask == 0 {
+        Want::Nothing
+    } else if bits(mask).any(|i| paths[i].tokens().len() == tok) {
+        Want::All
+    } else {
+        Want::Paths(mask)
+    }
+}
+
+/// The set bits of `mask`, lowest first.
+pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let i = mask.trailing_zeros() as usize;
+        (mask != 0).then(|| {
+            mask &= mask - 1;
+            i
+        })
+    })
+}
+
+/// What to build of a whole message read for `paths` (`None`: all of it;
+/// so too with more paths than a mask holds).
+pub(crate) fn root(paths: Option<&[&Path]>) -> Want {
+    match paths {
+        Some(p) if p.len() < 64 => want_of(p, 0, (1u64 << p.len()) - 1),
+        _ => Want::All,
+    }
+}
+
+/// What to build of field `name` of a value built as `want`, `tok` path
+/// tokens down.
+pub(crate) fn field(paths: &[&Path], want: Want, tok: usize, name: &str) -> Want {
+    match want {
+        Want::Paths(mask) => {
+            let here = bits(mask)
+                .filter(|&i| paths[i].tokens()[tok] == name)
+                .fold(0u64, |m, i| m | 1 << i);
+            want_of(paths, tok + 1, here)
+        }
+        w => w,
+    }
+}
