@@ -9,6 +9,8 @@
 
 use fleetdp_ingest::{Described, Path};
 use proptest::prelude::*;
+
+mod common;
 use prost::Message;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{
@@ -336,23 +338,15 @@ proptest! {
             _ => {}
         }
         let d = described();
-        let ours = d.to_json(&bytes);
-        let theirs = d.to_json_reference(&bytes);
-        match (&ours, &theirs) {
-            (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
-            (Err(_), Err(_)) => {}
-            (Err(e), Ok(_)) => prop_assert!(false, "only FleetDP refused: {}", e.detail),
-            (Ok(_), Err(e)) => prop_assert!(false, "only prost-reflect refused: {}", e.detail),
-        }
         let paths = paths();
         let refs: Vec<&Path> = paths.iter().collect();
-        let view = d.to_json_for(&bytes, Some(&refs));
-        prop_assert_eq!(view.is_ok(), ours.is_ok(), "{:?}", view.as_ref().err());
-        if let (Ok(view), Ok(full)) = (&view, &ours) {
-            for p in &paths {
-                prop_assert_eq!(p.find(view), p.find(full), "{}", p.as_str());
-            }
-        }
+        common::agree(
+            &d.to_json(&bytes),
+            &d.to_json_reference(&bytes),
+            &d.to_json_for(&bytes, Some(&refs)),
+            &paths,
+            None,
+        )?;
     }
 }
 
