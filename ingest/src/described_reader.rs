@@ -321,17 +321,16 @@ impl prost::Message for Walk<'_> {
                 self.out.remove(s);
             }
         }
-        let name = name.to_string();
         match shape {
             Shape::Single { presence } => {
-                let prev = if build { self.out.remove(&name) } else { None };
+                let prev = if build { self.out.remove(name) } else { None };
                 let (v, default) = self.value(kind, (1, want), prev, wire_type, buf, ctx)?;
                 if build && (presence || !default) {
-                    self.out.insert(name, v);
+                    self.out.insert(name.to_string(), v);
                 }
             }
             Shape::List { packable } => {
-                let mut items = match self.out.remove(&name) {
+                let mut items = match self.out.remove(name) {
                     Some(Value::Array(a)) if build => a,
                     _ => Vec::new(),
                 };
@@ -356,11 +355,11 @@ impl prost::Message for Walk<'_> {
                     }
                 }
                 if build && !items.is_empty() {
-                    self.out.insert(name, Value::Array(items));
+                    self.out.insert(name.to_string(), Value::Array(items));
                 }
             }
             Shape::Map { key } => {
-                let mut entries = match self.out.remove(&name) {
+                let mut entries = match self.out.remove(name) {
                     Some(Value::Object(o)) if build => o,
                     _ => Map::new(),
                 };
@@ -392,7 +391,7 @@ impl prost::Message for Walk<'_> {
                     entries.insert(k, v);
                 }
                 if build && !entries.is_empty() {
-                    self.out.insert(name, Value::Object(entries));
+                    self.out.insert(name.to_string(), Value::Object(entries));
                 }
             }
         }
