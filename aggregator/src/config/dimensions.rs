@@ -194,6 +194,9 @@ pub struct Grouping {
     dims: Vec<(String, Vec<String>)>,
     /// The dimension with private keys, if any (at most one).
     private: Option<usize>,
+    /// Per dimension, each declared value's digit (a reading's group is
+    /// found per reading: a dimension may declare 1,000 values).
+    digits: Vec<std::collections::HashMap<String, usize, foldhash::fast::RandomState>>,
 }
 
 impl Grouping {
@@ -236,7 +239,24 @@ impl Grouping {
         if groups > max {
             bail!("{field}: {groups} groups (every combination of values, each dimension with \"{OTHER}\"); at most {max}");
         }
-        Ok(Grouping { dims: out, private })
+        let digits = out
+            .iter()
+            .enumerate()
+            .map(|(i, (_, values))| {
+                let public = (private != Some(i)).then_some(values);
+                public
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(d, v)| (v.clone(), d))
+                    .collect()
+            })
+            .collect();
+        Ok(Grouping {
+            dims: out,
+            private,
+            digits,
+        })
     }
 
     /// The dimension with private keys (its index), if any.
@@ -312,10 +332,7 @@ impl Grouping {
     /// Dimension `i`'s digit for `value` (`None`: not declared; a private
     /// dimension's digits are its bound slots, `crate::keys`).
     pub fn digit(&self, i: usize, value: &str) -> Option<usize> {
-        if self.private == Some(i) {
-            return None;
-        }
-        self.dims[i].1.iter().position(|x| x == value)
+        self.digits[i].get(value).copied()
     }
 }
 
