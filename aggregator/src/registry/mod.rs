@@ -78,8 +78,9 @@ pub struct Registry {
     /// share a row, which only decides a group, never a cap.
     devices: DashMap<u64, Row, foldhash::fast::RandomState>,
     /// Dimensions kept (those some stream groups by) and their declared
-    /// values (`None`: private keys, values interned).
-    dimensions: Vec<(String, Option<Vec<String>>)>,
+    /// values' digits (`None`: private keys, values interned); a lookup
+    /// per record, of up to 1,000 values each.
+    dimensions: Vec<(String, Option<Digits>)>,
     /// Values of private dimensions, by number.
     interned: std::sync::RwLock<Interned>,
     max_devices: usize,
@@ -90,6 +91,9 @@ pub struct Registry {
     /// Changes journaled so far (the journal's end).
     version: AtomicU64,
 }
+
+/// A dimension's declared values and their digits.
+type Digits = std::collections::HashMap<String, u16, foldhash::fast::RandomState>;
 
 /// Device keys whose rows changed, the oldest at position `start`.
 #[derive(Default)]
@@ -104,7 +108,18 @@ impl Registry {
     pub fn new(dimensions: Vec<(String, Option<Vec<String>>)>, max_devices: usize) -> Self {
         Self {
             devices: DashMap::with_hasher(foldhash::fast::RandomState::default()),
-            dimensions,
+            dimensions: dimensions
+                .into_iter()
+                .map(|(d, values)| {
+                    let digits = values.map(|v| {
+                        v.into_iter()
+                            .enumerate()
+                            .map(|(i, v)| (v, i as u16))
+                            .collect()
+                    });
+                    (d, digits)
+                })
+                .collect(),
             interned: Default::default(),
             max_devices,
             held: AtomicUsize::new(0),
@@ -216,9 +231,7 @@ impl Registry {
                 return Err(Rejected::Value);
             }
             let digit = match values {
-                Some(values) => v
-                    .and_then(|v| values.iter().position(|x| *x == v))
-                    .map_or(ABSENT, |p| p as u16),
+                Some(values) => v.and_then(|v| values.get(&v).copied()).unwrap_or(ABSENT),
                 None => match v {
                     None => ABSENT,
                     Some(v) => self.intern(v)?,
