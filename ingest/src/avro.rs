@@ -84,7 +84,7 @@ impl AvroSchema {
 
     /// [`AvroSchema::to_json`], building only what `paths` read (the
     /// rest is checked, not built): what a mapping needs.
-    pub fn to_json_for(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, Rejection> {
+    pub fn to_json_for(&self, body: &[u8], paths: Option<&[Path]>) -> Result<Value, Rejection> {
         match &self.compiled {
             Some(c) => c
                 .decode(body, paths)

@@ -83,7 +83,7 @@ impl Compiled {
     }
 
     /// Decode one datum, building the parts `paths` read (`None`: all of it).
-    pub(crate) fn decode(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, String> {
+    pub(crate) fn decode(&self, body: &[u8], paths: Option<&[Path]>) -> Result<Value, String> {
         let want = project::root(paths);
         let mut r = Reader {
             bytes: body,
@@ -187,7 +187,7 @@ struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
     items: usize,
-    paths: &'a [&'a Path],
+    paths: &'a [Path],
 }
 
 const SHORT: &str = "the message ends inside the record";

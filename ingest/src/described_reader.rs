@@ -166,7 +166,7 @@ impl Compiled {
     }
 
     /// Decode one message, building the parts `paths` read (`None`: all).
-    pub(crate) fn decode(&self, body: &[u8], paths: Option<&[&Path]>) -> Result<Value, String> {
+    pub(crate) fn decode(&self, body: &[u8], paths: Option<&[Path]>) -> Result<Value, String> {
         let mut w = Walk {
             c: self,
             msg: 0,
@@ -194,7 +194,7 @@ struct Walk<'a> {
     want: Want,
     tok: usize,
     depth: usize,
-    paths: &'a [&'a Path],
+    paths: &'a [Path],
     out: Map<String, Value>,
     /// A message nested deeper than converted was met (refused).
     too_deep: bool,

@@ -234,6 +234,8 @@ pub struct Decoder {
     limits: Limits,
     /// JSON payloads are the fleet's own documents, read by this mapping.
     mapping: Option<Mapping>,
+    /// Every path of `mapping`, for the binary readers (once, not per message).
+    mapped_paths: Vec<Path>,
     /// How messages are framed around their payload.
     framing: Framing,
     /// Protobuf payloads are the fleet's own message, read by `mapping`.
@@ -276,6 +278,7 @@ impl Decoder {
             default_format,
             limits,
             mapping: None,
+            mapped_paths: Vec::new(),
             framing: Framing::None,
             described: None,
             avro: None,
@@ -298,6 +301,7 @@ impl Decoder {
 
     /// Read JSON payloads as the fleet's own documents (`[input]`).
     pub fn with_mapping(mut self, mapping: Mapping) -> Self {
+        self.mapped_paths = mapping.paths();
         self.mapping = Some(mapping);
         self
     }
@@ -382,7 +386,7 @@ impl Decoder {
                 let m = m.ok_or_else(|| {
                     Rejection::new(Reason::Undecodable, "a described message needs a mapping")
                 })?;
-                let raw = m.readings_of(&[d.to_json_for(payload, Some(&m.paths()))?])?;
+                let raw = m.readings_of(&[d.to_json_for(payload, Some(&self.mapped_paths))?])?;
                 self.check_count(raw.len())?;
                 raw
             }
@@ -414,7 +418,7 @@ impl Decoder {
                         "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
-                let raw = m.readings_of(&[a.to_json_for(payload, Some(&m.paths()))?])?;
+                let raw = m.readings_of(&[a.to_json_for(payload, Some(&self.mapped_paths))?])?;
                 self.check_count(raw.len())?;
                 raw
             }

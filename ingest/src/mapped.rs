@@ -141,11 +141,12 @@ use crate::RawReading as Raw;
 
 impl Mapping {
     /// Every path the mapping reads.
-    pub(crate) fn paths(&self) -> Vec<&Path> {
+    pub(crate) fn paths(&self) -> Vec<Path> {
         let named = self.streams.iter().chain(&self.labels).map(|(_, p)| p);
         [&self.device_id, &self.event_time]
             .into_iter()
             .chain(named)
+            .cloned()
             .collect()
     }
 

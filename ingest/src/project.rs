@@ -19,7 +19,7 @@ pub(crate) enum Want {
 }
 
 /// What to build of a value reached by `mask`'s paths after `tok` tokens.
-pub(crate) fn want_of(paths: &[&Path], tok: usize, mask: u64) -> Want {
+pub(crate) fn want_of(paths: &[Path], tok: usize, mask: u64) -> Want {
     if mask == 0 {
         Want::Nothing
     } else if bits(mask).any(|i| paths[i].tokens().len() == tok) {
@@ -42,7 +42,7 @@ pub(crate) fn bits(mut mask: u64) -> impl Iterator<Item = usize> {
 
 /// What to build of a whole message read for `paths` (`None`: all of it;
 /// so too with more paths than a mask holds).
-pub(crate) fn root(paths: Option<&[&Path]>) -> Want {
+pub(crate) fn root(paths: Option<&[Path]>) -> Want {
     match paths {
         Some(p) if p.len() < 64 => want_of(p, 0, (1u64 << p.len()) - 1),
         _ => Want::All,
@@ -51,7 +51,7 @@ pub(crate) fn root(paths: Option<&[&Path]>) -> Want {
 
 /// What to build of field `name` of a value built as `want`, `tok` path
 /// tokens down.
-pub(crate) fn field(paths: &[&Path], want: Want, tok: usize, name: &str) -> Want {
+pub(crate) fn field(paths: &[Path], want: Want, tok: usize, name: &str) -> Want {
     match want {
         Want::Paths(mask) => {
             let here = bits(mask)

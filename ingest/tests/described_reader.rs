@@ -339,11 +339,10 @@ proptest! {
         }
         let d = described();
         let paths = paths();
-        let refs: Vec<&Path> = paths.iter().collect();
         common::agree(
             &d.to_json(&bytes),
             &d.to_json_reference(&bytes),
-            &d.to_json_for(&bytes, Some(&refs)),
+            &d.to_json_for(&bytes, Some(&paths)),
             &paths,
             None,
         )?;
