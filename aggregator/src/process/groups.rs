@@ -77,11 +77,7 @@ impl Processor {
         };
         let p = &decl.positions;
         match (&self.replica, &self.registry) {
-            (Some(rep), _) => {
-                let row = rep.row(device);
-                let row = row.as_ref().map(|x| &x[..rep.width()]);
-                group_in(g, p, row, &r.labels, private)
-            }
+            (Some(rep), _) => rep.with_row(device, |row| group_in(g, p, row, &r.labels, private)),
             (None, Some(reg)) => reg.group_of(g, p, device, &r.labels, private),
             (None, None) => group_in(g, p, None, &r.labels, private),
         }
@@ -101,9 +97,8 @@ impl Processor {
             }
             let d = &self.declared[r.declared as usize];
             let g = d.grouping.as_ref().expect("only grouped readings wait");
-            let row = rep.row(r.device);
-            let row = row.as_ref().map(|x| &x[..rep.width()]);
-            r.stream = d.first + group_in(g, &d.positions, row, &none, None) as usize;
+            let index = rep.with_row(r.device, |row| group_in(g, &d.positions, row, &none, None));
+            r.stream = d.first + index as usize;
             self.windower.prefetch(r.stream, partition, r.device);
         }
     }

@@ -117,9 +117,11 @@ impl Replica {
         })
     }
 
-    /// Dimensions per row (the prefix of [`Replica::row`] that is used).
-    pub(crate) fn width(&self) -> usize {
-        self.width
+    /// Call `f` with `device`'s digits (its row's used prefix), if it has
+    /// a row — as [`Registry::with_row`] does on the shared table.
+    pub(crate) fn with_row<R>(&self, device: u64, f: impl FnOnce(Option<&[u16]>) -> R) -> R {
+        let row = self.row(device);
+        f(row.as_ref().map(|r| &r[..self.width]))
     }
 
     /// Devices held (rows of removed devices included until a fresh copy).
@@ -171,9 +173,7 @@ mod tests {
             for i in 0..upto {
                 let d = key(&format!("d{i}"));
                 let want = r.with_row(d, |row| row.map_or(none.clone(), <[u16]>::to_vec));
-                let got = rep
-                    .row(d)
-                    .map_or(none.clone(), |x| x[..rep.width()].to_vec());
+                let got = rep.with_row(d, |row| row.map_or(none.clone(), <[u16]>::to_vec));
                 assert_eq!(got, want, "device d{i}");
             }
         };
