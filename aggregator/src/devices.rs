@@ -175,6 +175,16 @@ impl<V: Copy + Default> DeviceTable<V> {
             .expect("always inserted")
     }
 
+    /// Visit every entry (in slot order).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, &V)) {
+        if let Some(v) = &self.zero {
+            f(0, v);
+        }
+        for s in self.slots.iter().filter(|s| s.key != 0) {
+            f(s.key, &s.value);
+        }
+    }
+
     /// Visit every entry; `keep` may change it and returns whether it stays.
     /// Removal is in place (no second array); the array shrinks when fewer
     /// than 1 in 5 slots were used at any time since the previous call.

@@ -12,29 +12,85 @@
 //! can only keep fewer groups, never more. Restore rebuilds the entries from
 //! the charges of released windows (each charge names its horizon), so a
 //! restart never hands a device fresh groups.
+//!
+//! Storage: an entry is packed into 8 bytes beside its key in a
+//! prefetchable [`DeviceTable`] (one random read, fetched with the lane's
+//! slot); an entry the packed form cannot hold is kept whole in a side map,
+//! so packing never changes a decision (a test runs it against a plain map
+//! of whole entries).
 
 use super::FastMap;
+use crate::devices::DeviceTable;
 
-/// No group in a slot.
-const EMPTY: u16 = u16::MAX;
+/// No group in a slot. Group indices are below
+/// [`MAX_GROUPS_PER_STREAM`](crate::dp::release::MAX_GROUPS_PER_STREAM), so
+/// every index fits the 12 bits a packed slot has, and none is `EMPTY`.
+const EMPTY: u16 = 0xFFF;
+const _: () = assert!(crate::dp::release::MAX_GROUPS_PER_STREAM < EMPTY as usize);
 
 /// A device's groups in one horizon: two inline (G ≤ 2, the common case),
 /// more in the table's spill map.
 type Slots = [u16; 2];
 
-/// A device's groups in its latest horizon and the one before: 24 bytes
-/// with its key.
-#[derive(Debug, Clone, Copy)]
+/// A device's groups in its latest horizon and the one before.
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Entry {
     horizon: i64,
     now: Slots,
     prev: Slots,
 }
 
+impl Entry {
+    fn fresh(horizon: i64) -> Self {
+        Entry {
+            horizon,
+            now: [EMPTY; 2],
+            prev: [EMPTY; 2],
+        }
+    }
+}
+
+/// Packed form of an [`Entry`] (8 bytes, so a device's entry and its key
+/// share one 16-byte slot of a prefetchable [`DeviceTable`]): four 12-bit
+/// group slots, then the horizon's distance from the table's base in 16
+/// bits. An entry whose horizon does not fit is kept whole in a side map,
+/// its slot holding `WHOLE` (a distance of `0xFFFF` is never packed).
+const WHOLE: u64 = u64::MAX;
+const GROUP_BITS: u32 = 12;
+const HORIZON_SHIFT: u32 = 4 * GROUP_BITS;
+const MAX_DISTANCE: i64 = 0xFFFF;
+
+fn pack(base: i64, e: &Entry) -> Option<u64> {
+    let d = e.horizon.checked_sub(base)?;
+    if !(0..MAX_DISTANCE).contains(&d) {
+        return None;
+    }
+    let groups = [e.now[0], e.now[1], e.prev[0], e.prev[1]]
+        .iter()
+        .enumerate()
+        .fold(0u64, |v, (i, &g)| {
+            v | u64::from(g) << (i as u32 * GROUP_BITS)
+        });
+    Some(groups | (d as u64) << HORIZON_SHIFT)
+}
+
+fn unpack(base: i64, v: u64) -> Entry {
+    let g = |i: u32| ((v >> (i * GROUP_BITS)) & ((1 << GROUP_BITS) - 1)) as u16;
+    Entry {
+        horizon: base + (v >> HORIZON_SHIFT) as i64,
+        now: [g(0), g(1)],
+        prev: [g(2), g(3)],
+    }
+}
+
 /// The groups of each device of one (grouped stream, partition).
 #[derive(Debug, Clone, Default)]
 pub(super) struct GroupTable {
-    devices: FastMap<u64, Entry>,
+    devices: DeviceTable<u64>,
+    /// Entries whose slot holds `WHOLE`.
+    whole: FastMap<u64, Entry>,
+    /// Horizon that packed distances count from (set by the first entry).
+    base: Option<i64>,
     /// Groups past the two inline ones, by (device, horizon).
     spill: FastMap<(u64, i64), Vec<u16>>,
     /// Readings of horizons before this one are dropped (their entries may
@@ -53,6 +109,35 @@ fn find(slots: &Slots, spill: Option<&Vec<u16>>, group: u16) -> (bool, usize) {
 }
 
 impl GroupTable {
+    /// Start fetching `device`'s slot (a hint for a coming
+    /// [`GroupTable::admit`]).
+    #[inline]
+    pub(super) fn prefetch(&self, device: u64) {
+        self.devices.prefetch(device);
+    }
+
+    fn load(&self, device: u64) -> Option<Entry> {
+        let &v = self.devices.get(device)?;
+        Some(match (v, self.base) {
+            (WHOLE, _) | (_, None) => self.whole[&device],
+            (v, Some(base)) => unpack(base, v),
+        })
+    }
+
+    fn store(&mut self, device: u64, e: Entry) {
+        let base = *self.base.get_or_insert(e.horizon.saturating_sub(1));
+        let v = pack(base, &e).unwrap_or(WHOLE);
+        *self
+            .devices
+            .get_or_insert_if(device, v, |_| true)
+            .expect("always inserted") = v;
+        if v == WHOLE {
+            self.whole.insert(device, e);
+        } else if !self.whole.is_empty() {
+            self.whole.remove(&device);
+        }
+    }
+
     /// Whether a reading of `device` in `horizon` may count in `group`
     /// (at most `g` groups per device and horizon); if so, `group` is
     /// recorded as one of the device's groups there.
@@ -60,7 +145,7 @@ impl GroupTable {
         if horizon < self.swept_before {
             return false;
         }
-        let known = self.devices.get(&device).copied();
+        let known = self.load(device);
         let slots = match known.map(|e| horizon - e.horizon) {
             None => None,
             Some(d) if d > 0 => None,
@@ -77,7 +162,7 @@ impl GroupTable {
                 return false;
             }
         }
-        self.record(device, horizon, group);
+        self.record_in(device, known, horizon, group);
         true
     }
 
@@ -85,12 +170,14 @@ impl GroupTable {
     /// in any order; a horizon older than the device's latest but one is
     /// ignored: its readings are refused anyway).
     pub(super) fn record(&mut self, device: u64, horizon: i64, group: u32) {
+        let known = self.load(device);
+        self.record_in(device, known, horizon, group);
+    }
+
+    /// [`GroupTable::record`], given the device's entry as it is.
+    fn record_in(&mut self, device: u64, known: Option<Entry>, horizon: i64, group: u32) {
         let group = group as u16;
-        let e = self.devices.entry(device).or_insert(Entry {
-            horizon,
-            now: [EMPTY; 2],
-            prev: [EMPTY; 2],
-        });
+        let mut e = known.unwrap_or(Entry::fresh(horizon));
         let d = horizon - e.horizon;
         if d > 0 {
             let old = e.horizon;
@@ -113,7 +200,11 @@ impl GroupTable {
         }
         if let Some(free) = slots.iter_mut().find(|s| **s == EMPTY) {
             *free = group;
+            self.store(device, e);
             return;
+        }
+        if d > 0 || known.is_none() {
+            self.store(device, e);
         }
         let extra = self.spill.entry((device, horizon)).or_default();
         if !extra.contains(&group) {
@@ -122,14 +213,36 @@ impl GroupTable {
     }
 
     /// Forget horizons before `before` (no lane of the stream accepts their
-    /// readings any more); later readings of them are dropped.
+    /// readings any more); later readings of them are dropped. One pass,
+    /// in place, which also moves the packed distances' base to `before`.
     pub(super) fn sweep(&mut self, before: i64) {
-        if before > self.swept_before {
-            self.swept_before = before;
-            self.devices.retain(|_, e| e.horizon >= before);
-            self.spill
-                .retain(|&(_, h), _| h >= before.saturating_sub(1));
+        if before <= self.swept_before {
+            return;
         }
+        self.swept_before = before;
+        let new_base = before.saturating_sub(1);
+        let old_base = self.base.replace(new_base);
+        let mut old_whole = std::mem::take(&mut self.whole);
+        let mut whole = FastMap::default();
+        self.devices.retain_mut(|dk, v| {
+            let e = match (*v, old_base) {
+                (WHOLE, _) | (_, None) => {
+                    old_whole.remove(&dk).expect("a WHOLE slot has its entry")
+                }
+                (v, Some(base)) => unpack(base, v),
+            };
+            if e.horizon < before {
+                return false;
+            }
+            *v = pack(new_base, &e).unwrap_or_else(|| {
+                whole.insert(dk, e);
+                WHOLE
+            });
+            true
+        });
+        self.whole = whole;
+        self.spill
+            .retain(|&(_, h), _| h >= before.saturating_sub(1));
     }
 
     /// Devices held (tests).
@@ -140,7 +253,11 @@ impl GroupTable {
 
     /// Merge `other` (one lane's restored charges) into this table.
     pub(super) fn merge(&mut self, other: &GroupTable) {
-        for (&d, e) in &other.devices {
+        let mut entries = Vec::with_capacity(other.devices.len());
+        other.devices.for_each(|d, _| {
+            entries.push((d, other.load(d).expect("present")));
+        });
+        for (d, e) in entries {
             for (h, slots) in [(e.horizon - 1, e.prev), (e.horizon, e.now)] {
                 for &g in slots.iter().filter(|&&g| g != EMPTY) {
                     self.record(d, h, g as u32);
@@ -156,6 +273,141 @@ impl GroupTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The table as it was before its entries were packed (a hash map of
+    /// whole entries): the oracle for the packed form.
+    #[derive(Default, Clone)]
+    struct Plain {
+        devices: std::collections::HashMap<u64, Entry>,
+        spill: std::collections::HashMap<(u64, i64), Vec<u16>>,
+        swept_before: i64,
+    }
+
+    impl Plain {
+        fn admit(&mut self, device: u64, horizon: i64, group: u32, g: u32) -> bool {
+            if horizon < self.swept_before {
+                return false;
+            }
+            if let Some(e) = self.devices.get(&device).copied() {
+                let slots = match horizon - e.horizon {
+                    0 => Some(e.now),
+                    -1 => Some(e.prev),
+                    d if d < -1 => return false,
+                    _ => None,
+                };
+                if let Some(slots) = slots {
+                    let (present, n) =
+                        find(&slots, self.spill.get(&(device, horizon)), group as u16);
+                    if present || n >= g as usize {
+                        return present;
+                    }
+                }
+            }
+            self.record(device, horizon, group);
+            true
+        }
+
+        fn record(&mut self, device: u64, horizon: i64, group: u32) {
+            let group = group as u16;
+            let e = self.devices.entry(device).or_insert(Entry::fresh(horizon));
+            let d = horizon - e.horizon;
+            if d > 0 {
+                let old = e.horizon;
+                e.prev = if d == 1 { e.now } else { [EMPTY; 2] };
+                e.now = [EMPTY; 2];
+                e.horizon = horizon;
+                self.spill.remove(&(device, old - 1));
+                if d > 1 {
+                    self.spill.remove(&(device, old));
+                }
+            }
+            let slots = match horizon - e.horizon {
+                0 => &mut e.now,
+                -1 => &mut e.prev,
+                _ => return,
+            };
+            if slots.contains(&group) {
+                return;
+            }
+            if let Some(free) = slots.iter_mut().find(|s| **s == EMPTY) {
+                *free = group;
+                return;
+            }
+            let extra = self.spill.entry((device, horizon)).or_default();
+            if !extra.contains(&group) {
+                extra.push(group);
+            }
+        }
+
+        fn sweep(&mut self, before: i64) {
+            if before > self.swept_before {
+                self.swept_before = before;
+                self.devices.retain(|_, e| e.horizon >= before);
+                self.spill.retain(|&(_, h), _| h >= before - 1);
+            }
+        }
+    }
+
+    /// Random admissions, restore records, sweeps and merges, with horizons
+    /// that jump further than a packed distance reaches (entries kept whole,
+    /// then packed again after a sweep moves the base), device key 0, and
+    /// `G` up to 4 (spilled groups): the packed table decides exactly as the
+    /// plain map.
+    #[test]
+    fn packed_entries_decide_as_a_plain_map() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+        for round in 0..40 {
+            let (mut t, mut plain) = (GroupTable::default(), Plain::default());
+            let mut horizon: i64 = rng.gen_range(0..1_000_000);
+            let mut swept = 0;
+            for step in 0..3_000 {
+                match rng.gen_range(0..100) {
+                    0 => horizon += rng.gen_range(60_000..200_000),
+                    1..=5 => horizon += 1,
+                    6 => horizon = (horizon - rng.gen_range(1..100_000)).max(0),
+                    _ => {}
+                }
+                let device = rng.gen_range(0..40u64);
+                let h = horizon - rng.gen_range(0..3);
+                let group = rng.gen_range(0..6) * 200 % 1_024;
+                let g = rng.gen_range(1..=4);
+                match rng.gen_range(0..50) {
+                    0 => {
+                        swept = swept.max(horizon - rng.gen_range(0..3));
+                        t.sweep(swept);
+                        plain.sweep(swept);
+                    }
+                    1..=5 => {
+                        t.record(device, h, group);
+                        plain.record(device, h, group);
+                    }
+                    _ => assert_eq!(
+                        t.admit(device, h, group, g),
+                        plain.admit(device, h, group, g),
+                        "round {round} step {step}"
+                    ),
+                }
+            }
+            // A merge into a fresh table keeps every decision.
+            let mut merged = GroupTable::default();
+            merged.merge(&t);
+            for device in 0..40 {
+                for h in horizon - 3..=horizon + 1 {
+                    for group in [0, 200, 400, 600, 800, 1_000] {
+                        for g in 1..=4 {
+                            let want = plain.clone().admit(device, h, group, g);
+                            assert_eq!(t.clone().admit(device, h, group, g), want);
+                            if h >= swept {
+                                assert_eq!(merged.clone().admit(device, h, group, g), want);
+                            }
+                        }
+                    }
+                }
+            }
+            assert_eq!(t.len(), plain.devices.len());
+        }
+    }
 
     #[test]
     fn a_device_counts_in_at_most_g_groups_per_horizon() {
