@@ -14,8 +14,9 @@
 //! restart never hands a device fresh groups.
 //!
 //! Storage: an entry is packed into 8 bytes beside its key in a
-//! prefetchable [`DeviceTable`] (one random read, fetched with the lane's
-//! slot); an entry the packed form cannot hold is kept whole in a side map,
+//! [`DeviceTable`] (one random read, at a device's first reading in a lane
+//! and horizon; not prefetched, as most readings never look: fetching it
+//! for every reading measured slower with ten readings a device); an entry the packed form cannot hold is kept whole in a side map,
 //! so packing never changes a decision (a test runs it against a plain map
 //! of whole entries).
 
@@ -109,13 +110,6 @@ fn find(slots: &Slots, spill: Option<&Vec<u16>>, group: u16) -> (bool, usize) {
 }
 
 impl GroupTable {
-    /// Start fetching `device`'s slot (a hint for a coming
-    /// [`GroupTable::admit`]).
-    #[inline]
-    pub(super) fn prefetch(&self, device: u64) {
-        self.devices.prefetch(device);
-    }
-
     fn load(&self, device: u64) -> Option<Entry> {
         let &v = self.devices.get(device)?;
         Some(match (v, self.base) {

@@ -663,13 +663,6 @@ impl Windower {
         if let Some(lane) = self.lanes.get(&(stream, partition)) {
             lane.devices.prefetch(device);
         }
-        // A grouped lane reads the device's groups at its first reading in
-        // a horizon; the slot is fetched alongside.
-        if let Some(g) = self.rules[stream].group {
-            if let Some(t) = self.groups.get(&(g.first, partition)) {
-                t.prefetch(device);
-            }
-        }
     }
 
     /// Windows of `stream` opened so far.
