@@ -14,11 +14,12 @@
 //! restart never hands a device fresh groups.
 //!
 //! Storage: an entry is packed into 8 bytes beside its key in a
-//! [`DeviceTable`] (one random read, at a device's first reading in a lane
-//! and horizon; not prefetched, as most readings never look: fetching it
-//! for every reading measured slower with ten readings a device); an entry the packed form cannot hold is kept whole in a side map,
-//! so packing never changes a decision (a test runs it against a plain map
-//! of whole entries).
+//! [`DeviceTable`]: one random read, at a device's first reading in a lane
+//! and horizon (not prefetched: most readings never look, and fetching it
+//! for every reading measured slower with ten readings a device). An entry
+//! the packed form cannot hold is kept whole in a side map, so packing
+//! never changes a decision (a test runs it against a plain map of whole
+//! entries).
 
 use super::FastMap;
 use crate::devices::DeviceTable;
