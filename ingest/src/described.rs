@@ -328,7 +328,7 @@ mod tests {
         assert_eq!((r[1].stream_index, r[1].value), (1, 2.1));
         assert_eq!(
             r[0].labels,
-            vec![("firmware".to_string(), "4.2".to_string())]
+            [("firmware", "4.2")].into_iter().collect::<crate::Labels>()
         );
         // Without the cabin: the tyre alone.
         let r = d

@@ -13,9 +13,11 @@ mod described;
 mod described_reader;
 mod framing;
 mod json;
+mod labels;
 mod mapped;
 mod project;
 mod scan;
+mod wire;
 
 pub use avro::{
     encode_avro_json, example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION,
@@ -23,10 +25,10 @@ pub use avro::{
 pub use avro_reader::MAX_AVRO_ITEMS;
 pub use described::{example_descriptor_set, example_message, example_report, Described};
 pub use framing::{frame, Framing};
+pub use labels::Labels;
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
 
 use prost::Message;
-use proto::{DeviceReading, ReadingBatch};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
@@ -177,9 +179,6 @@ pub struct Reading {
     pub labels: Labels,
 }
 
-/// A reading's dimension values: (name, value) pairs.
-pub type Labels = Vec<(String, String)>;
-
 /// Most labels one reading may carry.
 pub const MAX_LABELS: usize = 16;
 /// Longest label name or value (bytes).
@@ -211,18 +210,6 @@ pub(crate) struct RawReading {
     pub value: Option<f64>,
     pub event_time_ms: Option<i64>,
     pub labels: Labels,
-}
-
-impl From<DeviceReading> for RawReading {
-    fn from(r: DeviceReading) -> Self {
-        RawReading {
-            device_id: Some(r.device_id),
-            stream: Some(r.stream),
-            value: r.value,
-            event_time_ms: r.event_time_ms,
-            labels: r.labels.into_iter().collect(),
-        }
-    }
 }
 
 /// Decodes and validates messages against the declared streams.
@@ -392,7 +379,7 @@ impl Decoder {
             }
             Format::Protobuf => {
                 // The common case: one reading, validated without a batch.
-                let r = DeviceReading::decode(payload).map_err(|e| {
+                let r = wire::WireReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
                 })?;
                 self.check_count(1)?;
@@ -404,7 +391,7 @@ impl Decoder {
                 if let Some(n) = scan::batch_readings(payload) {
                     self.check_count(n)?;
                 }
-                ReadingBatch::decode(payload)
+                wire::WireBatch::decode(payload)
                     .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
                     .readings
                     .into_iter()
@@ -494,7 +481,7 @@ impl Decoder {
             stream,
             value,
             event_time_ms,
-            mut labels,
+            labels,
         } = raw;
         let device_id = device_id
             .filter(|d| !d.is_empty())
@@ -529,7 +516,7 @@ impl Decoder {
                 ),
             ));
         };
-        check_labels(i, &mut labels)?;
+        check_labels(i, &labels)?;
         Ok(Reading {
             device_id,
             stream,
@@ -543,7 +530,7 @@ impl Decoder {
 
 /// Bound a reading's labels and sort them by name (the rejection names the
 /// label, never its value).
-fn check_labels(i: usize, labels: &mut Labels) -> Result<(), Rejection> {
+fn check_labels(i: usize, labels: &Labels) -> Result<(), Rejection> {
     if labels.len() > MAX_LABELS {
         return Err(Rejection::new(
             Reason::Oversize,
@@ -561,7 +548,6 @@ fn check_labels(i: usize, labels: &mut Labels) -> Result<(), Rejection> {
             ));
         }
     }
-    labels.sort_unstable();
     Ok(())
 }
 
@@ -585,6 +571,7 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proto::{DeviceReading, ReadingBatch};
 
     fn decoder() -> Decoder {
         Decoder::new(["temp".to_string()], Format::Protobuf, Limits::default())
@@ -729,10 +716,9 @@ mod tests {
         r.labels = [("region", "eu"), ("firmware", "4.2")]
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .into();
-        let want = vec![
-            ("firmware".to_string(), "4.2".to_string()),
-            ("region".to_string(), "eu".to_string()),
-        ];
+        let want: Labels = [("firmware", "4.2"), ("region", "eu")]
+            .into_iter()
+            .collect();
         assert_eq!(d.decode(&r.encode_to_vec(), None).unwrap()[0].labels, want);
         let json = br#"{"device_id":"a","stream":"temp","value":3,"event_time_ms":5,"labels":{"region":"eu","firmware":"4.2"}}"#;
         let got = d.decode(json, Some("application/json")).unwrap();

@@ -174,13 +174,13 @@ impl Mapping {
                     .to_ms(v)
                     .ok_or_else(|| bad(i, &self.event_time, self.unit_hint()))?,
             };
-            let mut labels = Vec::new();
+            let mut labels = crate::Labels::new();
             for (name, path) in &self.labels {
                 match path.find(doc) {
                     None | Some(Value::Null) => {}
-                    Some(Value::String(s)) => labels.push((name.clone(), s.clone())),
+                    Some(Value::String(s)) => labels.insert(name, s),
                     Some(Value::Number(n)) if n.is_u64() || n.is_i64() => {
-                        labels.push((name.clone(), n.to_string()))
+                        labels.insert(name, &n.to_string())
                     }
                     Some(_) => return Err(bad(i, path, "is not a string or an integer")),
                 }
@@ -374,10 +374,9 @@ mod tests {
         for x in &r {
             assert_eq!(
                 x.labels,
-                vec![
-                    ("firmware".into(), "4.2".into()),
-                    ("model".into(), "3".into())
-                ]
+                [("firmware", "4.2"), ("model", "3")]
+                    .into_iter()
+                    .collect::<crate::Labels>()
             );
         }
         let doc =

@@ -5,7 +5,6 @@
 
 use super::{Processor, ToCount};
 use crate::keys::{Bindings, KeyTable};
-use crate::registry::label;
 use std::sync::Arc;
 
 impl Processor {
@@ -111,7 +110,7 @@ impl Processor {
         let decl = &self.declared[d];
         let pi = decl.grouping.as_ref()?.private_dimension()?;
         let dim = decl.grouping.as_ref()?.dimension(pi);
-        let value: Option<Arc<str>> = match label(&r.labels, dim) {
+        let value: Option<Arc<str>> = match r.labels.get(dim) {
             Some(v) => Some(v.into()),
             None => self
                 .registry

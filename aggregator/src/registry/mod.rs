@@ -323,7 +323,7 @@ pub(crate) fn group_in(
     labels: &ingest::Labels,
     private_digit: Option<usize>,
 ) -> u32 {
-    grouping.index_digits(|i| match label(labels, grouping.dimension(i)) {
+    grouping.index_digits(|i| match labels.get(grouping.dimension(i)) {
         _ if grouping.private_dimension() == Some(i) => private_digit,
         Some(v) => grouping.digit(i, v),
         None => {
@@ -339,11 +339,6 @@ pub(crate) fn group_in(
 struct Interned {
     ids: std::collections::HashMap<std::sync::Arc<str>, u16>,
     values: Vec<std::sync::Arc<str>>,
-}
-
-/// A reading's label `d`, if it carries one.
-pub(crate) fn label<'a>(labels: &'a ingest::Labels, d: &str) -> Option<&'a str> {
-    labels.iter().find(|(n, _)| n == d).map(|(_, v)| v.as_str())
 }
 
 #[cfg(test)]
@@ -380,7 +375,7 @@ mod tests {
         );
         let g = grouping();
         let keys = g.keys();
-        let none = vec![];
+        let none = ingest::Labels::new();
         let positions: Vec<Option<usize>> = g.dimensions().map(|d| r.position(d)).collect();
         let of = |dev: &str, labels: &ingest::Labels| {
             keys[r.group_of(&g, &positions, crate::device_key(dev), labels, None) as usize].clone()
@@ -393,7 +388,7 @@ mod tests {
         .unwrap();
         assert_eq!(of("car-1", &none), "firmware=4.1,region=eu");
         // A label on the reading wins over the row.
-        let labels = vec![("firmware".to_string(), "4.2".to_string())];
+        let labels: ingest::Labels = [("firmware", "4.2")].into_iter().collect();
         assert_eq!(of("car-1", &labels), "firmware=4.2,region=eu");
         // An update moves the device; a tombstone forgets it.
         r.apply(Some(b"car-1"), Some(br#"{"firmware":"4.2"}"#))

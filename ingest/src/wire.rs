@@ -1,0 +1,212 @@
+//! `DeviceReading` and `ReadingBatch` (fleetdp.proto) decoded straight
+//! into [`RawReading`]s, labels into one [`Labels`] buffer. The generated
+//! types would decode each label into a map of owned strings, two
+//! allocations a label and a map node, then have it copied out.
+//!
+//! Acceptance is prost's, by construction: the fields are read with prost's
+//! own primitives as the generated code calls them — `string::merge`,
+//! `double::merge` and `int64::merge` (wire type checked, last value wins),
+//! a label entry as prost reads a map entry (whatever the field's wire type
+//! says, its length-delimited body with key 1 and value 2, unknown fields
+//! skipped, the recursion limit counted), `message::merge_repeated` for the
+//! batch, `skip_field` for unknown fields. A label name given twice keeps
+//! its last value, as the map did. `tests/wire.rs` decodes random and
+//! damaged messages both ways and requires the same verdicts and readings.
+
+use crate::labels::Labels;
+use crate::RawReading;
+use prost::bytes::{Buf, BufMut};
+use prost::encoding::{self as enc, DecodeContext, WireType};
+use prost::DecodeError;
+
+/// One `DeviceReading` as it decodes.
+#[derive(Debug, Default)]
+pub(crate) struct WireReading {
+    device_id: String,
+    stream: String,
+    value: Option<f64>,
+    event_time_ms: Option<i64>,
+    labels: Labels,
+}
+
+impl From<WireReading> for RawReading {
+    fn from(w: WireReading) -> Self {
+        let mut labels = w.labels;
+        labels.sort();
+        RawReading {
+            device_id: Some(w.device_id),
+            stream: Some(w.stream),
+            value: w.value,
+            event_time_ms: w.event_time_ms,
+            labels,
+        }
+    }
+}
+
+/// One `ReadingBatch` as it decodes.
+#[derive(Debug, Default)]
+pub(crate) struct WireBatch {
+    pub(crate) readings: Vec<WireReading>,
+}
+
+/// A label entry being read: its key and value go to `labels`' buffer.
+#[derive(Debug)]
+struct Entry<'a> {
+    labels: &'a mut Labels,
+    key: [u32; 2],
+    value: [u32; 2],
+}
+
+impl Entry<'_> {
+    /// Read a string field and append it. A well-formed one (length within
+    /// the buffer, UTF-8) is copied straight in; anything else is handed to
+    /// prost's `string::merge`, which refuses it as it would.
+    fn string(
+        &mut self,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<[u32; 2], DecodeError> {
+        if wire_type == WireType::LengthDelimited {
+            let mut peek = buf.chunk();
+            if peek.len() == buf.remaining() {
+                if let Ok(len) = enc::decode_varint(&mut peek) {
+                    let text = usize::try_from(len)
+                        .ok()
+                        .and_then(|n| peek.get(..n))
+                        .and_then(|b| std::str::from_utf8(b).ok());
+                    if let Some(text) = text {
+                        let skip = buf.remaining() - peek.len() + text.len();
+                        let at = self.labels.append(text);
+                        buf.advance(skip);
+                        return Ok(at);
+                    }
+                }
+            }
+        }
+        let mut s = String::new();
+        enc::string::merge(wire_type, &mut s, buf, ctx)?;
+        Ok(self.labels.append(&s))
+    }
+}
+
+impl prost::Message for Entry<'_> {
+    fn encode_raw(&self, _: &mut impl BufMut) {
+        unreachable!("decoded only")
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        match tag {
+            1 => self.key = self.string(wire_type, buf, ctx)?,
+            2 => self.value = self.string(wire_type, buf, ctx)?,
+            _ => enc::skip_field(wire_type, tag, buf, ctx)?,
+        }
+        Ok(())
+    }
+
+    fn encoded_len(&self) -> usize {
+        unreachable!("decoded only")
+    }
+
+    fn clear(&mut self) {
+        unreachable!("decoded only")
+    }
+}
+
+impl prost::Message for WireReading {
+    fn encode_raw(&self, _: &mut impl BufMut) {
+        unreachable!("decoded only")
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let (r, field) = match tag {
+            1 => (
+                enc::string::merge(wire_type, &mut self.device_id, buf, ctx),
+                "device_id",
+            ),
+            2 => (
+                enc::string::merge(wire_type, &mut self.stream, buf, ctx),
+                "stream",
+            ),
+            3 => (
+                enc::double::merge(wire_type, self.value.get_or_insert(0.0), buf, ctx),
+                "value",
+            ),
+            4 => (
+                enc::int64::merge(wire_type, self.event_time_ms.get_or_insert(0), buf, ctx),
+                "event_time_ms",
+            ),
+            5 => {
+                // A map entry is read whatever the wire type says.
+                let mut e = Entry {
+                    labels: &mut self.labels,
+                    key: [0; 2],
+                    value: [0; 2],
+                };
+                let r = enc::message::merge(WireType::LengthDelimited, &mut e, buf, ctx);
+                if r.is_ok() {
+                    let (key, value) = (e.key, e.value);
+                    self.labels.push_spans(key, value);
+                }
+                (r, "labels")
+            }
+            _ => return enc::skip_field(wire_type, tag, buf, ctx),
+        };
+        r.map_err(|mut e| {
+            e.push("DeviceReading", field);
+            e
+        })
+    }
+
+    fn encoded_len(&self) -> usize {
+        unreachable!("decoded only")
+    }
+
+    fn clear(&mut self) {
+        *self = WireReading::default();
+    }
+}
+
+impl prost::Message for WireBatch {
+    fn encode_raw(&self, _: &mut impl BufMut) {
+        unreachable!("decoded only")
+    }
+
+    fn merge_field(
+        &mut self,
+        tag: u32,
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        match tag {
+            1 => enc::message::merge_repeated(wire_type, &mut self.readings, buf, ctx).map_err(
+                |mut e| {
+                    e.push("ReadingBatch", "readings");
+                    e
+                },
+            ),
+            _ => enc::skip_field(wire_type, tag, buf, ctx),
+        }
+    }
+
+    fn encoded_len(&self) -> usize {
+        unreachable!("decoded only")
+    }
+
+    fn clear(&mut self) {
+        self.readings.clear();
+    }
+}
