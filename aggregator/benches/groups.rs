@@ -159,7 +159,7 @@ fn run(v: &Validated, registry: Option<Arc<Registry>>, msgs: &[Vec<u8>]) -> (f64
             p.apply(&mut closed).expect("valid");
         }
         if i % 64 == 0 {
-            p.flush_counters();
+            p.flush_counters_busy();
         }
         for w in closed.drain(..) {
             let r = v.plan.streams[w.stream].release(&key, w.partition, w.seq, &w.values);

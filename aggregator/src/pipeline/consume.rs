@@ -122,7 +122,7 @@ impl<'a> Consuming<'a> {
             // at the stop switch and reap finished publishes every 64.
             if handled.is_multiple_of(64) {
                 self.p.board.beat(now_ms());
-                self.processor.flush_counters();
+                self.processor.flush_counters_busy();
                 if *shutdown.borrow() {
                     break;
                 }
