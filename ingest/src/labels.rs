@@ -19,6 +19,7 @@ impl Labels {
         Self::default()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.spans.is_empty()
     }
@@ -36,7 +37,11 @@ impl Labels {
     }
 
     /// The value of label `name`.
+    #[inline]
     pub fn get(&self, name: &str) -> Option<&str> {
+        if self.spans.is_empty() {
+            return None;
+        }
         self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 

@@ -58,6 +58,9 @@ impl Entry {
 /// bits. An entry whose horizon does not fit is kept whole in a side map,
 /// its slot holding `WHOLE` (a distance of `0xFFFF` is never packed).
 const WHOLE: u64 = u64::MAX;
+/// A slot [`GroupTable::admit`] just took for a new device (a distance of
+/// `0xFFFF` too, so never a packed entry); rewritten before it returns.
+const FRESH: u64 = u64::MAX - 1;
 const GROUP_BITS: u32 = 12;
 const HORIZON_SHIFT: u32 = 4 * GROUP_BITS;
 const MAX_DISTANCE: i64 = 0xFFFF;
@@ -110,6 +113,65 @@ fn find(slots: &Slots, spill: Option<&Vec<u16>>, group: u16) -> (bool, usize) {
     )
 }
 
+/// `known` (the device's entry, if any) with `group` recorded in
+/// `horizon`: the entry to store, or `None` when nothing changes there
+/// (groups past the two inline ones go to `spill`).
+fn changed(
+    known: Option<Entry>,
+    spill: &mut FastMap<(u64, i64), Vec<u16>>,
+    device: u64,
+    horizon: i64,
+    group: u32,
+) -> Option<Entry> {
+    let group = group as u16;
+    let mut e = known.unwrap_or(Entry::fresh(horizon));
+    let d = horizon - e.horizon;
+    if d > 0 {
+        let old = e.horizon;
+        e.prev = if d == 1 { e.now } else { [EMPTY; 2] };
+        e.now = [EMPTY; 2];
+        e.horizon = horizon;
+        // Spilled groups of horizons no longer kept go.
+        spill.remove(&(device, old - 1));
+        if d > 1 {
+            spill.remove(&(device, old));
+        }
+    }
+    let slots = match horizon - e.horizon {
+        0 => &mut e.now,
+        -1 => &mut e.prev,
+        _ => return None,
+    };
+    if slots.contains(&group) {
+        return None;
+    }
+    if let Some(free) = slots.iter_mut().find(|s| **s == EMPTY) {
+        *free = group;
+        return Some(e);
+    }
+    let extra = spill.entry((device, horizon)).or_default();
+    if !extra.contains(&group) {
+        extra.push(group);
+    }
+    (d > 0 || known.is_none()).then_some(e)
+}
+
+/// Put entry `e` of `device` in its table slot: packed, or whole.
+fn write(slot: &mut u64, whole: &mut FastMap<u64, Entry>, base: i64, device: u64, e: Entry) {
+    match pack(base, &e) {
+        Some(v) => {
+            *slot = v;
+            if !whole.is_empty() {
+                whole.remove(&device);
+            }
+        }
+        None => {
+            *slot = WHOLE;
+            whole.insert(device, e);
+        }
+    }
+}
+
 impl GroupTable {
     fn load(&self, device: u64) -> Option<Entry> {
         let &v = self.devices.get(device)?;
@@ -121,26 +183,31 @@ impl GroupTable {
 
     fn store(&mut self, device: u64, e: Entry) {
         let base = *self.base.get_or_insert(e.horizon.saturating_sub(1));
-        let v = pack(base, &e).unwrap_or(WHOLE);
-        *self
+        let slot = self
             .devices
-            .get_or_insert_if(device, v, |_| true)
-            .expect("always inserted") = v;
-        if v == WHOLE {
-            self.whole.insert(device, e);
-        } else if !self.whole.is_empty() {
-            self.whole.remove(&device);
-        }
+            .get_or_insert_if(device, WHOLE, |_| true)
+            .expect("always inserted");
+        write(slot, &mut self.whole, base, device, e);
     }
 
     /// Whether a reading of `device` in `horizon` may count in `group`
     /// (at most `g` groups per device and horizon); if so, `group` is
-    /// recorded as one of the device's groups there.
+    /// recorded as one of the device's groups there. One probe of the
+    /// table: the device's slot is found (or taken) once, then rewritten.
     pub(super) fn admit(&mut self, device: u64, horizon: i64, group: u32, g: u32) -> bool {
         if horizon < self.swept_before {
             return false;
         }
-        let known = self.load(device);
+        let base = *self.base.get_or_insert(horizon.saturating_sub(1));
+        let slot = self
+            .devices
+            .get_or_insert_if(device, FRESH, |_| true)
+            .expect("always inserted");
+        let known = match *slot {
+            FRESH => None,
+            WHOLE => Some(self.whole[&device]),
+            v => Some(unpack(base, v)),
+        };
         let slots = match known.map(|e| horizon - e.horizon) {
             None => None,
             Some(d) if d > 0 => None,
@@ -157,7 +224,10 @@ impl GroupTable {
                 return false;
             }
         }
-        self.record_in(device, known, horizon, group);
+        // A fresh slot always changes (the device's first group).
+        if let Some(e) = changed(known, &mut self.spill, device, horizon, group) {
+            write(slot, &mut self.whole, base, device, e);
+        }
         true
     }
 
@@ -166,44 +236,8 @@ impl GroupTable {
     /// ignored: its readings are refused anyway).
     pub(super) fn record(&mut self, device: u64, horizon: i64, group: u32) {
         let known = self.load(device);
-        self.record_in(device, known, horizon, group);
-    }
-
-    /// [`GroupTable::record`], given the device's entry as it is.
-    fn record_in(&mut self, device: u64, known: Option<Entry>, horizon: i64, group: u32) {
-        let group = group as u16;
-        let mut e = known.unwrap_or(Entry::fresh(horizon));
-        let d = horizon - e.horizon;
-        if d > 0 {
-            let old = e.horizon;
-            e.prev = if d == 1 { e.now } else { [EMPTY; 2] };
-            e.now = [EMPTY; 2];
-            e.horizon = horizon;
-            // Spilled groups of horizons no longer kept go.
-            self.spill.remove(&(device, old - 1));
-            if d > 1 {
-                self.spill.remove(&(device, old));
-            }
-        }
-        let slots = match horizon - e.horizon {
-            0 => &mut e.now,
-            -1 => &mut e.prev,
-            _ => return,
-        };
-        if slots.contains(&group) {
-            return;
-        }
-        if let Some(free) = slots.iter_mut().find(|s| **s == EMPTY) {
-            *free = group;
+        if let Some(e) = changed(known, &mut self.spill, device, horizon, group) {
             self.store(device, e);
-            return;
-        }
-        if d > 0 || known.is_none() {
-            self.store(device, e);
-        }
-        let extra = self.spill.entry((device, horizon)).or_default();
-        if !extra.contains(&group) {
-            extra.push(group);
         }
     }
 
