@@ -19,6 +19,20 @@ use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self as enc, DecodeContext, WireType};
 use prost::DecodeError;
 
+/// The encoding half of `prost::Message`, which these decode-only types
+/// never use.
+macro_rules! decode_only {
+    () => {
+        fn encode_raw(&self, _: &mut impl BufMut) {
+            unreachable!("decoded only")
+        }
+
+        fn encoded_len(&self) -> usize {
+            unreachable!("decoded only")
+        }
+    };
+}
+
 /// One `DeviceReading` as it decodes.
 #[derive(Debug, Default)]
 pub(crate) struct WireReading {
@@ -91,9 +105,7 @@ impl Entry<'_> {
 }
 
 impl prost::Message for Entry<'_> {
-    fn encode_raw(&self, _: &mut impl BufMut) {
-        unreachable!("decoded only")
-    }
+    decode_only!();
 
     fn merge_field(
         &mut self,
@@ -110,19 +122,13 @@ impl prost::Message for Entry<'_> {
         Ok(())
     }
 
-    fn encoded_len(&self) -> usize {
-        unreachable!("decoded only")
-    }
-
     fn clear(&mut self) {
         unreachable!("decoded only")
     }
 }
 
 impl prost::Message for WireReading {
-    fn encode_raw(&self, _: &mut impl BufMut) {
-        unreachable!("decoded only")
-    }
+    decode_only!();
 
     fn merge_field(
         &mut self,
@@ -170,19 +176,13 @@ impl prost::Message for WireReading {
         })
     }
 
-    fn encoded_len(&self) -> usize {
-        unreachable!("decoded only")
-    }
-
     fn clear(&mut self) {
         *self = WireReading::default();
     }
 }
 
 impl prost::Message for WireBatch {
-    fn encode_raw(&self, _: &mut impl BufMut) {
-        unreachable!("decoded only")
-    }
+    decode_only!();
 
     fn merge_field(
         &mut self,
@@ -200,10 +200,6 @@ impl prost::Message for WireBatch {
             ),
             _ => enc::skip_field(wire_type, tag, buf, ctx),
         }
-    }
-
-    fn encoded_len(&self) -> usize {
-        unreachable!("decoded only")
     }
 
     fn clear(&mut self) {
