@@ -283,6 +283,12 @@ fn default_max_devices() -> usize {
 }
 /// The largest `limits.max_devices_per_lane` (60 GB of counts per lane).
 pub const MAX_DEVICES_PER_LANE: usize = 1_000_000_000;
+/// The largest `limits.max_message_bytes` (256 MiB; Kafka's own default
+/// is 1 MB): a message is held whole while it is decoded.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+/// The largest `limits.max_readings_per_message`: a message's readings are
+/// staged together (≈ 200 bytes each while decoded).
+pub const MAX_READINGS_PER_MESSAGE: usize = 1_000_000;
 fn default_lateness() -> String {
     "1h".into()
 }
@@ -479,8 +485,11 @@ impl Config {
         if self.streams.is_empty() {
             bail!("stream: declare at least one [[stream]]");
         }
-        if self.limits.max_message_bytes == 0 {
-            bail!("limits.max_message_bytes: must be > 0");
+        if !(1..=MAX_MESSAGE_BYTES).contains(&self.limits.max_message_bytes) {
+            bail!(
+                "limits.max_message_bytes: must be in [1, {MAX_MESSAGE_BYTES}], got {}",
+                self.limits.max_message_bytes
+            );
         }
         if !(1..=MAX_DEVICES_PER_LANE).contains(&self.limits.max_devices_per_lane) {
             bail!(
@@ -488,8 +497,11 @@ impl Config {
                 self.limits.max_devices_per_lane
             );
         }
-        if self.limits.max_readings_per_message == 0 {
-            bail!("limits.max_readings_per_message: must be > 0");
+        if !(1..=MAX_READINGS_PER_MESSAGE).contains(&self.limits.max_readings_per_message) {
+            bail!(
+                "limits.max_readings_per_message: must be in [1, {MAX_READINGS_PER_MESSAGE}], got {}",
+                self.limits.max_readings_per_message
+            );
         }
         let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
         let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;

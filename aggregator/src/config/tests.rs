@@ -170,6 +170,16 @@ fn crashing_settings_are_refused_with_their_field() {
             "epsilon_per_device",
         ),
         ("name = \"cabin_temp_c\"", "name = \"a/0\"", "name"),
+        (
+            "[[stream]]",
+            "[limits]\nmax_message_bytes = 1099511627776\n[[stream]]",
+            "limits.max_message_bytes",
+        ),
+        (
+            "[[stream]]",
+            "[limits]\nmax_readings_per_message = 1000000000000\n[[stream]]",
+            "limits.max_readings_per_message",
+        ),
     ];
     for (from, to, field) in cases {
         let text = SAMPLE.replace(from, to);
