@@ -17,12 +17,14 @@ use std::time::Duration;
 pub mod dimensions;
 mod fleet;
 mod input;
+mod limits;
 mod stream;
 #[cfg(test)]
 mod tests;
 
 pub use fleet::{Fleet, FleetConfig, MAX_FLEET_DURATION, MAX_PENDING};
 pub use input::InputConfig;
+pub use limits::{LimitsConfig, MAX_DEVICES_PER_LANE, MAX_MESSAGE_BYTES, MAX_READINGS_PER_MESSAGE};
 pub use stream::StreamConfig;
 
 /// The whole file.
@@ -236,66 +238,6 @@ fn default_listen() -> String {
     "127.0.0.1:9898".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
-    #[serde(default = "default_max_bytes")]
-    pub max_message_bytes: usize,
-    #[serde(default = "default_max_readings")]
-    pub max_readings_per_message: usize,
-    /// Count windows: readings whose event time is this much older than the
-    /// latest event time of the lane's closed windows are dead-lettered as
-    /// too old. Time windows: how long after its end a window waits for
-    /// late readings before it is released.
-    #[serde(default = "default_lateness")]
-    pub max_lateness: String,
-    /// A reading whose event time is more than this ahead of its Kafka
-    /// message timestamp (or before 1970) is dead-lettered (`future`).
-    #[serde(default = "default_skew")]
-    pub max_clock_skew: String,
-    /// Most devices one (stream, input partition) counts at a time; readings
-    /// of further devices are dropped (`device_limit`) until a horizon ends.
-    /// Each counted device takes 20–60 bytes.
-    #[serde(default = "default_max_devices")]
-    pub max_devices_per_lane: usize,
-}
-
-impl Default for LimitsConfig {
-    fn default() -> Self {
-        Self {
-            max_message_bytes: default_max_bytes(),
-            max_readings_per_message: default_max_readings(),
-            max_lateness: default_lateness(),
-            max_clock_skew: default_skew(),
-            max_devices_per_lane: default_max_devices(),
-        }
-    }
-}
-
-fn default_max_bytes() -> usize {
-    1 << 20
-}
-fn default_max_readings() -> usize {
-    10_000
-}
-fn default_max_devices() -> usize {
-    10_000_000
-}
-/// The largest `limits.max_devices_per_lane` (60 GB of counts per lane).
-pub const MAX_DEVICES_PER_LANE: usize = 1_000_000_000;
-/// The largest `limits.max_message_bytes` (256 MiB; Kafka's own default
-/// is 1 MB): a message is held whole while it is decoded.
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
-/// The largest `limits.max_readings_per_message`: a message's readings are
-/// staged together (≈ 200 bytes each while decoded).
-pub const MAX_READINGS_PER_MESSAGE: usize = 1_000_000;
-fn default_lateness() -> String {
-    "1h".into()
-}
-fn default_skew() -> String {
-    "5m".into()
-}
-
 /// A validated configuration with its calibrated plan.
 #[derive(Debug, Clone)]
 pub struct Validated {
@@ -485,24 +427,7 @@ impl Config {
         if self.streams.is_empty() {
             bail!("stream: declare at least one [[stream]]");
         }
-        if !(1..=MAX_MESSAGE_BYTES).contains(&self.limits.max_message_bytes) {
-            bail!(
-                "limits.max_message_bytes: must be in [1, {MAX_MESSAGE_BYTES}], got {}",
-                self.limits.max_message_bytes
-            );
-        }
-        if !(1..=MAX_DEVICES_PER_LANE).contains(&self.limits.max_devices_per_lane) {
-            bail!(
-                "limits.max_devices_per_lane: must be in [1, {MAX_DEVICES_PER_LANE}], got {}",
-                self.limits.max_devices_per_lane
-            );
-        }
-        if !(1..=MAX_READINGS_PER_MESSAGE).contains(&self.limits.max_readings_per_message) {
-            bail!(
-                "limits.max_readings_per_message: must be in [1, {MAX_READINGS_PER_MESSAGE}], got {}",
-                self.limits.max_readings_per_message
-            );
-        }
+        self.limits.check()?;
         let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
         let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;
         let max_clock_skew = duration("limits.max_clock_skew", &self.limits.max_clock_skew)?;
