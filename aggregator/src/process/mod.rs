@@ -514,7 +514,17 @@ impl Processor {
     /// input, so what observers read is exact whenever the input is idle.
     pub fn flush_counters(&mut self) {
         self.busy_flushes = 0;
-        self.flush_all();
+        self.message_metrics.flush(&self.counters);
+        for s in self.dirty.drain(..) {
+            self.is_dirty[s] = false;
+            let m = &mut self.metrics[s];
+            m.flush(&self.counters, self.windower.windows_opened(s));
+            for &p in &self.partitions_seen {
+                if let Some(devices) = self.windower.lane_device_count(s, p) {
+                    m.lane_devices(p, devices);
+                }
+            }
+        }
     }
 
     /// [`Processor::flush_counters`] while messages keep coming (the
@@ -530,20 +540,6 @@ impl Processor {
             self.flush_counters();
         } else {
             self.message_metrics.flush(&self.counters);
-        }
-    }
-
-    fn flush_all(&mut self) {
-        self.message_metrics.flush(&self.counters);
-        for s in self.dirty.drain(..) {
-            self.is_dirty[s] = false;
-            let m = &mut self.metrics[s];
-            m.flush(&self.counters, self.windower.windows_opened(s));
-            for &p in &self.partitions_seen {
-                if let Some(devices) = self.windower.lane_device_count(s, p) {
-                    m.lane_devices(p, devices);
-                }
-            }
         }
     }
 }
