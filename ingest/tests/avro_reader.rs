@@ -5,7 +5,8 @@
 //! damaged (a byte changed, cut short, one appended). Both must accept the
 //! same messages with the same JSON — the one allowed difference being
 //! FleetDP's bound on built array and map items — and the mapping's view
-//! (only what its paths read) must find exactly what the full value has.
+//! (only what its paths read) must find exactly what the full value has
+//! (what the reference has, where only that bound refused the full value).
 //! CI runs 2·10⁴ cases; `PROPTEST_CASES` for more.
 
 use apache_avro::types::Value as Av;
@@ -212,6 +213,57 @@ fn claimed_counts_cost_nothing() {
         .to_json_for(&bytes, Some(std::slice::from_ref(&z)))
         .unwrap_err();
     assert!(e.detail.contains("array and map items"), "{}", e.detail);
+}
+
+/// The item bound is on what is built: a message whose unread array holds
+/// more items than the bound is refused whole but read by a mapping that
+/// does not read it, as apache-avro reads it (CI found such a message: a
+/// damaged byte gave `z` 10⁵+ nulls, and the comparison wrongly required
+/// the mapping's view to refuse it too).
+#[test]
+fn only_built_items_count_against_the_bound() {
+    let (raw, schema) = schema();
+    let datum = |z: usize| {
+        let mut v = Av::Record(Vec::new());
+        if let Av::Record(fields) = &mut v {
+            fields.extend([
+                ("b".into(), Av::Boolean(true)),
+                ("i".into(), Av::Int(1)),
+                ("l".into(), Av::Long(-7)),
+                ("f".into(), Av::Float(1.5)),
+                ("d".into(), Av::Double(2.5)),
+                ("s".into(), Av::String("x".into())),
+                ("by".into(), Av::Bytes(vec![])),
+                ("fx".into(), Av::Fixed(3, vec![1, 2, 3])),
+                ("e".into(), Av::Enum(1, "B".into())),
+                ("a".into(), Av::Array(vec![])),
+                ("m".into(), Av::Map(Default::default())),
+                ("n".into(), chain(&[4, 5, 6])),
+                ("z".into(), Av::Array(vec![Av::Null; z])),
+                ("dec".into(), Av::Decimal(vec![0u8].into())),
+                ("du".into(), Av::Duration([1u8; 12].into())),
+                ("ts".into(), Av::TimestampMillis(9)),
+                ("fe".into(), Av::Fixed(3, vec![1, 2, 3])),
+            ]);
+        }
+        apache_avro::to_avro_datum(raw, v).unwrap()
+    };
+    let paths = paths();
+    for z in [3, fleetdp_ingest::MAX_AVRO_ITEMS + 1] {
+        let bytes = datum(z);
+        let view = schema.to_json_for(&bytes, Some(&paths));
+        assert_eq!(view.as_ref().unwrap()["n"]["next"]["next"]["x"], 6);
+        let full = schema.to_json(&bytes);
+        assert_eq!(full.is_ok(), z <= fleetdp_ingest::MAX_AVRO_ITEMS);
+        common::agree(
+            &full,
+            &schema.to_json_reference(&bytes),
+            &view,
+            &paths,
+            Some("array and map items"),
+        )
+        .unwrap();
+    }
 }
 
 /// A schema with a `uuid` is left to apache-avro, and still decodes.
