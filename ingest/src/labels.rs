@@ -61,6 +61,11 @@ impl Labels {
     /// Append `s` to the buffer; its range there.
     pub(crate) fn append(&mut self, s: &str) -> [u32; 2] {
         let start = self.text.len();
+        if self.text.capacity() == 0 {
+            // One allocation for a reading's usual few labels, instead of
+            // the doubling steps from 8 bytes.
+            self.text.reserve(s.len().max(TEXT_START));
+        }
         self.text.push_str(s);
         [offset(start), offset(self.text.len())]
     }
@@ -68,6 +73,9 @@ impl Labels {
     /// Record a label appended with [`Labels::append`], unsorted until
     /// [`Labels::sort`].
     pub(crate) fn push_spans(&mut self, name: [u32; 2], value: [u32; 2]) {
+        if self.spans.capacity() == 0 {
+            self.spans.reserve(SPANS_START);
+        }
         self.spans.push([name[0], name[1], value[0], value[1]]);
     }
 
@@ -78,18 +86,27 @@ impl Labels {
         }
         let text = &self.text;
         let name = |s: &[u32; 4]| &text[s[0] as usize..s[1] as usize];
-        // Stable: of equal names, the last pushed ends last; keep it.
+        // Stable: of equal names, the last pushed ends last; keep it (in
+        // place: no allocation per reading).
         self.spans.sort_by(|a, b| name(a).cmp(name(b)));
-        let mut kept: Vec<[u32; 4]> = Vec::with_capacity(self.spans.len());
-        for s in &self.spans {
-            match kept.last_mut() {
-                Some(last) if name(last) == name(s) => *last = *s,
-                _ => kept.push(*s),
+        let mut kept = 0;
+        for i in 0..self.spans.len() {
+            let s = self.spans[i];
+            if kept > 0 && name(&self.spans[kept - 1]) == name(&s) {
+                self.spans[kept - 1] = s;
+            } else {
+                self.spans[kept] = s;
+                kept += 1;
             }
         }
-        self.spans = kept;
+        self.spans.truncate(kept);
     }
 }
+
+/// First capacity of a labelled reading's text (bytes) and spans: room for
+/// a few labels of ordinary length without growing.
+const TEXT_START: usize = 64;
+const SPANS_START: usize = 4;
 
 /// A buffer offset: a message is at most a few MiB, far below 4 GiB.
 fn offset(at: usize) -> u32 {
