@@ -9,9 +9,13 @@
 //! a label entry as prost reads a map entry (whatever the field's wire type
 //! says, its length-delimited body with key 1 and value 2, unknown fields
 //! skipped, the recursion limit counted), `message::merge_repeated` for the
-//! batch, `skip_field` for unknown fields. A label name given twice keeps
-//! its last value, as the map did. `tests/wire.rs` decodes random and
-//! damaged messages both ways and requires the same verdicts and readings.
+//! batch, `skip_field` for unknown fields. Two shortcuts take only what
+//! those read alike, else step aside: a well-formed label string is copied
+//! straight in, and a label entry in the form encoders write (key then
+//! value, one length byte each, UTF-8, nothing else) is read in one step.
+//! A label name given twice keeps its last value, as the map did.
+//! `tests/wire.rs` decodes random and damaged messages both ways and
+//! requires the same verdicts and readings.
 
 use crate::labels::Labels;
 use crate::RawReading;
@@ -127,6 +131,53 @@ impl prost::Message for Entry<'_> {
     }
 }
 
+impl WireReading {
+    /// Take a label entry in the form encoders write — its key (field 1)
+    /// then its value (field 2), each one length byte and UTF-8, nothing
+    /// else — straight into the labels (`buf` just past the field's key).
+    /// Anything else is left to the general path (`false`, nothing read),
+    /// which reads it as prost would. What this path takes, prost reads
+    /// alike: the same key and value, no error (the recursion limit is not
+    /// near: an entry sits at most two messages deep).
+    fn canonical_label(&mut self, buf: &mut impl Buf) -> bool {
+        let b = buf.chunk();
+        if b.len() != buf.remaining() {
+            return false;
+        }
+        // Entry length, then 0x0A klen key 0x12 vlen value, all of it.
+        let Some((&n, rest)) = b.split_first() else {
+            return false;
+        };
+        let n = usize::from(n);
+        if n >= 0x80 || rest.len() < n {
+            return false;
+        }
+        let e = &rest[..n];
+        let field = |at: usize, tag: u8| -> Option<(&str, usize)> {
+            let (&t, &len) = (e.get(at)?, e.get(at + 1)?);
+            let end = (at + 2).checked_add(usize::from(len))?;
+            if t != tag || len >= 0x80 {
+                return None;
+            }
+            Some((std::str::from_utf8(e.get(at + 2..end)?).ok()?, end))
+        };
+        let Some((key, at)) = field(0, 0x0A) else {
+            return false;
+        };
+        let Some((value, end)) = field(at, 0x12) else {
+            return false;
+        };
+        if end != n {
+            return false;
+        }
+        let key = self.labels.append(key);
+        let value = self.labels.append(value);
+        self.labels.push_spans(key, value);
+        buf.advance(1 + n);
+        true
+    }
+}
+
 impl prost::Message for WireReading {
     decode_only!();
 
@@ -155,6 +206,9 @@ impl prost::Message for WireReading {
                 "event_time_ms",
             ),
             5 => {
+                if wire_type == WireType::LengthDelimited && self.canonical_label(buf) {
+                    return Ok(());
+                }
                 // A map entry is read whatever the wire type says.
                 let mut e = Entry {
                     labels: &mut self.labels,
