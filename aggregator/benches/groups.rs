@@ -17,7 +17,11 @@
 //!
 //!   cargo bench -p fleetdp --bench groups
 //! FLEETDP_GROUPS_DEVICES (default 10⁶) and FLEETDP_GROUPS_READINGS
-//! (default 3·10⁶) change the size.
+//! (default 3·10⁶) change the size, FLEETDP_GROUPS_ROUNDS (default 3) how
+//! many times every case runs: figures are each case's best round, and the
+//! ratios also as the median of the ratios within a round (the cases of a
+//! round run back to back, so a slow spell of a shared machine shows on
+//! both sides of it).
 
 use fleetdp::config::{Config, Validated};
 use fleetdp::dp::rng::ReleaseKey;
@@ -211,8 +215,9 @@ fn main() {
     // FLEETDP_GROUPS_ONLY=single|registry|labels|single-labelled runs one
     // case (profiling).
     let only = std::env::var("FLEETDP_GROUPS_ONLY").unwrap_or_default();
+    let rounds = env("FLEETDP_GROUPS_ROUNDS", 3).max(1);
     let on = |case: &str| only.is_empty() || only == case;
-    for _ in 0..3 {
+    for _ in 0..rounds {
         if on("single") {
             a.push(run(&flat, None, &plain));
         }
@@ -241,6 +246,13 @@ fn main() {
         return;
     }
     let (ra, rb, rc, rd) = (best(&a), best(&b), best(&c), best(&d));
+    // Each round runs every case back to back: the ratio within a round is
+    // paired in time, so a slow spell of a shared machine moves both sides.
+    let paired = |xs: &[(f64, u64, isize)]| {
+        let mut r: Vec<f64> = xs.iter().zip(&a).map(|(x, s)| x.0 / s.0).collect();
+        r.sort_by(f64::total_cmp);
+        (r[r.len() / 2], r[0], r[r.len() - 1])
+    };
     let per = |x: isize| x as f64 / devices as f64;
     println!(
         "single group (no group_by):          {ra:>12.0} readings/s, {:>6} windows, {:>6.1} bytes/device of window state",
@@ -264,4 +276,10 @@ fn main() {
         "single group, the labelled messages: {rd:>12.0} readings/s (labels decoded, not used: what carrying them costs without group_by)"
     );
     println!("registry: {registry_bytes:.1} bytes/device ({devices} rows of 3 attributes)");
+    for (case, xs) in [("registry", &b), ("labels", &c)] {
+        let (median, lo, hi) = paired(xs);
+        println!(
+            "{case} / single within each of {rounds} rounds: median {median:.2}× (range {lo:.2}–{hi:.2})"
+        );
+    }
 }
