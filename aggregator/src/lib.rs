@@ -84,7 +84,7 @@ mod window;
 
 // What the benchmarks and tests drive below the pipeline.
 pub use partitioner::Partitioner;
-pub use process::{decoder, Processor};
+pub use process::{decoder, Processor, PREPARE_AHEAD};
 pub use status::StatusBoard;
 pub use window::{
     device_key, Admission, ClosedWindow, PublishedWindow, RestoredLane, Resume, StreamRules,

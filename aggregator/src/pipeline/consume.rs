@@ -1,5 +1,6 @@
-//! The consuming loop: one message at a time, prepared while the previous
-//! one is applied; windows that close are released in order; offsets are
+//! The consuming loop: one message at a time, each prepared
+//! [`PREPARE_AHEAD`] messages before it is applied (so its devices' slots
+//! load meanwhile); windows that close are released in order; offsets are
 //! committed by the rule in [`super::offsets`]; rebalances are acted on
 //! before the next message of a partition is handled.
 
@@ -12,7 +13,7 @@ use crate::dp::release::QuantileTrack;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Producer;
 use crate::kafka::{self, Stopped, CONTENT_TYPE};
-use crate::process::Processor;
+use crate::process::{Processor, PREPARE_AHEAD};
 use crate::state;
 use crate::telemetry;
 use crate::window::ClosedWindow;
@@ -22,7 +23,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -113,10 +114,13 @@ impl<'a> Consuming<'a> {
         let mut handled = 0u64;
         let mut idle = tokio::time::interval(Duration::from_secs(1));
         idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // A message prepared (decoded, its devices' slots being fetched) but
-        // not yet applied: it is applied once the next message is prepared,
-        // or as soon as no next message is ready, so it never waits for input.
-        let mut staged: Option<BorrowedMessage<'_>> = None;
+        // Messages prepared (decoded, their devices' slots being fetched)
+        // but not yet applied, oldest first: the oldest is applied once
+        // `PREPARE_AHEAD` later ones are prepared, or as soon as no next
+        // message is ready, so none waits for input. Messages are handled
+        // in offset order: a message refused at prepare is dead-lettered
+        // after every one prepared before it is applied.
+        let mut staged: VecDeque<BorrowedMessage<'_>> = VecDeque::with_capacity(PREPARE_AHEAD);
         loop {
             // While messages keep coming the select! below is skipped: look
             // at the stop switch and reap finished publishes every 64.
@@ -128,11 +132,11 @@ impl<'a> Consuming<'a> {
                 }
                 self.reap()?;
             }
-            let msg = if staged.is_some() {
+            let msg = if !staged.is_empty() {
                 match ready_now(consumer) {
                     Some(m) => m,
                     None => {
-                        let m = staged.take().expect("staged");
+                        let m = staged.pop_front().expect("staged");
                         if self.apply_staged(m).await? {
                             self.commit(consumer, CommitMode::Async);
                         }
@@ -181,9 +185,7 @@ impl<'a> Consuming<'a> {
             // (after the message received before it) before processing a
             // message of a newly assigned partition.
             if self.events.pending() {
-                if let Some(m) = staged.take() {
-                    self.apply_staged(m).await?;
-                }
+                self.apply_all(&mut staged).await?;
                 if stopped(self.apply_rebalance().await)? {
                     break;
                 }
@@ -229,14 +231,18 @@ impl<'a> Consuming<'a> {
                     self.appended_until.insert(msg.partition(), t);
                 }
             }
-            // The previous message is applied while this one's device slots load.
+            // An earlier message is applied while this one's device slots load.
             let mut released_any = false;
-            if let Some(m) = staged.take() {
-                released_any = self.apply_staged(m).await?;
-            }
             match prepared {
-                Ok(()) => staged = Some(msg),
+                Ok(()) => {
+                    if staged.len() >= PREPARE_AHEAD {
+                        let m = staged.pop_front().expect("staged");
+                        released_any = self.apply_staged(m).await?;
+                    }
+                    staged.push_back(msg);
+                }
                 Err(rejection) => {
+                    released_any = self.apply_all(&mut staged).await?;
                     self.dead_letter(&msg, &rejection).await?;
                     self.offsets.handled(msg.partition(), msg.offset());
                 }
@@ -248,18 +254,14 @@ impl<'a> Consuming<'a> {
                     && self.last_commit.elapsed() > Duration::from_secs(1))
             {
                 if self.timed {
-                    // Its readings may belong to a window about to close.
-                    if let Some(m) = staged.take() {
-                        self.apply_staged(m).await?;
-                    }
+                    // Their readings may belong to a window about to close.
+                    self.apply_all(&mut staged).await?;
                     self.close_due().await?;
                 }
                 self.commit(consumer, CommitMode::Async);
             }
         }
-        if let Some(m) = staged.take() {
-            self.apply_staged(m).await?;
-        }
+        self.apply_all(&mut staged).await?;
         self.processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
         while let Some(done) = self.releases.join_next().await {
@@ -289,6 +291,16 @@ impl<'a> Consuming<'a> {
             self.finish_dead_letter(done??);
         }
         Ok(())
+    }
+
+    /// Apply every prepared message, oldest first; returns whether a window
+    /// was released.
+    async fn apply_all(&mut self, staged: &mut VecDeque<BorrowedMessage<'_>>) -> Result<bool> {
+        let mut released_any = false;
+        while let Some(m) = staged.pop_front() {
+            released_any |= self.apply_staged(m).await?;
+        }
+        Ok(released_any)
     }
 
     /// Apply a prepared message ([`Processor::apply`]): dead-letter it if
