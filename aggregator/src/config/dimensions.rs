@@ -279,6 +279,11 @@ impl Grouping {
         &self.dims[i].0
     }
 
+    /// How many values dimension `i` declares (its `other` digit).
+    pub fn declared_values(&self, i: usize) -> usize {
+        self.dims[i].1.len()
+    }
+
     /// Every group's key (`firmware=4.2`, `model=a,region=eu`), by index.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = vec![String::new()];

@@ -6,7 +6,7 @@
 //! capped by `G` in the windows.
 
 use super::{Processor, ROUTE_LATER};
-use crate::registry::{group_in, Replica};
+use crate::registry::{group_in, Replica, RowRoute};
 
 impl Processor {
     /// Look grouped streams' dimension values up in `registry` (readings'
@@ -23,6 +23,13 @@ impl Processor {
             r.sync(&registry);
             r
         });
+        if self.replica.is_some() {
+            for d in &mut self.declared {
+                if let Some(g) = &d.grouping {
+                    d.row_route = RowRoute::new(g, &d.positions);
+                }
+            }
+        }
         self.registry = Some(registry);
         self
     }
@@ -90,14 +97,16 @@ impl Processor {
         let Some(rep) = &self.replica else {
             return;
         };
-        let none = ingest::Labels::default();
         for r in self.staged.range_mut(from..from + count) {
             if r.stream != ROUTE_LATER {
                 continue;
             }
             let d = &self.declared[r.declared as usize];
-            let g = d.grouping.as_ref().expect("only grouped readings wait");
-            let index = rep.with_row(r.device, |row| group_in(g, &d.positions, row, &none, None));
+            let route = d
+                .row_route
+                .as_ref()
+                .expect("only readings with a row route wait");
+            let index = route.index(rep.packed(r.device));
             r.stream = d.first + index as usize;
             self.windower.prefetch(r.stream, partition, r.device);
         }

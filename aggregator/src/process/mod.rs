@@ -135,6 +135,8 @@ struct Declared {
     grouping: Option<Grouping>,
     /// Where each of the grouping's dimensions sits in a registry row.
     positions: Vec<Option<usize>>,
+    /// The group from a replica row (with a replica, no private keys).
+    row_route: Option<crate::registry::RowRoute>,
 }
 
 /// A reading of a private dimension to count once its message is accepted.
@@ -218,6 +220,7 @@ impl Processor {
                     first,
                     grouping: g.clone(),
                     positions: Vec::new(),
+                    row_route: None,
                 };
                 first += g.as_ref().map_or(1, |g| g.keys().len());
                 d
@@ -388,11 +391,7 @@ impl Processor {
             // A reading the registry alone routes waits for its replica
             // slot, fetched meanwhile (`route`); its group's lanes share
             // the stream's universe, so it is top-coded now.
-            let later = r.labels.is_empty()
-                && self.replica.is_some()
-                && d.grouping
-                    .as_ref()
-                    .is_some_and(|g| g.private_dimension().is_none());
+            let later = r.labels.is_empty() && d.row_route.is_some();
             let s = if later {
                 ROUTE_LATER
             } else {

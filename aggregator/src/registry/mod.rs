@@ -18,8 +18,8 @@ mod follow;
 mod replica;
 
 pub(crate) use follow::spawn;
-pub(crate) use replica::Replica;
 pub use replica::MAX_DIMENSIONS as MAX_REPLICA_DIMENSIONS;
+pub(crate) use replica::{Replica, RowRoute};
 
 use crate::config::dimensions::Grouping;
 use dashmap::DashMap;
