@@ -50,6 +50,19 @@ impl Labels {
         self.spans.iter().map(|s| self.at(s))
     }
 
+    /// (name, value) pairs as bytes, by name (bytewise order is the
+    /// names' order): what a router compares, without re-checking the
+    /// text's character boundaries.
+    pub fn iter_bytes(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let t = self.text.as_bytes();
+        self.spans.iter().map(move |s| {
+            (
+                &t[s[0] as usize..s[1] as usize],
+                &t[s[2] as usize..s[3] as usize],
+            )
+        })
+    }
+
     /// Add a label; a name given twice keeps its last value (as a map).
     pub fn insert(&mut self, name: &str, value: &str) {
         let name = self.append(name);

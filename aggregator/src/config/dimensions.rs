@@ -284,6 +284,12 @@ impl Grouping {
         self.dims[i].1.len()
     }
 
+    /// Dimension `i`'s value of digit `d` (`d` below
+    /// [`Grouping::declared_values`]).
+    pub fn declared_value(&self, i: usize, d: usize) -> &str {
+        &self.dims[i].1[d]
+    }
+
     /// Every group's key (`firmware=4.2`, `model=a,region=eu`), by index.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = vec![String::new()];

@@ -6,7 +6,7 @@
 //! capped by `G` in the windows.
 
 use super::{Processor, ROUTE_LATER};
-use crate::registry::{group_in, Replica, RowRoute};
+use crate::registry::{group_in, Replica, Route, NO_ROW};
 
 impl Processor {
     /// Look grouped streams' dimension values up in `registry` (readings'
@@ -23,11 +23,9 @@ impl Processor {
             r.sync(&registry);
             r
         });
-        if self.replica.is_some() {
-            for d in &mut self.declared {
-                if let Some(g) = &d.grouping {
-                    d.row_route = RowRoute::new(g, &d.positions);
-                }
+        for d in &mut self.declared {
+            if let Some(g) = &d.grouping {
+                d.route = Route::new(g, &d.positions);
             }
         }
         self.registry = Some(registry);
@@ -83,6 +81,13 @@ impl Processor {
             return 0;
         };
         let p = &decl.positions;
+        match (&decl.route, &self.replica, &self.registry) {
+            (Some(route), Some(rep), _) => {
+                return route.index_labelled(&r.labels, || rep.packed(device));
+            }
+            (Some(route), None, None) => return route.index_labelled(&r.labels, || NO_ROW),
+            _ => {}
+        }
         match (&self.replica, &self.registry) {
             (Some(rep), _) => rep.with_row(device, |row| group_in(g, p, row, &r.labels, private)),
             (None, Some(reg)) => reg.group_of(g, p, device, &r.labels, private),
@@ -102,10 +107,7 @@ impl Processor {
                 continue;
             }
             let d = &self.declared[r.declared as usize];
-            let route = d
-                .row_route
-                .as_ref()
-                .expect("only readings with a row route wait");
+            let route = d.route.as_ref().expect("only readings with a route wait");
             let index = route.index(rep.packed(r.device));
             r.stream = d.first + index as usize;
             self.windower.prefetch(r.stream, partition, r.device);

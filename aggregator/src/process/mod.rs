@@ -135,8 +135,9 @@ struct Declared {
     grouping: Option<Grouping>,
     /// Where each of the grouping's dimensions sits in a registry row.
     positions: Vec<Option<usize>>,
-    /// The group from a replica row (with a replica, no private keys).
-    row_route: Option<crate::registry::RowRoute>,
+    /// The group from labels and a replica row (no private keys; used
+    /// with a replica or without a registry).
+    route: Option<crate::registry::Route>,
 }
 
 /// A reading of a private dimension to count once its message is accepted.
@@ -220,7 +221,7 @@ impl Processor {
                     first,
                     grouping: g.clone(),
                     positions: Vec::new(),
-                    row_route: None,
+                    route: g.as_ref().and_then(|g| crate::registry::Route::new(g, &[])),
                 };
                 first += g.as_ref().map_or(1, |g| g.keys().len());
                 d
@@ -391,7 +392,7 @@ impl Processor {
             // A reading the registry alone routes waits for its replica
             // slot, fetched meanwhile (`route`); its group's lanes share
             // the stream's universe, so it is top-coded now.
-            let later = r.labels.is_empty() && d.row_route.is_some();
+            let later = r.labels.is_empty() && self.replica.is_some() && d.route.is_some();
             let s = if later {
                 ROUTE_LATER
             } else {

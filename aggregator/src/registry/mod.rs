@@ -16,10 +16,12 @@
 
 mod follow;
 mod replica;
+mod route;
 
 pub(crate) use follow::spawn;
 pub use replica::MAX_DIMENSIONS as MAX_REPLICA_DIMENSIONS;
-pub(crate) use replica::{Replica, RowRoute};
+pub(crate) use replica::{Replica, NO_ROW};
+pub(crate) use route::Route;
 
 use crate::config::dimensions::Grouping;
 use dashmap::DashMap;

@@ -30,7 +30,7 @@ use crate::devices::DeviceTable;
 pub const MAX_DIMENSIONS: usize = 4;
 
 /// Every digit [`ABSENT`]: no row.
-const NO_ROW: u64 = u64::MAX;
+pub(crate) const NO_ROW: u64 = u64::MAX;
 
 /// A loop-local copy of a [`Registry`]'s rows.
 pub(crate) struct Replica {
@@ -106,7 +106,7 @@ impl Replica {
     }
 
     /// `device`'s row as packed (every digit [`ABSENT`] without one), for
-    /// a [`RowRoute`].
+    /// a [`Route`](super::Route).
     #[inline]
     pub(crate) fn packed(&self, device: u64) -> u64 {
         self.rows.get(device).copied().unwrap_or(NO_ROW)
@@ -138,65 +138,9 @@ impl Replica {
     }
 }
 
-/// How a grouping without private keys finds a device's group from its
-/// packed replica row in a few operations: each dimension's digit is read
-/// straight from the row and clamped to the dimension's `other` digit (a
-/// digit past the declared values, [`ABSENT`], a dimension the registry
-/// does not keep), then weighted by its place value. This is what
-/// [`group_in`](super::group_in) computes for a reading without labels (a
-/// test compares the two on random rows); the group only routes a reading,
-/// `G` caps the device whatever it says.
-#[derive(Debug, Clone)]
-pub(crate) struct RowRoute {
-    /// Per dimension, least significant first: the digit's bit shift in a
-    /// packed row (`None`: not in the row), its `other` digit, its place
-    /// value.
-    terms: Vec<(Option<u32>, u64, u64)>,
-}
-
-impl RowRoute {
-    /// The route of `grouping` over rows whose dimension `i` sits at
-    /// `positions[i]`; `None` for a grouping with private keys (their
-    /// digits are bound slots, found per reading).
-    pub(crate) fn new(
-        grouping: &crate::config::dimensions::Grouping,
-        positions: &[Option<usize>],
-    ) -> Option<Self> {
-        if grouping.private_dimension().is_some() {
-            return None;
-        }
-        let dims = grouping.dimensions().count();
-        let mut place = 1u64;
-        let mut terms = Vec::with_capacity(dims);
-        for i in (0..dims).rev() {
-            let other = grouping.declared_values(i) as u64;
-            let shift = positions
-                .get(i)
-                .copied()
-                .flatten()
-                .filter(|&p| p < MAX_DIMENSIONS)
-                .map(|p| 16 * p as u32);
-            terms.push((shift, other, place));
-            place *= other + 1;
-        }
-        Some(Self { terms })
-    }
-
-    /// The group index of a device whose packed row is `packed`.
-    #[inline]
-    pub(crate) fn index(&self, packed: u64) -> u32 {
-        let mut index = 0;
-        for &(shift, other, place) in &self.terms {
-            let d = shift.map_or(other, |s| ((packed >> s) & 0xffff).min(other));
-            index += d * place;
-        }
-        index as u32
-    }
-}
-
 /// A row's digits in eight bytes, the first dimension lowest; the rest
 /// [`ABSENT`].
-fn pack(row: &[u16]) -> u64 {
+pub(super) fn pack(row: &[u16]) -> u64 {
     let mut packed = NO_ROW;
     for (i, &d) in row.iter().take(MAX_DIMENSIONS).enumerate() {
         packed = packed & !(0xffff << (16 * i)) | (u64::from(d) << (16 * i));
@@ -287,55 +231,5 @@ mod tests {
         assert_eq!(pack(&[1, 2]), 0xffff_ffff_0002_0001);
     }
 
-    /// A row route finds the group `group_in` finds for a reading without
-    /// labels: random rows with digits in range, past the declared values
-    /// and ABSENT, no row at all, and dimensions the registry does not
-    /// keep or keeps past a replica row's width.
-    #[test]
-    fn row_route_agrees_with_group_in() {
-        use crate::config::dimensions::{Dimension, Grouping};
-        use rand::{Rng, SeedableRng};
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let dims: std::collections::BTreeMap<_, _> = [("a", 3), ("b", 1), ("c", 5), ("d", 2)]
-            .into_iter()
-            .map(|(d, n)| {
-                let values = (0..n).map(|i| format!("{d}{i}")).collect();
-                (d.to_string(), Dimension::Public(values))
-            })
-            .collect();
-        let none = ingest::Labels::default();
-        for _ in 0..2_000 {
-            let k = rng.gen_range(1..=4);
-            let by: Vec<String> = ["a", "b", "c", "d"][..k]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            let g = Grouping::new("s", &by, &dims).unwrap();
-            let width = rng.gen_range(0..=MAX_DIMENSIONS);
-            let positions: Vec<Option<usize>> = (0..k)
-                .map(|_| {
-                    rng.gen_bool(0.8)
-                        .then(|| rng.gen_range(0..MAX_DIMENSIONS + 1))
-                })
-                .collect();
-            let route = RowRoute::new(&g, &positions).unwrap();
-            let row: Vec<u16> = (0..width)
-                .map(|_| match rng.gen_range(0..4) {
-                    0 => ABSENT,
-                    1 => rng.gen_range(0..ABSENT),
-                    _ => rng.gen_range(0..6),
-                })
-                .collect();
-            let want = group_in(&g, &positions, Some(&row), &none, None);
-            assert_eq!(
-                route.index(pack(&row)),
-                want,
-                "{by:?} {positions:?} {row:?}"
-            );
-            let want = group_in(&g, &positions, None, &none, None);
-            assert_eq!(route.index(NO_ROW), want, "no row");
-        }
-    }
-
-    use super::super::{group_in, JOURNAL};
+    use super::super::JOURNAL;
 }
