@@ -1,7 +1,8 @@
 //! Which planned stream a reading of a grouped stream goes to: its group,
 //! from the reading's labels, else the device registry's row for the
 //! device (the loop's [`Replica`] when the registry's rows fit one, else
-//! the shared table), else `other` (docs/DESIGN.md §4, group-by). The
+//! the shared table), else `other` (docs/DESIGN.md §4, group-by); for a
+//! grouping without private keys, in one pass of its [`Route`]. The
 //! group only routes a reading; what a device may add across groups is
 //! capped by `G` in the windows.
 
@@ -81,17 +82,16 @@ impl Processor {
             return 0;
         };
         let p = &decl.positions;
+        // Without private keys, one pass of the stream's route; with them
+        // (or a registry too wide for a replica), the general lookup.
         match (&decl.route, &self.replica, &self.registry) {
-            (Some(route), Some(rep), _) => {
-                return route.index_labelled(&r.labels, || rep.packed(device));
+            (Some(route), Some(rep), _) => route.index_labelled(&r.labels, || rep.packed(device)),
+            (Some(route), None, None) => route.index_labelled(&r.labels, || NO_ROW),
+            (_, Some(rep), _) => {
+                rep.with_row(device, |row| group_in(g, p, row, &r.labels, private))
             }
-            (Some(route), None, None) => return route.index_labelled(&r.labels, || NO_ROW),
-            _ => {}
-        }
-        match (&self.replica, &self.registry) {
-            (Some(rep), _) => rep.with_row(device, |row| group_in(g, p, row, &r.labels, private)),
-            (None, Some(reg)) => reg.group_of(g, p, device, &r.labels, private),
-            (None, None) => group_in(g, p, None, &r.labels, private),
+            (_, None, Some(reg)) => reg.group_of(g, p, device, &r.labels, private),
+            (_, None, None) => group_in(g, p, None, &r.labels, private),
         }
     }
 
