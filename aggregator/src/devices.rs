@@ -18,11 +18,13 @@
 //! horizon: with churn (new ids every horizon) it keeps its size instead of
 //! shrinking and regrowing through every doubling.
 
-/// Open-addressing map from device keys to `V`.
+/// Open-addressing map from device keys to `V`, its slots aligned as `A`
+/// ([`Align16`] for 8-byte values, four slots a cache line; [`Align64`]
+/// for a 56-byte value, one slot a line).
 #[derive(Debug, Clone)]
-pub(crate) struct DeviceTable<V> {
+pub(crate) struct DeviceTable<V, A = Align16> {
     /// Power-of-two length; key 0 marks an empty slot.
-    slots: Vec<Slot<V>>,
+    slots: Vec<Slot<V, A>>,
     /// Entries in `slots` (key 0's entry is `zero`).
     used: usize,
     /// The entry of key 0, which cannot live in a slot.
@@ -31,16 +33,30 @@ pub(crate) struct DeviceTable<V> {
     peak: usize,
 }
 
-/// A key and its value, aligned so that a slot never straddles two cache
-/// lines (for a `V` of 8 bytes a slot is 16).
+/// A key and its value, aligned as `A` so that a slot never straddles two
+/// cache lines (for a `V` of 8 bytes and [`Align16`] a slot is 16 bytes;
+/// an allocation of 64-byte slots aligned only to 16 would put most of
+/// them across two lines: two misses a lookup).
 #[derive(Debug, Clone, Copy, Default)]
-#[repr(C, align(16))]
-struct Slot<V> {
+#[repr(C)]
+struct Slot<V, A> {
+    /// No bytes: only its alignment.
+    align: [A; 0],
     key: u64,
     value: V,
 }
 
-impl<V> Default for DeviceTable<V> {
+/// Slots aligned to 16 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(align(16))]
+pub(crate) struct Align16;
+
+/// Slots aligned to a cache line.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(align(64))]
+pub(crate) struct Align64;
+
+impl<V, A> Default for DeviceTable<V, A> {
     fn default() -> Self {
         Self {
             slots: Vec::new(),
@@ -58,7 +74,7 @@ const LOAD_DEN: usize = 10;
 const SHRINK_NUM: usize = 2;
 const MIN_SLOTS: usize = 16;
 
-impl<V: Copy + Default> DeviceTable<V> {
+impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
     /// An empty table that holds `entries` without growing.
     pub(crate) fn with_capacity(entries: usize) -> Self {
         if entries == 0 {
@@ -80,7 +96,7 @@ impl<V: Copy + Default> DeviceTable<V> {
 
     /// Bytes held by the slot array.
     pub(crate) fn bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot<V>>()
+        self.slots.capacity() * std::mem::size_of::<Slot<V, A>>()
     }
 
     fn home(&self, key: u64) -> usize {
@@ -99,7 +115,7 @@ impl<V: Copy + Default> DeviceTable<V> {
         // and the pointer is to a live element anyway.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(slot as *const Slot<V> as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(slot as *const Slot<V, A> as *const i8);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = slot;
@@ -119,6 +135,43 @@ impl<V: Copy + Default> DeviceTable<V> {
         loop {
             match self.slots[i].key {
                 k if k == key => return Some(&self.slots[i].value),
+                0 => return None,
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// The entry of `key`, if present, to change.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        if key == 0 {
+            return self.zero.as_mut();
+        }
+        let i = self.find(key)?;
+        Some(&mut self.slots[i].value)
+    }
+
+    /// Take `key`'s entry out of the table.
+    pub(crate) fn remove(&mut self, key: u64) -> Option<V> {
+        if key == 0 {
+            return self.zero.take();
+        }
+        let i = self.find(key)?;
+        let v = self.slots[i].value;
+        self.remove_at(i);
+        Some(v)
+    }
+
+    /// The slot holding `key` (not 0), if any.
+    fn find(&self, key: u64) -> Option<usize> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            match self.slots[i].key {
+                k if k == key => return Some(i),
                 0 => return None,
                 _ => i = (i + 1) & mask,
             }
@@ -162,7 +215,11 @@ impl<V: Copy + Default> DeviceTable<V> {
                 i = (i + 1) & mask;
             }
         }
-        self.slots[i] = Slot { key, value: fresh };
+        self.slots[i] = Slot {
+            align: [],
+            key,
+            value: fresh,
+        };
         self.used += 1;
         self.peak = self.peak.max(self.used);
         Some(&mut self.slots[i].value)
@@ -209,7 +266,7 @@ impl<V: Copy + Default> DeviceTable<V> {
         for step in 1..=size {
             let i = (start + step) & mask;
             while self.slots[i].key != 0 {
-                let Slot { key, mut value } = self.slots[i];
+                let Slot { key, mut value, .. } = self.slots[i];
                 if keep(key, &mut value) {
                     self.slots[i].value = value;
                     break;
@@ -254,7 +311,7 @@ impl<V: Copy + Default> DeviceTable<V> {
     /// out so the old array is freed before the new one is made.
     fn resize(&mut self, size: usize) {
         let old = std::mem::take(&mut self.slots);
-        let old: Vec<Slot<V>> = if size < old.len() {
+        let old: Vec<Slot<V, A>> = if size < old.len() {
             old.into_iter().filter(|s| s.key != 0).collect()
         } else {
             old
@@ -309,7 +366,47 @@ mod tests {
             assert_eq!(table.get(k), reference.get(&k));
         }
         assert!(table.used * LOAD_DEN <= table.slots.len() * LOAD_NUM);
-        assert_eq!(std::mem::size_of::<Slot<u64>>(), 16);
+        assert_eq!(std::mem::size_of::<Slot<u64, Align16>>(), 16);
+        assert_eq!(std::mem::align_of::<Slot<u64, Align16>>(), 16);
+        assert_eq!(std::mem::size_of::<Slot<[u64; 7], Align64>>(), 64);
+        assert_eq!(std::mem::align_of::<Slot<[u64; 7], Align64>>(), 64);
+    }
+
+    /// Single removals and changes in place, mixed with inserts, on keys
+    /// that share home slots and wrap (and key 0): the table answers as
+    /// std's map after every step.
+    #[test]
+    fn remove_and_get_mut_agree_with_a_hash_map() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let mut t: DeviceTable<u32> = DeviceTable::default();
+        let mut reference = HashMap::new();
+        for step in 0..40_000u32 {
+            let key = match rng.gen_range(0..4) {
+                0 => rng.gen_range(0..3),
+                1 => (rng.gen_range(0..50u64) << 12) | 0xFFF,
+                _ => rng.gen_range(0..300u64) << 20,
+            };
+            match rng.gen_range(0..3) {
+                0 => assert_eq!(t.remove(key), reference.remove(&key), "step {step}"),
+                1 => {
+                    if let Some(v) = t.get_mut(key) {
+                        *v += 7;
+                    }
+                    if let Some(v) = reference.get_mut(&key) {
+                        *v += 7;
+                    }
+                }
+                _ => {
+                    t.get_or_insert(key, step);
+                    reference.entry(key).or_insert(step);
+                }
+            }
+            if step % 1_000 == 0 {
+                check_reachable(&t, &reference);
+            }
+        }
+        check_reachable(&t, &reference);
     }
 
     /// In-place removal keeps every remaining key reachable, including
