@@ -8,7 +8,11 @@
 //!   fills, copied into the loop's replica) or in each reading's labels;
 //! - bytes per device, counted by this binary's allocator: the registry's
 //!   rows, and what the processor holds per device (lane counts, group
-//!   table and, in the registry case, its replica of the rows).
+//!   table and, in the registry case, its replica of the rows, whose slots
+//!   keep each device's window state);
+//! - the registry case again with that state in the windows' tables
+//!   (`registry-tables`: what the service did before), to show what the
+//!   slots bring.
 //!
 //! Target (issue 18): grouped ≥ 0.8× the single-group readings/s. The
 //! labels case is also shown beside the same labelled messages read by the
@@ -148,12 +152,22 @@ fn readings(devices: usize, n: usize, labels: bool) -> Vec<Vec<u8>> {
 }
 
 /// Readings/s, windows released, and the bytes the processor holds after.
-fn run(v: &Validated, registry: Option<Arc<Registry>>, msgs: &[Vec<u8>]) -> (f64, u64, isize) {
+/// `hosting` false: every device's window state in the windows' tables,
+/// none in its replica slot (the registry case before slots kept it).
+fn run(
+    v: &Validated,
+    registry: Option<Arc<Registry>>,
+    msgs: &[Vec<u8>],
+    hosting: bool,
+) -> (f64, u64, isize) {
     let key = ReleaseKey::from_bytes([1; 32]);
     let before = live();
     let mut p = Processor::new(v, Arc::new(Counters::default()));
     if let Some(r) = registry {
         p = p.with_registry(r);
+    }
+    if !hosting {
+        p = p.without_hosting();
     }
     let (mut closed, mut windows, mut sink) = (Vec::new(), 0u64, 0.0);
     let t = Instant::now();
@@ -214,29 +228,34 @@ fn main() {
     let labelled = readings(devices, n, true);
     let best = |xs: &[(f64, u64, isize)]| xs.iter().map(|x| x.0).fold(0.0, f64::max);
     let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    // FLEETDP_GROUPS_ONLY=single|registry|labels|single-labelled runs one
-    // case (profiling).
+    let mut e = Vec::new();
+    // FLEETDP_GROUPS_ONLY=single|registry|registry-tables|labels|
+    // single-labelled runs one case (profiling).
     let only = std::env::var("FLEETDP_GROUPS_ONLY").unwrap_or_default();
     let rounds = env("FLEETDP_GROUPS_ROUNDS", 3).max(1);
     let on = |case: &str| only.is_empty() || only == case;
     for _ in 0..rounds {
         if on("single") {
-            a.push(run(&flat, None, &plain));
+            a.push(run(&flat, None, &plain, true));
         }
         if on("registry") {
-            b.push(run(&grouped, Some(registry.clone()), &plain));
+            b.push(run(&grouped, Some(registry.clone()), &plain, true));
+        }
+        if on("registry-tables") {
+            e.push(run(&grouped, Some(registry.clone()), &plain, false));
         }
         if on("labels") {
-            c.push(run(&grouped, None, &labelled));
+            c.push(run(&grouped, None, &labelled, true));
         }
         if on("single-labelled") {
-            d.push(run(&flat, None, &labelled));
+            d.push(run(&flat, None, &labelled, true));
         }
     }
     if !only.is_empty() {
         let cases = [
             ("single", &a),
             ("registry", &b),
+            ("registry-tables", &e),
             ("labels", &c),
             ("single-labelled", &d),
         ];
@@ -268,6 +287,13 @@ fn main() {
         rb / ra
     );
     println!(
+        "504 groups, registry, state in tables:{:>12.0} readings/s, {:>6} windows, {:>6.1} bytes/device (each device's window state in the lanes' and group tables, not in its replica slot: {:.2}× single)",
+        best(&e),
+        e[0].1,
+        per(e[0].2),
+        best(&e) / ra
+    );
+    println!(
         "504 groups, labels on each reading:  {rc:>12.0} readings/s, {:>6} windows, {:>6.1} bytes/device of window state ({:.2}× single; {:.2}× the same labelled messages without group_by)",
         c[0].1,
         per(c[0].2),
@@ -278,7 +304,7 @@ fn main() {
         "single group, the labelled messages: {rd:>12.0} readings/s (labels decoded, not used: what carrying them costs without group_by)"
     );
     println!("registry: {registry_bytes:.1} bytes/device ({devices} rows of 3 attributes)");
-    for (case, xs) in [("registry", &b), ("labels", &c)] {
+    for (case, xs) in [("registry", &b), ("registry-tables", &e), ("labels", &c)] {
         let (median, lo, hi) = paired(xs);
         println!(
             "{case} / single within each of {rounds} rounds: median {median:.2}× (range {lo:.2}–{hi:.2})"

@@ -164,9 +164,7 @@ impl Consuming<'_> {
         let lanes = self.read_charges(lanes, wanted).await?;
         self.p.board.restoring(None);
         for ((i, partition), restorer) in lanes {
-            self.processor
-                .windower_mut()
-                .install_restored(i, partition, restorer);
+            self.processor.install_restored(i, partition, restorer);
         }
         for ((stream, partition), b) in keys {
             self.processor.restore_keys(&stream, partition, b);

@@ -5,6 +5,11 @@
 //! grouping without private keys, in one pass of its [`Route`]. The
 //! group only routes a reading; what a device may add across groups is
 //! capped by `G` in the windows.
+//!
+//! A device with a replica slot has every reading of a grouped stream
+//! admitted with that slot, however the reading was routed: the slot may
+//! hold the device's window state of that stream (`crate::window`, module
+//! `hosted`), which the tables then lack.
 
 use super::{Processor, ROUTE_LATER};
 use crate::registry::{group_in, Replica, Route, NO_ROW};
@@ -21,7 +26,7 @@ impl Processor {
         // A copy of the rows now (the registry is loaded before the first
         // reading), not at the first message.
         self.replica = Replica::new(&registry).map(|mut r| {
-            r.sync(&registry);
+            r.sync(&registry, |h| self.windower.holds(h));
             r
         });
         for d in &mut self.declared {
@@ -30,6 +35,14 @@ impl Processor {
             }
         }
         self.registry = Some(registry);
+        self
+    }
+
+    /// Keep every device's window state in the windows' tables, none in
+    /// replica slots: what the service did before slots kept it, to
+    /// compare against (tests, the `groups` bench).
+    pub fn without_hosting(mut self) -> Self {
+        self.hosting = false;
         self
     }
 
@@ -50,7 +63,7 @@ impl Processor {
             from += n;
         }
         if let (Some(rep), Some(reg)) = (&mut self.replica, &self.registry) {
-            rep.sync(reg);
+            rep.sync(reg, |h| self.windower.holds(h));
         }
     }
 
@@ -108,9 +121,257 @@ impl Processor {
             }
             let d = &self.declared[r.declared as usize];
             let route = d.route.as_ref().expect("only readings with a route wait");
-            let index = route.index(rep.packed(r.device));
-            r.stream = d.first + index as usize;
-            self.windower.prefetch(r.stream, partition, r.device);
+            let (row, hosted) = rep.slot(r.device);
+            r.stream = d.first + route.index(row) as usize;
+            self.windower
+                .prefetch_unless_hosted(r.stream, partition, r.device, hosted);
+        }
+    }
+}
+
+impl Processor {
+    /// Replace a lane's device counts with restored ones, after moving the
+    /// window state its grouped stream keeps in replica slots on
+    /// `partition` back into the windows' tables (which a restore merges
+    /// into or replaces).
+    pub fn install_restored(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        restored: crate::window::RestoredLane,
+    ) {
+        if self.windower.hosted_slots(stream, partition) > 0 {
+            if let Some(rep) = &mut self.replica {
+                let w = &mut self.windower;
+                rep.for_each_hosted(|device, h| w.evict(device, h, stream, partition));
+            }
+        }
+        self.windower.install_restored(stream, partition, restored);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::registry::Registry;
+    use crate::telemetry::Counters;
+    use crate::window::{ClosedWindow, Resume};
+    use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+
+    const HOUR: i64 = 3_600_000;
+    const T0: i64 = 1_700_000_000_000 / (24 * HOUR) * (24 * HOUR) + HOUR;
+
+    /// Two grouped streams (firmware, `G` = 2; region, `G` = 1) and an
+    /// ungrouped one; horizons of 6 h, so two days sweep often; few
+    /// devices a lane, so the device limit bites.
+    fn config(relation: &str) -> String {
+        let windows = match relation {
+            "add-remove" => "window = \"1h\"",
+            _ => "window_size = 4\nwindow_timeout = \"1h\"",
+        };
+        let stream = |name: &str, group: &str| {
+            format!(
+                "[[stream]]\nname = \"{name}\"\nlower = 0.0\nupper = 100.0\nresolution = 1.0\n{windows}\n\
+                 max_windows_per_device = 3\nmax_readings_per_device = 2\nstatistics = [\"sum\"]\n\
+                 budget_share = 0.3\n{group}\n"
+            )
+        };
+        format!(
+            "[kafka]\nbrokers = \"127.0.0.1:9092\"\ninput_topic = \"in\"\noutput_topic = \"out\"\n\
+             dead_letter_topic = \"dlq\"\n[privacy]\nrelation = \"{relation}\"\nepsilon_per_device = 1.0\n\
+             horizon = \"6h\"\n[limits]\nmax_lateness = \"30m\"\nmax_devices_per_lane = 14\n\
+             [dimensions]\nfirmware = [\"4.1\", \"4.2\", \"4.3\"]\nregion = [\"eu\", \"us\"]\n{}{}{}",
+            stream("temp", "group_by = [\"firmware\"]\nmax_groups_per_device = 2"),
+            stream("volt", "group_by = [\"region\"]\nmax_groups_per_device = 1"),
+            stream("speed", ""),
+        )
+    }
+
+    type Run = (Vec<Result<(), String>>, Vec<ClosedWindow>, Vec<u64>, usize);
+
+    /// One run over the same random input, registry changes, closes and
+    /// restores; with or without hosting.
+    fn run(relation: &str, seed: u64, hosting: bool) -> Run {
+        let v = Config::parse(&config(relation))
+            .unwrap()
+            .validate()
+            .unwrap();
+        let reg = Arc::new(Registry::new(
+            vec![
+                (
+                    "firmware".into(),
+                    Some(vec!["4.1".into(), "4.2".into(), "4.3".into()]),
+                ),
+                ("region".into(), Some(vec!["eu".into(), "us".into()])),
+            ],
+            1_000_000,
+        ));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let row = |rng: &mut rand::rngs::StdRng| {
+            let fw = ["4.1", "4.2", "4.3", "9"][rng.gen_range(0..4)];
+            let region = ["eu", "us"][rng.gen_range(0..2)];
+            format!(r#"{{"firmware":"{fw}","region":"{region}"}}"#)
+        };
+        for d in 0..60 {
+            if d % 4 != 0 {
+                let r = row(&mut rng);
+                reg.apply(Some(format!("d{d}").as_bytes()), Some(r.as_bytes()))
+                    .unwrap();
+            }
+        }
+        let counters = Arc::new(Counters::default());
+        let mut p = Processor::new(&v, counters.clone()).with_registry(reg.clone());
+        if !hosting {
+            p = p.without_hosting();
+        }
+        for part in 0..2 {
+            p.windower_mut().start_time_lanes(part, T0 - HOUR);
+        }
+        let (mut outcomes, mut closed) = (Vec::new(), Vec::new());
+        let (mut hosted, mut group_cap, mut bursts) = (0, 0, 0);
+        let mut now = T0;
+        for i in 0..4_000i64 {
+            now += rng.gen_range(0..90_000);
+            // A message of 1-3 readings of one device (one partition).
+            let d = rng.gen_range(0..60);
+            let part = d % 2;
+            let readings: Vec<String> = (0..rng.gen_range(1..4))
+                .map(|_| {
+                    let stream = ["temp", "volt", "speed"][rng.gen_range(0..3)];
+                    let labels = match rng.gen_range(0..12) {
+                        0 => r#","labels":{"firmware":"4.3"}"#,
+                        1 => r#","labels":{"region":"us","firmware":"8"}"#,
+                        _ => "",
+                    };
+                    let t = now - rng.gen_range(0..40 * 60_000);
+                    format!(
+                        r#"{{"device_id":"d{d}","stream":"{stream}","value":{},"event_time_ms":{t}{labels}}}"#,
+                        rng.gen_range(0..100)
+                    )
+                })
+                .collect();
+            let body = format!(r#"{{"readings":[{}]}}"#, readings.join(","));
+            let r = p
+                .prepare(
+                    part,
+                    i,
+                    body.as_bytes(),
+                    Some("application/json"),
+                    Some(now),
+                )
+                .and_then(|()| p.apply(&mut closed));
+            outcomes.push(r.map_err(|e| e.to_string()));
+            group_cap += p
+                .metrics
+                .iter_mut()
+                .map(|m| std::mem::take(&mut m.pending.dropped_group_cap))
+                .sum::<u64>();
+            hosted = hosted.max(p.windower().hosted_slots(0, part));
+            if i % 7 == 0 {
+                p.windower_mut()
+                    .close_due(now, |_| now, usize::MAX, &mut closed);
+            }
+            // The registry: rows change, go and come (devices move group,
+            // lose their row, get one), now and then more changes than
+            // its journal holds (the replica copies afresh).
+            match rng.gen_range(0..100) {
+                0..=5 => {
+                    let r = row(&mut rng);
+                    let d = rng.gen_range(0..60);
+                    reg.apply(Some(format!("d{d}").as_bytes()), Some(r.as_bytes()))
+                        .unwrap();
+                }
+                6 => {
+                    let d = rng.gen_range(0..60);
+                    reg.apply(Some(format!("d{d}").as_bytes()), None).unwrap();
+                }
+                7 if rng.gen_ratio(1, 8) => {
+                    bursts += 1;
+                    let value = ["us", "eu"][bursts % 2];
+                    let value = format!(r#"{{"region":"{value}"}}"#);
+                    for k in 0..17_000 {
+                        let key = format!("other{k}");
+                        reg.apply(Some(key.as_bytes()), Some(value.as_bytes()))
+                            .unwrap();
+                    }
+                }
+                // A restart: partition 1 revoked and assigned again, or a
+                // restore of it while held; from its released windows.
+                8 if rng.gen_ratio(1, 3) => {
+                    let q = 1;
+                    if rng.gen_bool(0.5) {
+                        p.drop_partition(q);
+                    }
+                    for s in 0..v.plan.streams.len() {
+                        let mine: Vec<&ClosedWindow> = closed
+                            .iter()
+                            .filter(|c| c.stream == s && c.partition == q)
+                            .collect();
+                        let Some(last) = mine.iter().max_by_key(|c| c.seq) else {
+                            continue;
+                        };
+                        let at = Resume {
+                            last_seq: last.seq,
+                            last_offset: last.last_offset,
+                            last_index: last.last_index,
+                            reference_event_ms: last.reference_event_ms,
+                        };
+                        p.windower_mut().resume(s, q, at);
+                        let mut r = p.windower().restorer(s, 0);
+                        for c in &mine {
+                            r.add(c.seq, 1, &c.charges);
+                        }
+                        p.install_restored(s, q, r);
+                    }
+                    p.windower_mut().start_time_lanes(q, now);
+                }
+                _ => {}
+            }
+        }
+        p.flush_counters();
+        let c = &counters;
+        let mut counts = [
+            &c.readings_accepted,
+            &c.dropped_horizon_cap,
+            &c.dropped_window_cap,
+            &c.dropped_device_limit,
+            &c.dropped_time_window,
+        ]
+        .map(Counters::get)
+        .to_vec();
+        counts.push(group_cap);
+        (outcomes, closed, counts, hosted)
+    }
+
+    /// Hosting window state in replica slots changes nothing the service
+    /// does (`crate::window`, module `hosted`): over registry changes,
+    /// labelled readings (which also come with their slots), group moves,
+    /// horizon sweeps, the device limit, fresh replica copies, partitions
+    /// dropped and restored and restores of a held partition, both
+    /// relations give the same outcomes, windows and counts as a run with
+    /// every entry in the tables.
+    #[test]
+    fn hosting_changes_nothing_in_the_processor() {
+        for (relation, seed) in [("add-remove", 1), ("change-one", 2), ("add-remove", 3)] {
+            let (a, b) = (run(relation, seed, false), run(relation, seed, true));
+            assert_eq!(a.0, b.0, "{relation}: outcomes");
+            assert_eq!(a.1.len(), b.1.len(), "{relation}: windows");
+            for (x, y) in a.1.iter().zip(&b.1) {
+                assert_eq!(x, y, "{relation}: window");
+            }
+            assert_eq!(a.2, b.2, "{relation}: counts");
+            assert_eq!(a.3, 0, "{relation}: nothing hosted without hosting");
+            assert!(b.3 > 5, "{relation}: {} slots hosted", b.3);
+            let [accepted, horizon_cap, _, device_limit, _, group_cap] = b.2[..] else {
+                unreachable!()
+            };
+            assert!(
+                accepted > 1_000 && group_cap > 10 && horizon_cap > 10 && device_limit > 10,
+                "{relation}: {:?}",
+                b.2
+            );
         }
     }
 }

@@ -157,6 +157,9 @@ pub struct Processor {
     registry: Option<Arc<Registry>>,
     /// This loop's copy of the registry's rows, when they fit one.
     replica: Option<Replica>,
+    /// Whether replica slots may keep grouped streams' window state
+    /// (`crate::window`, module `hosted`); off only to compare.
+    hosting: bool,
     names: FastMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
@@ -232,6 +235,7 @@ impl Processor {
             declared,
             registry: None,
             replica: None,
+            hosting: true,
             coders: v.plan.streams.iter().map(|s| s.top_coder()).collect(),
             windower: Windower::new(
                 stream_rules(v),
@@ -420,6 +424,11 @@ impl Processor {
             }
             match &self.replica {
                 Some(rep) if later => rep.prefetch(device),
+                Some(rep) if d.grouping.is_some() => {
+                    // Its slot comes with it (module `groups`).
+                    rep.prefetch(device);
+                    self.windower.prefetch(s, partition, device);
+                }
                 _ => self.windower.prefetch(s, partition, device),
             }
             self.staged.push_back(Staged {
@@ -488,7 +497,17 @@ impl Processor {
         for _ in 0..count {
             let r = self.staged.pop_front().expect("counted");
             let s = r.stream;
-            let a = self.windower.admit_at(
+            // A grouped reading comes with its device's replica slot, if
+            // any (module `groups`).
+            let host = match &mut self.replica {
+                Some(rep)
+                    if self.hosting && self.declared[r.declared as usize].grouping.is_some() =>
+                {
+                    rep.hosted_mut(r.device)
+                }
+                _ => None,
+            };
+            let a = self.windower.admit_hosted(
                 s,
                 partition,
                 (offset, r.index),
@@ -497,6 +516,7 @@ impl Processor {
                 r.event_ms,
                 r.msg_ms,
                 closed,
+                host,
             );
             if !self.is_dirty[s] {
                 self.is_dirty[s] = true;

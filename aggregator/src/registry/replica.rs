@@ -20,9 +20,35 @@
 //! a row of [`ABSENT`] digits, which decides every group exactly as no row
 //! does (`other`). Privacy is unaffected: the registry only picks a group,
 //! and `G` caps a device whatever it says (the module above).
+//!
+//! A slot also keeps the device's window state of one grouped stream
+//! ([`Hosted`], 48 bytes: a slot is one 64-byte cache line), so that a
+//! routed reading reads nothing else at random; the windows decide what it
+//! holds (`crate::window`, module `hosted`). A fresh copy of the rows
+//! keeps every slot whose state is live, with or without a row.
 
 use super::{Registry, ABSENT};
-use crate::devices::DeviceTable;
+use crate::devices::{Align64, DeviceTable};
+use crate::window::Hosted;
+
+/// A device's slot: its row, packed, and its hosted window state (with
+/// the table's key, 64 bytes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    row: u64,
+    hosted: Hosted,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 56);
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot {
+            row: NO_ROW,
+            hosted: Hosted::default(),
+        }
+    }
+}
 
 /// Most dimensions a registry may keep for a replica to hold its rows (four
 /// two-byte digits in eight bytes); with more, lookups go to the shared
@@ -34,7 +60,10 @@ pub(crate) const NO_ROW: u64 = u64::MAX;
 
 /// A loop-local copy of a [`Registry`]'s rows.
 pub(crate) struct Replica {
-    rows: DeviceTable<u64>,
+    /// One 64-byte slot a device, aligned to a cache line.
+    rows: DeviceTable<Slot, Align64>,
+    /// Slots a fresh copy kept for their live state without a row.
+    kept: usize,
     /// Registry changes applied (a position in its journal).
     seen: u64,
     /// Dimensions per row.
@@ -48,6 +77,7 @@ impl Replica {
         let width = registry.dimensions.len();
         (width <= MAX_DIMENSIONS).then(|| Self {
             rows: DeviceTable::default(),
+            kept: 0,
             seen: 0,
             width,
         })
@@ -59,8 +89,9 @@ impl Replica {
         registry.version() == self.seen
     }
 
-    /// Catch up with the registry's changes.
-    pub(crate) fn sync(&mut self, registry: &Registry) {
+    /// Catch up with the registry's changes (`live`: whether a slot's
+    /// hosted state must be kept).
+    pub(crate) fn sync(&mut self, registry: &Registry, live: impl Fn(&Hosted) -> bool) {
         if self.is_current(registry) {
             return;
         }
@@ -72,31 +103,73 @@ impl Replica {
                 }
                 self.seen = now;
             }
-            None => self.copy_all(registry),
+            None => self.copy_all(registry, &live),
         }
         // Devices removed since the last copy stay as rows of ABSENT
         // digits; copy afresh once they are as many as the live ones.
-        if self.rows.len() > 2 * registry.len() + 1024 {
-            self.copy_all(registry);
+        if self.rows.len() > 2 * (registry.len() + self.kept) + 1024 {
+            self.copy_all(registry, &live);
         }
     }
 
-    /// Replace every row by the registry's current ones.
-    fn copy_all(&mut self, registry: &Registry) {
+    /// Replace every row by the registry's current ones, keeping the slots
+    /// of live hosted state (for a moment both copies exist).
+    fn copy_all(&mut self, registry: &Registry, live: &impl Fn(&Hosted) -> bool) {
         // The version first: a row changed while copying is in the journal
         // after it, so the next sync re-reads it.
         let now = registry.version();
-        self.rows = DeviceTable::with_capacity(registry.len());
+        let old = std::mem::replace(&mut self.rows, DeviceTable::with_capacity(registry.len()));
         for r in registry.devices.iter() {
             self.put(*r.key(), pack(r.value()));
         }
+        self.kept = 0;
+        old.for_each(|device, s| {
+            if live(&s.hosted) {
+                let slot = self
+                    .rows
+                    .get_or_insert_if(device, Slot::default(), |_| true)
+                    .expect("always inserted");
+                if slot.row == NO_ROW {
+                    self.kept += 1;
+                }
+                slot.hosted = s.hosted;
+            }
+        });
         self.seen = now;
     }
 
     fn put(&mut self, device: u64, row: u64) {
-        if let Some(v) = self.rows.get_or_insert_if(device, row, |_| true) {
-            *v = row;
+        let fresh = Slot {
+            row,
+            hosted: Hosted::default(),
+        };
+        if let Some(v) = self.rows.get_or_insert_if(device, fresh, |_| true) {
+            v.row = row;
         }
+    }
+
+    /// `device`'s row as packed ([`NO_ROW`] without one) and its hosted
+    /// window state, if it has a slot.
+    #[inline]
+    pub(crate) fn slot(&self, device: u64) -> (u64, Option<&Hosted>) {
+        match self.rows.get(device) {
+            Some(s) => (s.row, Some(&s.hosted)),
+            None => (NO_ROW, None),
+        }
+    }
+
+    /// `device`'s hosted window state, if it has a slot.
+    #[inline]
+    pub(crate) fn hosted_mut(&mut self, device: u64) -> Option<&mut Hosted> {
+        self.rows.get_mut(device).map(|s| &mut s.hosted)
+    }
+
+    /// Call `f` on every slot's hosted state (a restore moving it back).
+    pub(crate) fn for_each_hosted(&mut self, mut f: impl FnMut(u64, &mut Hosted)) {
+        self.rows.retain_mut(|device, s| {
+            f(device, &mut s.hosted);
+            true
+        });
     }
 
     /// Start fetching `device`'s slot (a hint for a coming [`Replica::row`]).
@@ -109,12 +182,12 @@ impl Replica {
     /// a [`Route`](super::Route).
     #[inline]
     pub(crate) fn packed(&self, device: u64) -> u64 {
-        self.rows.get(device).copied().unwrap_or(NO_ROW)
+        self.rows.get(device).map_or(NO_ROW, |s| s.row)
     }
 
     /// `device`'s digits, `None` without a row.
     pub(crate) fn row(&self, device: u64) -> Option<[u16; MAX_DIMENSIONS]> {
-        let packed = *self.rows.get(device)?;
+        let packed = self.rows.get(device)?.row;
         (packed != NO_ROW).then(|| {
             let mut row = [ABSENT; MAX_DIMENSIONS];
             for (i, d) in row.iter_mut().enumerate().take(self.width) {
@@ -184,13 +257,13 @@ mod tests {
                 assert_eq!(got, want, "device d{i}");
             }
         };
-        rep.sync(&r);
+        rep.sync(&r, |_| false);
         agree(&rep, &r, 10);
         r.apply(Some(b"d1"), Some(br#"{"firmware":"4.2","region":"us"}"#))
             .unwrap();
         r.apply(Some(b"d2"), Some(br#"{"firmware":"9"}"#)).unwrap();
         r.apply(Some(b"d3"), Some(br#"{"region":"eu"}"#)).unwrap();
-        rep.sync(&r);
+        rep.sync(&r, |_| false);
         agree(&rep, &r, 10);
         // Changed, removed, removed and back.
         r.apply(Some(b"d1"), Some(br#"{"firmware":"4.1"}"#))
@@ -199,7 +272,7 @@ mod tests {
         r.apply(Some(b"d3"), None).unwrap();
         r.apply(Some(b"d3"), Some(br#"{"firmware":"4.2"}"#))
             .unwrap();
-        rep.sync(&r);
+        rep.sync(&r, |_| false);
         agree(&rep, &r, 10);
         assert_eq!(rep.row(key("d2")), None);
         // More changes than the journal holds: a full copy.
@@ -209,16 +282,16 @@ mod tests {
                 .unwrap();
         }
         assert!(r.changes_since(rep.seen).is_none(), "journal overrun");
-        rep.sync(&r);
+        rep.sync(&r, |_| false);
         agree(&rep, &r, JOURNAL + 20);
         // Removed rows are dropped by a fresh copy once they dominate.
         for i in 0..JOURNAL / 2 {
             r.apply(Some(format!("d{i}").as_bytes()), None).unwrap();
             if i % 100 == 0 {
-                rep.sync(&r);
+                rep.sync(&r, |_| false);
             }
         }
-        rep.sync(&r);
+        rep.sync(&r, |_| false);
         agree(&rep, &r, JOURNAL + 20);
         assert!(rep.len() <= 2 * r.len() + 1024, "{} rows held", rep.len());
     }

@@ -159,6 +159,25 @@ impl DeviceCounts {
         Some(r)
     }
 
+    /// Take device `dk`'s counts out of the table (to be hosted elsewhere:
+    /// docs/DESIGN.md §4, group-by, "the whole device slot").
+    pub(super) fn take(&mut self, dk: u64) -> Option<DeviceHorizon> {
+        let v = self.table.remove(dk)?;
+        Some(if v == self.layout.spilled() {
+            self.spill
+                .remove(&dk)
+                .expect("a spilled slot has its entry")
+        } else {
+            unpack(self.layout, self.bases.expect("an entry sets the bases"), v)
+        })
+    }
+
+    /// Put device `dk`'s counts (held elsewhere until now) back in the
+    /// table, whatever the device limit: the device was counted all along.
+    pub(super) fn put(&mut self, dk: u64, e: DeviceHorizon, open_from: u64) {
+        self.update(dk, e, open_from, usize::MAX, |x| *x = e);
+    }
+
     /// Drop the devices `keep` refuses and re-encode the rest against new
     /// bases: horizons from `horizon_base`, windows from `open_from` (the
     /// lane's oldest open window). One pass, in place.

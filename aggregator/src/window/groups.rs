@@ -38,10 +38,16 @@ type Slots = [u16; 2];
 
 /// A device's groups in its latest horizon and the one before.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Entry {
+pub(super) struct Entry {
     horizon: i64,
     now: Slots,
     prev: Slots,
+}
+
+impl Default for Entry {
+    fn default() -> Self {
+        Entry::fresh(0)
+    }
 }
 
 impl Entry {
@@ -158,6 +164,37 @@ fn changed(
     (d > 0 || known.is_none()).then_some(e)
 }
 
+/// Whether a reading of `device` in `horizon` may count in `group` (at
+/// most `g` groups there), given the device's entry `known` (`None`: it has
+/// none); and the entry to store when that changes it.
+fn decide(
+    known: Option<Entry>,
+    spill: &mut FastMap<(u64, i64), Vec<u16>>,
+    device: u64,
+    horizon: i64,
+    group: u32,
+    g: u32,
+) -> (bool, Option<Entry>) {
+    let slots = match known.map(|e| horizon - e.horizon) {
+        None => None,
+        Some(d) if d > 0 => None,
+        Some(0) => Some(known.expect("known").now),
+        Some(-1) => Some(known.expect("known").prev),
+        Some(_) => return (false, None),
+    };
+    if let Some(slots) = slots {
+        let (present, n) = find(&slots, spill.get(&(device, horizon)), group as u16);
+        if present {
+            return (true, None);
+        }
+        if n >= g as usize {
+            return (false, None);
+        }
+    }
+    // A device without an entry always gets one (its first group).
+    (true, changed(known, spill, device, horizon, group))
+}
+
 /// Put entry `e` of `device` in its table slot: packed, or whole.
 fn write(slot: &mut u64, whole: &mut FastMap<u64, Entry>, base: i64, device: u64, e: Entry) {
     match pack(base, &e) {
@@ -210,27 +247,56 @@ impl GroupTable {
             WHOLE => Some(self.whole[&device]),
             v => Some(unpack(base, v)),
         };
-        let slots = match known.map(|e| horizon - e.horizon) {
-            None => None,
-            Some(d) if d > 0 => None,
-            Some(0) => Some(known.expect("known").now),
-            Some(-1) => Some(known.expect("known").prev),
-            Some(_) => return false,
-        };
-        if let Some(slots) = slots {
-            let (present, n) = find(&slots, self.spill.get(&(device, horizon)), group as u16);
-            if present {
-                return true;
-            }
-            if n >= g as usize {
-                return false;
-            }
-        }
-        // A fresh slot always changes (the device's first group).
-        if let Some(e) = changed(known, &mut self.spill, device, horizon, group) {
+        // A fresh slot always changes (the device's first group), so no
+        // slot is left `FRESH`.
+        let (ok, store) = decide(known, &mut self.spill, device, horizon, group, g);
+        if let Some(e) = store {
             write(slot, &mut self.whole, base, device, e);
         }
-        true
+        ok
+    }
+
+    /// [`GroupTable::admit`] for a device whose entry is kept outside the
+    /// table, in its replica slot (`held`: its entry, if it has one there;
+    /// docs/DESIGN.md §4, group-by, "the whole device slot"). The spilled
+    /// groups past two stay in this table. An entry of a horizon this table
+    /// swept is the absent entry the sweep would have left.
+    pub(super) fn admit_held(
+        &mut self,
+        held: &mut Option<Entry>,
+        device: u64,
+        horizon: i64,
+        group: u32,
+        g: u32,
+    ) -> bool {
+        if horizon < self.swept_before {
+            return false;
+        }
+        let known = held.filter(|e| e.horizon >= self.swept_before);
+        let (ok, store) = decide(known, &mut self.spill, device, horizon, group, g);
+        if let Some(e) = store {
+            *held = Some(e);
+        }
+        ok
+    }
+
+    /// Take `device`'s entry out of the table (to be held in its replica
+    /// slot); its spilled groups stay.
+    pub(super) fn take(&mut self, device: u64) -> Option<Entry> {
+        let e = self.load(device)?;
+        self.devices.remove(device);
+        if !self.whole.is_empty() {
+            self.whole.remove(&device);
+        }
+        Some(e)
+    }
+
+    /// Put a held entry back (the device has none in the table); an entry
+    /// of a horizon already swept is dropped, as the sweep would have.
+    pub(super) fn put(&mut self, device: u64, e: Entry) {
+        if e.horizon >= self.swept_before {
+            self.store(device, e);
+        }
     }
 
     /// Record that `device` counts in `group` in `horizon` (restore records

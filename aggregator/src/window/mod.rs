@@ -31,17 +31,20 @@ impl Windower {
     fn devices_in(&self, stream: usize, partition: i32) -> usize {
         self.lanes
             .get(&(stream, partition))
-            .map_or(0, |l| l.devices.len())
+            .map_or(0, |l| l.devices.len() + l.hosted.live())
     }
 }
 mod counts;
 mod groups;
+mod hosted;
 mod types;
 
+pub(crate) use hosted::Hosted;
 pub use types::*;
 
 use counts::{DeviceCounts, Layout};
 use groups::GroupTable;
+use hosted::{HostedCount, HostedParts, Tags};
 
 #[derive(Debug, Default)]
 struct Open {
@@ -78,6 +81,12 @@ struct Lane {
     started: bool,
     /// Horizons before this one were swept from `devices`.
     swept_before: i64,
+    /// Devices whose counts here are kept in their replica slots
+    /// (module `hosted`).
+    hosted: HostedCount,
+    /// The tag of the lane's grouped stream and partition (0: not known
+    /// yet); the lane goes when the tag dies (a dropped partition).
+    tag: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -168,6 +177,8 @@ pub struct Windower {
     /// Streams whose time lanes start only when told
     /// ([`Windower::start_lane_at`]): slots of private keys.
     bound_only: Vec<bool>,
+    /// Which (grouped stream, partition) a replica slot's entries belong to.
+    tags: Tags,
 }
 
 /// The lane `key`, made if new.
@@ -201,6 +212,7 @@ impl Windower {
             device_limit: usize::MAX,
             layout: Layout::DEFAULT,
             bound_only: Vec::new(),
+            tags: Tags::default(),
         }
     }
 
@@ -239,14 +251,14 @@ impl Windower {
     pub fn lane_devices(&self) -> impl Iterator<Item = ((usize, i32), usize, usize)> + '_ {
         self.lanes
             .iter()
-            .map(|(k, l)| (*k, l.devices.len(), l.devices.bytes()))
+            .map(|(k, l)| (*k, l.devices.len() + l.hosted.live(), l.devices.bytes()))
     }
 
     /// Devices counted in the lane (stream, partition), if it exists.
     pub fn lane_device_count(&self, stream: usize, partition: i32) -> Option<usize> {
         self.lanes
             .get(&(stream, partition))
-            .map(|l| l.devices.len())
+            .map(|l| l.devices.len() + l.hosted.live())
     }
 
     /// The seq of the window the last [`Admission::Accepted`] reading joined.
@@ -366,8 +378,11 @@ impl Windower {
     }
 
     /// Replace a lane's device counts with restored ones (a grouped lane's
-    /// device groups are added to its stream's table).
+    /// device groups are added to its stream's table). Panics if entries of
+    /// its grouped stream on `partition` are in replica slots: the caller
+    /// moves them back first ([`Windower::evict`]).
     pub fn install_restored(&mut self, stream: usize, partition: i32, r: RestoredLane) {
+        self.check_nothing_hosted(stream, partition);
         if let (Some(g), Some((_, t))) = (self.rules[stream].group, &r.groups) {
             self.groups
                 .entry((g.first, partition))
@@ -376,6 +391,13 @@ impl Windower {
         }
         let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.devices = r.devices;
+        // Counts of horizons the lane already swept are left out, as its
+        // sweep would have: no reading of them is admitted, and a lane's
+        // table holds only horizons from `swept_before` on (which hosted
+        // counts rely on: module `hosted`, rule 3).
+        let from = lane.swept_before;
+        lane.devices
+            .rebase(from, lane.next_seq, |d| d.horizon >= from);
         lane.live = r
             .live
             .into_iter()
@@ -387,6 +409,8 @@ impl Windower {
     pub fn drop_partition(&mut self, partition: i32) {
         self.lanes.retain(|&(_, p), _| p != partition);
         self.groups.retain(|&(_, p), _| p != partition);
+        // Replica slots holding its entries now hold nothing.
+        self.tags.drop_partition(partition);
     }
 
     /// Whether a reading is older than the lane's reference (the latest
@@ -449,8 +473,31 @@ impl Windower {
         msg_ms: i64,
         closed: &mut Vec<ClosedWindow>,
     ) -> Admission {
+        self.admit_hosted(
+            stream, partition, at, dk, units, event_ms, msg_ms, closed, None,
+        )
+    }
+
+    /// [`Windower::admit_at`] for a device with a slot in the loop's
+    /// registry replica (`host`), which may keep its entries of a grouped
+    /// stream (module `hosted`).
+    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    pub(crate) fn admit_hosted(
+        &mut self,
+        stream: usize,
+        partition: i32,
+        at: (i64, u32),
+        dk: u64,
+        units: i64,
+        event_ms: i64,
+        msg_ms: i64,
+        closed: &mut Vec<ClosedWindow>,
+        host: Option<&mut Hosted>,
+    ) -> Admission {
         let before = closed.len();
-        let a = self.admit_one(stream, partition, at, dk, units, event_ms, msg_ms, closed);
+        let a = self.admit_one(
+            stream, partition, at, dk, units, event_ms, msg_ms, closed, host,
+        );
         if closed.len() > before {
             self.sweep_groups(stream, partition);
         }
@@ -487,9 +534,21 @@ impl Windower {
         event_ms: i64,
         msg_ms: i64,
         closed: &mut Vec<ClosedWindow>,
+        host: Option<&mut Hosted>,
     ) -> Admission {
+        let mut lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        // A slot that may keep this lane's entries gets them first (most
+        // often it holds them already: one look at the lane's tag).
+        let mut host = match (host, self.rules[stream].group) {
+            (Some(h), Some(g)) if h.holds_lane(lane.tag, g.index) => Some(h),
+            (Some(h), Some(g)) => {
+                let hosted = self.host(h, dk, stream, partition, g);
+                lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+                hosted.then_some(h)
+            }
+            _ => None,
+        };
         let rules = &self.rules[stream];
-        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         let seq = match rules.window_ms {
             None => {
                 if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
@@ -554,12 +613,18 @@ impl Windower {
             devices,
             open: count_open,
             timed,
+            hosted,
+            swept_before,
             ..
         } = &mut *lane;
         let opened = &mut self.opened[stream];
         let last_accepted_seq = &mut self.last_accepted_seq;
         let fresh = DeviceHorizon::fresh(horizon);
-        let judged = devices.update(dk, fresh, open_from, self.device_limit, |entry| {
+        let (held_counts, mut held_group) = match host.as_mut().map(|h| h.parts()) {
+            Some(HostedParts { counts, group }) => (Some(counts), Some(group)),
+            None => (None, None),
+        };
+        let judge = |entry: &mut DeviceHorizon| {
             if entry.last_seq != u64::MAX && seq < entry.last_seq {
                 // Time windows only (count seqs never go back): a device's
                 // window counts are kept for its latest window.
@@ -581,15 +646,15 @@ impl Windower {
             }
             if let Some(g) = rules.group {
                 let first_here = horizon > entry.horizon || entry.windows == 0;
-                if first_here
-                    && !groups.entry((g.first, partition)).or_default().admit(
-                        dk,
-                        horizon,
-                        g.index,
-                        g.max_groups,
-                    )
-                {
-                    return Admission::DroppedGroupCap;
+                if first_here {
+                    let t = groups.entry((g.first, partition)).or_default();
+                    let ok = match held_group.as_mut() {
+                        Some(held) => held.admit(t, dk, horizon, g.index, g.max_groups),
+                        None => t.admit(dk, horizon, g.index, g.max_groups),
+                    };
+                    if !ok {
+                        return Admission::DroppedGroupCap;
+                    }
                 }
             }
             let open = match rules.window_ms {
@@ -636,7 +701,21 @@ impl Windower {
             open.values.push(units);
             *last_accepted_seq = seq;
             Admission::Accepted
-        });
+        };
+        let limit = self.device_limit;
+        let judged = match held_counts {
+            Some(counts) => {
+                let room = devices.len() + hosted.live() < limit;
+                Self::judge_hosted(counts, hosted, room, *swept_before, fresh, judge)
+            }
+            None => devices.update(
+                dk,
+                fresh,
+                open_from,
+                limit.saturating_sub(hosted.live()),
+                judge,
+            ),
+        };
         // A new device in a lane that holds `device_limit` devices.
         let Some(judged) = judged else {
             return Admission::DroppedDeviceLimit;
@@ -776,6 +855,7 @@ fn close(
         lane.devices.rebase(oldest_horizon, seq + 1, |d| {
             (d.horizon + 1).saturating_mul(horizon_ms) > oldest_accepted
         });
+        lane.hosted.sweep(oldest_horizon);
         lane.swept_before = oldest_horizon;
     }
     let mut values = open.values;

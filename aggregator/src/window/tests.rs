@@ -598,3 +598,143 @@ fn the_group_table_is_swept_and_swept_horizons_stay_refused() {
         Admission::DroppedGroupCap
     );
 }
+
+/// Two grouped streams (three groups with `G` = 2 or 3, so spilled groups
+/// too; two groups with `G` = 1) and an ungrouped one, on three partitions.
+fn hosting_windower(timed: Option<i64>, g: u32, limit: usize, layout: Layout) -> Windower {
+    let grouped = |first: usize, count: usize, max_groups: u32| {
+        (0..count).map(move |i| StreamRules {
+            group: Some(LaneGroup {
+                first,
+                count,
+                index: i as u32,
+                max_groups,
+            }),
+            ..rules(5, 2, 3, Some(400), timed).remove(0)
+        })
+    };
+    let r = grouped(0, 3, g)
+        .chain(grouped(3, 2, 1))
+        .chain(rules(5, 2, 3, Some(400), timed))
+        .collect();
+    let mut w = Windower::new(r, 1000, 300).with_device_limit(limit);
+    w.layout = layout;
+    w
+}
+
+/// The whole device slot changes no decision (module `hosted`): a random
+/// workload run twice, once with every entry in the tables and once with
+/// registry devices' entries in their replica slots, gives the same
+/// admission for every reading, the same lane device counts and the same
+/// windows. It moves devices between groups, has devices without a slot
+/// (the tables) and devices that get one later, lets one device's slot be held by
+/// the other grouped stream, sweeps horizons (lazily, in slots), fills
+/// lanes to the device limit, drops and restores partitions, restores a
+/// partition still held (its slots moved back first), loses and regains
+/// slots as a replica's fresh copy does (a slot of live entries is kept),
+/// runs out of tags, and uses field widths that spill.
+#[test]
+fn hosting_changes_nothing() {
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashMap;
+    let cases = [
+        (1u64, None, 2, usize::MAX, Layout::DEFAULT),
+        (2, Some(100i64), 2, usize::MAX, Layout::DEFAULT),
+        (3, Some(250), 3, 6, Layout::TINY),
+        (4, None, 3, 4, Layout::TINY),
+        (5, Some(100), 2, 8, Layout::DEFAULT),
+        (6, Some(250), 1, usize::MAX, Layout::TINY),
+    ];
+    for (seed, timed, g, limit, layout) in cases {
+        let mut plain = hosting_windower(timed, g, limit, layout);
+        let mut hosting = hosting_windower(timed, g, limit, layout);
+        let mut slots: HashMap<u64, Hosted> = HashMap::new();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut hosted_readings = 0;
+        let mut now = 0i64;
+        let home: Vec<usize> = (0..60).map(|_| rng.gen_range(0..6)).collect();
+        for off in 0..12_000i64 {
+            now += rng.gen_range(0..8);
+            let ev = (now - rng.gen_range(0..350)).max(0);
+            let dk = rng.gen_range(0..60u64);
+            let p = (dk % 3) as i32;
+            let stream = if rng.gen_ratio(4, 5) {
+                home[dk as usize]
+            } else {
+                rng.gen_range(0..6)
+            };
+            // Most devices have a replica slot (a registry row), some get
+            // one later; a device's slot comes with every reading of it,
+            // however it is routed (the processor's rule).
+            if dk % 5 != 0 || rng.gen_ratio(1, 500) {
+                slots.entry(dk).or_default();
+            }
+            let host = slots.get_mut(&dk);
+            if host.is_some() && plain.rules[stream].group.is_some() {
+                hosted_readings += 1;
+            }
+            let want = plain.admit_at(stream, p, (off, 0), dk, off % 90, ev, now, &mut a);
+            let got =
+                hosting.admit_hosted(stream, p, (off, 0), dk, off % 90, ev, now, &mut b, host);
+            assert_eq!(got, want, "seed {seed}, reading {off}");
+            if off % 13 == 0 && timed.is_some() {
+                plain.close_due(now, |_| now, 100, &mut a);
+                hosting.close_due(now, |_| now, 100, &mut b);
+            }
+            match rng.gen_range(0..1_000) {
+                // A replica's fresh copy: slots of dead or no entries may
+                // go (devices removed from the registry), live ones stay.
+                0..=2 => slots.retain(|_, h| hosting.holds(h) || rng.gen_ratio(1, 2)),
+                // A revoked partition, assigned again and restored from
+                // its released windows; or a restore while it is held.
+                3 | 4 => {
+                    let q = rng.gen_range(0..3);
+                    let held = rng.gen_ratio(1, 2);
+                    for (w, out) in [(&mut plain, &a), (&mut hosting, &b)] {
+                        if !held {
+                            w.drop_partition(q);
+                        }
+                        for s in 0..6 {
+                            let mine: Vec<&ClosedWindow> = out
+                                .iter()
+                                .filter(|c| c.stream == s && c.partition == q)
+                                .collect();
+                            let Some(last) = mine.iter().max_by_key(|c| c.seq) else {
+                                continue;
+                            };
+                            let at = Resume {
+                                last_seq: last.seq,
+                                last_offset: last.last_offset,
+                                last_index: last.last_index,
+                                reference_event_ms: last.reference_event_ms,
+                            };
+                            w.resume(s, q, at);
+                            for (dk, h) in slots.iter_mut() {
+                                w.evict(*dk, h, s, q);
+                            }
+                            let charges = mine.iter().map(|c| (c.seq, c.charges.clone()));
+                            w.restore_charges(s, q, charges.collect());
+                        }
+                    }
+                }
+                5 if off > 8_000 => hosting.tags.exhaust(),
+                _ => {}
+            }
+            if off % 101 == 0 {
+                for s in 0..6 {
+                    for q in 0..3 {
+                        assert_eq!(
+                            hosting.lane_device_count(s, q),
+                            plain.lane_device_count(s, q),
+                            "seed {seed}, reading {off}: devices of lane {s}/{q}"
+                        );
+                    }
+                }
+            }
+        }
+        assert_eq!(a, b, "seed {seed}");
+        assert!(a.len() > 100, "seed {seed}: {} windows", a.len());
+        assert!(hosted_readings > 3_000, "seed {seed}: {hosted_readings}");
+    }
+}
