@@ -296,6 +296,48 @@ mod tests {
         assert!(rep.len() <= 2 * r.len() + 1024, "{} rows held", rep.len());
     }
 
+    /// A fresh copy (the journal overrun) keeps the slots whose hosted
+    /// state is live, with their state, also for devices whose row went;
+    /// other slots of removed devices go; kept slots do not make every
+    /// later sync copy afresh.
+    #[test]
+    fn fresh_copies_keep_live_hosted_state() {
+        let r = registry(100_000);
+        let mut rep = Replica::new(&r).unwrap();
+        for d in ["live", "dead", "plain", "live-row"] {
+            r.apply(Some(d.as_bytes()), Some(br#"{"firmware":"4.1"}"#))
+                .unwrap();
+        }
+        rep.sync(&r, |_| false);
+        *rep.hosted_mut(key("live")).unwrap() = Hosted::tagged(7);
+        *rep.hosted_mut(key("live-row")).unwrap() = Hosted::tagged(7);
+        *rep.hosted_mut(key("dead")).unwrap() = Hosted::tagged(3);
+        for d in ["live", "dead", "plain"] {
+            r.apply(Some(d.as_bytes()), None).unwrap();
+        }
+        for i in 0..JOURNAL + 10 {
+            r.apply(
+                Some(format!("d{i}").as_bytes()),
+                Some(br#"{"region":"eu"}"#),
+            )
+            .unwrap();
+        }
+        let live = |h: &Hosted| h.tag() == 7;
+        rep.sync(&r, live);
+        assert_eq!(rep.slot(key("live")).0, NO_ROW);
+        assert_eq!(rep.hosted_mut(key("live")).map(|h| h.tag()), Some(7));
+        assert_eq!(rep.hosted_mut(key("live-row")).map(|h| h.tag()), Some(7));
+        assert_ne!(rep.slot(key("live-row")).0, NO_ROW, "its row stays");
+        assert!(rep.hosted_mut(key("dead")).is_none());
+        assert!(rep.hosted_mut(key("plain")).is_none());
+        assert_eq!(rep.kept, 1);
+        // Nothing changed: no copy, the state stays.
+        let seen = rep.seen;
+        rep.sync(&r, live);
+        assert_eq!(rep.seen, seen);
+        assert_eq!(rep.hosted_mut(key("live")).map(|h| h.tag()), Some(7));
+    }
+
     /// With more dimensions than a slot packs, there is no replica.
     #[test]
     fn five_dimensions_have_no_replica() {
@@ -305,4 +347,5 @@ mod tests {
     }
 
     use super::super::JOURNAL;
+    use crate::window::Hosted;
 }

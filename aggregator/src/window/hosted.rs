@@ -355,6 +355,21 @@ impl HeldGroup<'_> {
 }
 
 impl Hosted {
+    /// A slot carrying `tag` (tests of the replica).
+    #[cfg(test)]
+    pub(crate) fn tagged(tag: u32) -> Self {
+        Hosted {
+            tag,
+            ..Hosted::default()
+        }
+    }
+
+    /// Its tag (tests of the replica).
+    #[cfg(test)]
+    pub(crate) fn tag(&self) -> u32 {
+        self.tag
+    }
+
     /// Whether the slot holds the counts of group `index`'s lane whose
     /// grouped stream and partition have tag `tag` (0: none yet).
     #[inline]
