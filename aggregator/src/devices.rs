@@ -127,18 +127,8 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
         if key == 0 {
             return self.zero.as_ref();
         }
-        if self.slots.is_empty() {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            match self.slots[i].key {
-                k if k == key => return Some(&self.slots[i].value),
-                0 => return None,
-                _ => i = (i + 1) & mask,
-            }
-        }
+        let i = self.find(key)?;
+        Some(&self.slots[i].value)
     }
 
     /// The entry of `key`, if present, to change.
@@ -163,6 +153,7 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
     }
 
     /// The slot holding `key` (not 0), if any.
+    #[inline]
     fn find(&self, key: u64) -> Option<usize> {
         if self.slots.is_empty() {
             return None;

@@ -156,7 +156,8 @@ mod tests {
     use crate::config::Config;
     use crate::registry::Registry;
     use crate::telemetry::Counters;
-    use crate::window::{ClosedWindow, Resume};
+    use crate::window::tests::released;
+    use crate::window::ClosedWindow;
     use rand::{Rng, SeedableRng};
     use std::sync::Arc;
 
@@ -305,23 +306,13 @@ mod tests {
                         p.drop_partition(q);
                     }
                     for s in 0..v.plan.streams.len() {
-                        let mine: Vec<&ClosedWindow> = closed
-                            .iter()
-                            .filter(|c| c.stream == s && c.partition == q)
-                            .collect();
-                        let Some(last) = mine.iter().max_by_key(|c| c.seq) else {
+                        let Some((at, charges)) = released(&closed, s, q) else {
                             continue;
-                        };
-                        let at = Resume {
-                            last_seq: last.seq,
-                            last_offset: last.last_offset,
-                            last_index: last.last_index,
-                            reference_event_ms: last.reference_event_ms,
                         };
                         p.windower_mut().resume(s, q, at);
                         let mut r = p.windower().restorer(s, 0);
-                        for c in &mine {
-                            r.add(c.seq, 1, &c.charges);
+                        for (seq, c) in &charges {
+                            r.add(*seq, 1, c);
                         }
                         p.install_restored(s, q, r);
                     }

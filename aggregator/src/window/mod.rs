@@ -23,7 +23,7 @@
 //! keyed noise repeats.
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 impl Windower {

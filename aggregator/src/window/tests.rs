@@ -599,6 +599,32 @@ fn the_group_table_is_swept_and_swept_horizons_stay_refused() {
     );
 }
 
+/// What a restart restores of lane (`stream`, `partition`) from the
+/// windows `closed` released: where it resumes and the charges of each
+/// released window (`None`: it released none).
+#[allow(clippy::type_complexity)]
+pub(crate) fn released(
+    closed: &[ClosedWindow],
+    stream: usize,
+    partition: i32,
+) -> Option<(Resume, Vec<(u64, Vec<(u64, i64)>)>)> {
+    let mine: Vec<&ClosedWindow> = closed
+        .iter()
+        .filter(|c| c.stream == stream && c.partition == partition)
+        .collect();
+    let last = mine.iter().max_by_key(|c| c.seq)?;
+    let at = Resume {
+        last_seq: last.seq,
+        last_offset: last.last_offset,
+        last_index: last.last_index,
+        reference_event_ms: last.reference_event_ms,
+    };
+    Some((
+        at,
+        mine.iter().map(|c| (c.seq, c.charges.clone())).collect(),
+    ))
+}
+
 /// Two grouped streams (three groups with `G` = 2 or 3, so spilled groups
 /// too; two groups with `G` = 1) and an ungrouped one, on three partitions.
 fn hosting_windower(timed: Option<i64>, g: u32, limit: usize, layout: Layout) -> Windower {
@@ -696,25 +722,14 @@ fn hosting_changes_nothing() {
                             w.drop_partition(q);
                         }
                         for s in 0..6 {
-                            let mine: Vec<&ClosedWindow> = out
-                                .iter()
-                                .filter(|c| c.stream == s && c.partition == q)
-                                .collect();
-                            let Some(last) = mine.iter().max_by_key(|c| c.seq) else {
+                            let Some((at, charges)) = released(out, s, q) else {
                                 continue;
-                            };
-                            let at = Resume {
-                                last_seq: last.seq,
-                                last_offset: last.last_offset,
-                                last_index: last.last_index,
-                                reference_event_ms: last.reference_event_ms,
                             };
                             w.resume(s, q, at);
                             for (dk, h) in slots.iter_mut() {
                                 w.evict(*dk, h, s, q);
                             }
-                            let charges = mine.iter().map(|c| (c.seq, c.charges.clone()));
-                            w.restore_charges(s, q, charges.collect());
+                            w.restore_charges(s, q, charges);
                         }
                     }
                 }
