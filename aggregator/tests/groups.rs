@@ -322,7 +322,9 @@ fn adding_a_device_changes_only_its_own_groups() {
 
 /// Neighbouring streams through the service's grouped windows, sampled: a
 /// few devices with random groups (labels, some absent), values and event
-/// times over three horizons, plus device `x` moving between groups.
+/// times over three horizons, plus device `x` moving between groups; half
+/// the samples with a registry, whose replica slots then keep the devices'
+/// window state.
 /// Add-remove (with and without `x`): every window of a group `x` never
 /// reached is identical, and so is every window not holding `x`'s
 /// readings. Change-one (`x`'s values changed): every window is identical
@@ -369,14 +371,31 @@ fn sampled_neighbouring_streams_stay_within_the_devices_groups_and_caps() {
                     }
                     m
                 };
+                // Odd seeds: a registry gives every device a row (x's
+                // unlabelled readings then go to 4.2, not `other`), so the
+                // devices' window state is kept in the loop's replica
+                // slots, moving between lanes as x changes group.
+                let registry = || {
+                    (seed % 2 == 1).then(|| {
+                        let r = Registry::new(
+                            vec![("firmware".into(), Some(vec!["4.1".into(), "4.2".into()]))],
+                            100,
+                        );
+                        for (d, fw) in [("x", "4.2"), ("d0", "4.1"), ("d1", "4.2"), ("d2", "9")] {
+                            let row = format!(r#"{{"firmware":"{fw}"}}"#);
+                            r.apply(Some(d.as_bytes()), Some(row.as_bytes())).unwrap();
+                        }
+                        Arc::new(r)
+                    })
+                };
                 let (a, b) = match relation {
                     "add-remove" => (
-                        run_with(&text, relation, None, &base, false),
-                        run_with(&text, relation, None, &with(true), false),
+                        run_with(&text, relation, registry(), &base, false),
+                        run_with(&text, relation, registry(), &with(true), false),
                     ),
                     _ => (
-                        run_with(&text, relation, None, &with(true), false),
-                        run_with(&text, relation, None, &with(false), false),
+                        run_with(&text, relation, registry(), &with(true), false),
+                        run_with(&text, relation, registry(), &with(false), false),
                     ),
                 };
                 // x's charges: groups per horizon, windows per (group, horizon).
