@@ -20,7 +20,9 @@
 //! windows were already released, never on another device's presence; so
 //! adding or removing one device changes only windows that hold its
 //! readings. Replaying the same input rebuilds the same windows and the
-//! keyed noise repeats.
+//! keyed noise repeats. A device's counts and groups live in the lanes'
+//! and group tables or, for a registry device, in its slot of the loop's
+//! registry replica (module `hosted`); where they live changes no decision.
 
 #[cfg(test)]
 pub(crate) mod tests;
