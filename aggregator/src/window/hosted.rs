@@ -200,6 +200,16 @@ impl Windower {
             .map_or(0, |g| self.tags.slots((g.first, partition)))
     }
 
+    /// Panics if `stream`'s grouped stream has entries hosted on
+    /// `partition`: a restore must not meet them (module doc).
+    pub(super) fn check_nothing_hosted(&self, stream: usize, partition: i32) {
+        assert_eq!(
+            self.hosted_slots(stream, partition),
+            0,
+            "restoring a lane whose grouped stream has entries in replica slots: evict them first"
+        );
+    }
+
     /// Make slot `h` of device `dk` hold the device's entries of lane
     /// (`stream`, `partition`) of group `g`, moving them out of the tables
     /// (and the counts of another lane it held back into theirs). `false`:
@@ -234,12 +244,14 @@ impl Windower {
             }
         }
         let index = g.index as u16;
+        let moved = h.lane != index;
+        if moved {
+            self.evict_counts(h, dk, g.first, partition);
+        }
         let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
         lane.tag = tag;
-        if h.lane != index {
-            self.evict_counts(h, dk, g.first, partition);
+        if moved {
             h.lane = index;
-            let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
             if lane.devices.len() > 0 {
                 if let Some(c) = lane.devices.take(dk) {
                     (h.counts, h.has_counts) = (c, true);
@@ -277,7 +289,8 @@ impl Windower {
             return;
         };
         let pair = (g.first, partition);
-        if h.tag == 0 || self.tags.by_pair.get(&pair) != Some(&h.tag) {
+        // Tags are never 0, so a free slot matches no pair.
+        if self.tags.by_pair.get(&pair) != Some(&h.tag) {
             return;
         }
         self.evict_counts(h, dk, g.first, partition);
@@ -385,17 +398,5 @@ impl Hosted {
                 entry: &mut self.group,
             },
         }
-    }
-}
-
-impl Windower {
-    /// Panics if `stream`'s grouped stream has entries hosted on
-    /// `partition`: a restore must not meet them (module doc).
-    pub(super) fn check_nothing_hosted(&self, stream: usize, partition: i32) {
-        assert_eq!(
-            self.hosted_slots(stream, partition),
-            0,
-            "restoring a lane whose grouped stream has entries in replica slots: evict them first"
-        );
     }
 }
