@@ -10,7 +10,11 @@ fn main() {
         )
         // A reading's few labels: a BTreeMap decodes them without a
         // HashMap's per-map random state and SipHash (and in name order).
-        .btree_map([".fleetdp.v1.DeviceReading.labels"])
+        // A plan's settings: in name order, so the encoding is canonical.
+        .btree_map([
+            ".fleetdp.v1.DeviceReading.labels",
+            ".fleetdp.v1.PlanFingerprint.settings",
+        ])
         .compile_fds(fds)
         .expect("generate Rust from the .proto");
 }

@@ -1,6 +1,7 @@
 //! Plan changes are recorded and enforced: the state carries the plan it
-//! was written under (horizon, relation, measure, W, k, n, window, spend,
-//! the input's partition count); a restart under another plan is refused
+//! was written under (every setting that places or charges a reading:
+//! horizon, relation, measure, W, k, n, window, spend, group_by and key
+//! sets, the plan's streams, the input's partition count); a restart under another plan is refused
 //! with the changed setting named, unless the operator declares a change at
 //! a horizon boundary (`allow_plan_change`), which drops the old plan's
 //! charges. It used to resume silently: a horizon changed from 1 h to 24 h
@@ -27,6 +28,19 @@ async fn run(
     allow_plan_change: bool,
     windows: u64,
 ) -> Result<std::sync::Arc<fleetdp::telemetry::Counters>, String> {
+    run_until(v, allow_plan_change, move |c| {
+        count(&c.windows_released) >= windows
+    })
+    .await
+}
+
+/// Run until `done` holds of the counters (Ok with them) or the pipeline
+/// stops on its own (its error).
+async fn run_until(
+    v: fleetdp::config::Validated,
+    allow_plan_change: bool,
+    done: impl Fn(&fleetdp::telemetry::Counters) -> bool,
+) -> Result<std::sync::Arc<fleetdp::telemetry::Counters>, String> {
     let p = Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
     let c = p.counters.clone();
     let (stop, rx) = tokio::sync::watch::channel(false);
@@ -35,10 +49,7 @@ async fn run(
         ..Options::default()
     };
     let h = tokio::spawn(async move { p.run(rx, opts).await });
-    let done = wait_until(Duration::from_secs(120), || {
-        count(&c.windows_released) >= windows || h.is_finished()
-    })
-    .await;
+    let finished = wait_until(Duration::from_secs(120), || done(&c) || h.is_finished()).await;
     if h.is_finished() {
         return match h.await.unwrap() {
             Ok(()) => Err("stopped without an error".into()),
@@ -47,7 +58,12 @@ async fn run(
     }
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
-    assert!(done, "released {} of {windows}", count(&c.windows_released));
+    assert!(
+        finished,
+        "not done: released {}, accepted {}",
+        count(&c.windows_released),
+        count(&c.readings_accepted)
+    );
     Ok(c)
 }
 
@@ -136,5 +152,77 @@ fn a_changed_partition_count_is_refused() {
             .await
             .expect_err("a changed partition count must be refused");
         assert!(err.contains("partition count"), "{err}");
+    });
+}
+
+/// Issue: a stream that ran ungrouped, restarted with `group_by` in the same
+/// horizon, released the same devices again in `temp[firmware=other]` (its
+/// lanes had no state under their new names), spending twice. The plan
+/// identity covers the grouping, and recorded lanes the plan no longer has
+/// are refused; the same holds for a renamed stream.
+#[test]
+fn a_group_by_added_mid_horizon_is_refused_and_allowed_at_a_boundary() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("plan-group");
+        broker
+            .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+            .await;
+        let now = now_ms() - 120_000;
+        produce(&broker, &t.input, &readings(0, now)).await;
+        let c = run(config(&broker, &t, &privacy("24h"), "", STREAM), false, 2)
+            .await
+            .unwrap();
+        assert_eq!(count(&c.readings_accepted), 10);
+
+        let dims = "[dimensions]\nfirmware = [\"4.1\", \"4.2\"]";
+        let grouped = format!("{STREAM}\ngroup_by = [\"firmware\"]");
+        let err = run(
+            config(&broker, &t.regroup(), &privacy("24h"), dims, &grouped),
+            false,
+            1,
+        )
+        .await
+        .expect_err("group_by added within a horizon must be refused");
+        assert!(err.contains("stream.groups"), "{err}");
+        assert!(err.contains("--allow-plan-change"), "{err}");
+
+        // A renamed stream would start with fresh caps too.
+        let renamed = STREAM.replace("name = \"temp\"", "name = \"cabin\"");
+        let err = run(
+            config(&broker, &t.regroup(), &privacy("24h"), "", &renamed),
+            false,
+            1,
+        )
+        .await
+        .expect_err("a renamed stream must be refused");
+        assert!(err.contains("'temp'"), "{err}");
+        assert!(
+            err.contains("plan.streams") || err.contains("not declared"),
+            "{err}"
+        );
+
+        // Declared at a boundary: released under the new plan.
+        produce(&broker, &t.input, &readings(100, now)).await;
+        run(
+            config(&broker, &t.regroup(), &privacy("24h"), dims, &grouped),
+            true,
+            2,
+        )
+        .await
+        .unwrap();
+        // And recorded: the grouped plan resumes without the switch, with
+        // the caps its lanes have used (each device has had its W = 2
+        // windows of `temp[firmware=other]`: the two runs' 20 readings).
+        produce(&broker, &t.input, &readings(200, now)).await;
+        let c = run_until(
+            config(&broker, &t.regroup(), &privacy("24h"), dims, &grouped),
+            false,
+            |c| count(&c.dropped_horizon_cap) >= 10,
+        )
+        .await
+        .unwrap();
+        assert_eq!(count(&c.readings_accepted), 0);
     });
 }

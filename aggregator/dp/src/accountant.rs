@@ -20,7 +20,7 @@ use num_traits::{Signed, Zero};
 use std::fmt::Write;
 
 /// The operator's declaration: what one device may lose per horizon.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Budget {
     pub measure: Measure,
     /// ε (pure) or ρ (zCDP) per device per horizon.
@@ -33,8 +33,12 @@ pub struct Budget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StreamClaim {
     pub name: String,
-    /// Fraction of the horizon budget, in `(0, 1]`.
+    /// Fraction of the horizon budget, in `(0, 1]` (`budget_share`, taken
+    /// as the decimal it is written as: [`rational::decimal`]).
     pub share: f64,
+    /// The part of that share its windows get, exact, in `(0, 1]`: what
+    /// running totals and key selection (spent per horizon) leave.
+    pub window_fraction: BigRational,
     /// `W`: windows of this stream one device may touch per horizon, in
     /// each of its groups.
     pub windows_per_horizon: u32,
@@ -144,7 +148,7 @@ impl Accountant {
                     max: crate::groups::MAX_GROUPS_PER_DEVICE,
                 });
             }
-            sum += exact(c.share);
+            sum += rational::decimal(c.share);
             let _ = write!(detail, "{} {}; ", c.name, c.share);
         }
         if sum > rational::int(1) {
@@ -160,7 +164,8 @@ impl Accountant {
                     let den = BigInt::from(c.windows_per_horizon as u64)
                         * BigInt::from(c.groups_per_device)
                         * BigInt::from(c.measurements as u64);
-                    &self.total * exact(c.share) / BigRational::from_integer(den)
+                    &self.total * rational::decimal(c.share) * &c.window_fraction
+                        / BigRational::from_integer(den)
                 })
             })
             .collect())
@@ -233,6 +238,7 @@ mod tests {
         StreamClaim {
             name: name.into(),
             share,
+            window_fraction: rational::int(1),
             windows_per_horizon: w,
             groups_per_device: 1,
             measurements: m,
@@ -298,6 +304,42 @@ mod tests {
             .compose(&[spend("a", 4, 1, ratio(1, 4)), spend("b", 1, 1, ratio(1, 2))])
             .unwrap();
         assert_eq!(total, ratio(3, 2));
+    }
+
+    /// Issue: 5 × 0.2 was refused ("add up to 1 > 1"): the binary float
+    /// 0.2 is a little above 1/5. Shares are the decimals written.
+    #[test]
+    fn even_splits_as_written_add_up_to_one() {
+        let a = pure(1.0);
+        for (n, share) in [(5, 0.2), (10, 0.1), (20, 0.05), (3, 1.0 / 3.0), (8, 0.125)] {
+            let claims: Vec<StreamClaim> = (0..n)
+                .map(|i| claim(&format!("s{i}"), share, 1, 1))
+                .collect();
+            let got = a
+                .allocate(&claims)
+                .unwrap_or_else(|e| panic!("{n} × {share}: {e}"));
+            let spends: Vec<StreamSpend> = got
+                .iter()
+                .enumerate()
+                .map(|(i, b)| spend(&format!("s{i}"), 1, 1, b.clone().unwrap()))
+                .collect();
+            assert!(
+                a.compose(&spends).unwrap() <= rational::int(1),
+                "{n} × {share}"
+            );
+        }
+        // Just over is still over.
+        let claims: Vec<StreamClaim> = (0..5)
+            .map(|i| claim(&format!("s{i}"), 0.2000001, 1, 1))
+            .collect();
+        assert!(matches!(
+            a.allocate(&claims),
+            Err(BudgetError::SharesOver { .. })
+        ));
+        // A window fraction scales the allocation exactly.
+        let mut c = claim("r", 0.2, 1, 1);
+        c.window_fraction = ratio(9, 10);
+        assert_eq!(a.allocate(&[c]).unwrap(), vec![Some(ratio(9, 50))]);
     }
 
     #[test]

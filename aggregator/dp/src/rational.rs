@@ -20,6 +20,31 @@ pub fn exact(x: f64) -> BigRational {
     BigRational::from_float(x).expect("finite float")
 }
 
+/// The shortest decimal that reads back as `x` (`0.2` is 1/5, not the
+/// binary float just above it), exactly. Budget shares are taken this way,
+/// so the splits people write (5 × 0.2, 10 × 0.1, 20 × 0.05) add up to 1
+/// exactly; the spend is then calibrated from these same rationals, so
+/// what is checked is what is spent.
+///
+/// # Panics
+/// On NaN or ±∞; callers validate their parameters first.
+pub fn decimal(x: f64) -> BigRational {
+    assert!(x.is_finite(), "finite float");
+    // `{:e}` prints the shortest round-trip digits: `2e-1`, `-1.25e3`.
+    let text = format!("{x:e}");
+    let (mantissa, exponent) = text.split_once('e').expect("exponent form");
+    let exponent: i64 = exponent.parse().expect("decimal exponent");
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: BigInt = format!("{int}{frac}").parse().expect("decimal digits");
+    let shift = exponent - frac.len() as i64;
+    let ten = BigInt::from(10);
+    if shift >= 0 {
+        BigRational::from_integer(digits * num_traits::pow(ten, shift as usize))
+    } else {
+        BigRational::new(digits, num_traits::pow(ten, (-shift) as usize))
+    }
+}
+
 /// A rational from integers.
 pub fn ratio(num: i64, den: i64) -> BigRational {
     BigRational::new(BigInt::from(num), BigInt::from(den))
@@ -81,6 +106,24 @@ pub fn parts(x: &BigRational) -> (BigUint, BigUint) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_is_the_written_number() {
+        assert_eq!(decimal(0.2), ratio(1, 5));
+        assert_eq!(decimal(0.05), ratio(1, 20));
+        assert_eq!(decimal(1.0), int(1));
+        assert_eq!(decimal(0.0), int(0));
+        assert_eq!(decimal(1250.0), int(1250));
+        assert_eq!(decimal(-0.3), ratio(-3, 10));
+        assert_eq!(
+            decimal(1e-300),
+            BigRational::new(BigInt::from(1), num_traits::pow(BigInt::from(10), 300))
+        );
+        // Reads back as the float.
+        for x in [0.1, 1.0 / 3.0, 2.5e-7, 123.456, 0.30000000000000004] {
+            assert_eq!(to_f64(&decimal(x)), x);
+        }
+    }
 
     #[test]
     fn rounding_is_directed_and_tight() {

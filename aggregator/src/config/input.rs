@@ -66,13 +66,7 @@ impl InputConfig {
             ),
             (Some(path), Some(name)) => {
                 let field = "input.protobuf_descriptor_set";
-                let size = std::fs::metadata(path)
-                    .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?
-                    .len();
-                if size > MAX_DESCRIPTOR_SET_BYTES {
-                    bail!("{field}: {} is {size} bytes; at most {MAX_DESCRIPTOR_SET_BYTES}", path.display());
-                }
-                let bytes = std::fs::read(path).map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?;
+                let bytes = super::files::read_bounded(field, path, MAX_DESCRIPTOR_SET_BYTES)?;
                 ingest::Described::new(&bytes, name)
                     .map(Some)
                     .map_err(|e| anyhow!("input.protobuf_message / {field} ({}): {e}", path.display()))
@@ -89,17 +83,7 @@ impl InputConfig {
             return Ok(None);
         };
         let field = "input.avro_schema";
-        let size = std::fs::metadata(path)
-            .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?
-            .len();
-        if size > MAX_AVRO_SCHEMA_BYTES {
-            bail!(
-                "{field}: {} is {size} bytes; at most {MAX_AVRO_SCHEMA_BYTES}",
-                path.display()
-            );
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow!("{field}: {}: {e}", path.display()))?;
+        let text = super::files::read_text(field, path, MAX_AVRO_SCHEMA_BYTES)?;
         ingest::AvroSchema::new(&text, self.avro_schema_id)
             .map(Some)
             .map_err(|e| anyhow!("{field} ({}): {e}", path.display()))

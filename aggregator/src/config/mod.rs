@@ -15,14 +15,19 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod dimensions;
+mod files;
 mod fleet;
+mod identity;
 mod input;
 mod limits;
 mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use files::MAX_CONFIG_BYTES;
 pub use fleet::{Fleet, FleetConfig, MAX_FLEET_DURATION, MAX_PENDING};
+pub(crate) use identity::changed as changed_settings;
+pub use identity::PlanIdentity;
 pub use input::InputConfig;
 pub use limits::{LimitsConfig, MAX_DEVICES_PER_LANE, MAX_MESSAGE_BYTES, MAX_READINGS_PER_MESSAGE};
 pub use stream::StreamConfig;
@@ -262,9 +267,26 @@ pub struct Validated {
     /// Per declared stream (config order): how its readings find their
     /// group, if it has `group_by`.
     pub groupings: Vec<Option<dimensions::Grouping>>,
+    /// Per declared stream: its plan identity (what its state is written
+    /// under; see `identity.rs`).
+    pub identities: BTreeMap<String, std::sync::Arc<PlanIdentity>>,
 }
 
 impl Validated {
+    /// The plan identity of planned stream `stream` (its declared stream's).
+    pub fn identity(&self, stream: usize) -> &PlanIdentity {
+        let s = &self.plan.streams[stream];
+        let declared = s.group.as_ref().map_or(&s.spec.name, |g| &g.base);
+        &self.identities[declared]
+    }
+
+    /// The plan identity of the declared stream a lane name (`temp`,
+    /// `temp[firmware=4.2]`) belongs to; `None` if no such stream is declared.
+    pub fn identity_of_lane(&self, lane: &str) -> Option<&PlanIdentity> {
+        let declared = lane.split_once('[').map_or(lane, |(d, _)| d);
+        self.identities.get(declared).map(|i| &**i)
+    }
+
     /// The dimensions some stream groups by, with their declared values
     /// (`None`: private keys, kept as raw values) — what the registry keeps.
     pub fn grouped_dimensions(&self) -> Vec<(String, Option<Vec<String>>)> {
@@ -360,7 +382,7 @@ impl Config {
 
     /// Read and parse a file.
     pub fn load(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path)
+        let text = files::read_text("configuration", path, MAX_CONFIG_BYTES)
             .with_context(|| format!("reading config {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("in {}", path.display()))
     }
@@ -472,6 +494,27 @@ impl Config {
             horizon,
         )?;
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
+        let identities = specs
+            .iter()
+            .map(|spec| {
+                let per_window = plan
+                    .streams
+                    .iter()
+                    .filter(|s| s.group.as_ref().map_or(&s.spec.name, |g| &g.base) == &spec.name)
+                    .map(|s| &s.per_window)
+                    .collect();
+                let identity = PlanIdentity::new(identity::Inputs {
+                    privacy: &privacy,
+                    horizon_ms: horizon.as_millis(),
+                    per_horizon: &plan.per_horizon,
+                    declared: &declared,
+                    spec,
+                    per_window,
+                    registry_topic: self.registry.as_ref().map(|r| r.topic.as_str()),
+                });
+                (spec.name.clone(), std::sync::Arc::new(identity))
+            })
+            .collect();
         Ok(Validated {
             config: self,
             plan,
@@ -485,6 +528,7 @@ impl Config {
             avro,
             schema_registry,
             groupings,
+            identities,
         })
     }
 
@@ -518,7 +562,9 @@ impl Config {
                     }
                 }
             }
-            let text = std::fs::read_to_string(path).with_context(|| {
+            // A key file is 64 hex digits and a newline; 4 KiB allows
+            // comments' worth of slack and no more.
+            let text = files::read_text("privacy.key_file", path, 4096).with_context(|| {
                 format!(
                     "privacy.key_file: cannot read {} (create one with `fleetdp keygen --out {}`)",
                     path.display(),

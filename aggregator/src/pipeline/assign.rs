@@ -64,6 +64,7 @@ impl Consuming<'_> {
         // records of that window).
         let mut lanes = HashMap::new();
         let mut wanted = HashMap::new();
+        dropped.extend(self.check_unplanned(&assigned, &charges, &lane_plans, &window_plans)?);
         for ((stream, partition), r) in &ledger {
             let (true, Some(i)) = (
                 assigned.contains(partition),
@@ -106,7 +107,14 @@ impl Consuming<'_> {
             let expected = devices.get(&lane).map_or(0, |d| d.estimate());
             let mut restorer = self.processor.windower().restorer(i, expected as usize);
             for (seq, at) in lane_charges {
-                if let Some(ch) = changed(window_plans.get(&(stream.clone(), *partition, seq))) {
+                // A window charged under the lane's recorded plan (the same
+                // digest) shares its verdict; its record names no settings.
+                let window = window_plans.get(&(stream.clone(), *partition, seq));
+                let window = match (window, lane_plans.get(&lane)) {
+                    (Some(w), Some(l)) if !w.digest.is_empty() && w.digest == l.digest => Some(l),
+                    (w, _) => w,
+                };
+                if let Some(ch) = changed(window) {
                     if !self.opts.allow_plan_change {
                         anyhow::bail!(
                             "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
@@ -196,6 +204,60 @@ impl Consuming<'_> {
             "partitions assigned; resumed from the release ledger"
         );
         Ok(())
+    }
+
+    /// Refuse (or, with `--allow-plan-change`, retire with a warning) the
+    /// live charges of lanes the running plan does not have: a stream
+    /// renamed or removed, or its `group_by`, dimensions or key sets
+    /// changed, would otherwise hand its devices fresh caps
+    /// (state/fingerprint.rs). Releases and ledger entries of such lanes
+    /// charge nobody and stay. Returns the windows to retire.
+    fn check_unplanned(
+        &self,
+        assigned: &[i32],
+        charges: &state::Charges,
+        lane_plans: &HashMap<(String, i32), proto::v1::PlanFingerprint>,
+        window_plans: &HashMap<(String, i32, u64), proto::v1::PlanFingerprint>,
+    ) -> Result<Vec<(String, i32, u64, u32)>> {
+        let recorded = |lane: &(String, i32)| {
+            lane_plans.get(lane).cloned().or_else(|| {
+                window_plans
+                    .iter()
+                    .find(|((s, p, _), _)| (s, p) == (&lane.0, &lane.1))
+                    .map(|(_, f)| f.clone())
+            })
+        };
+        let lanes = charges
+            .iter()
+            .filter(|((_, p), windows)| assigned.contains(p) && !windows.is_empty())
+            .map(|(lane, _)| lane.clone());
+        let planned = |name: &str| self.processor.stream_index(name).is_some();
+        let unplanned =
+            state::unplanned_lanes(&self.p.v, self.input_partitions, lanes, planned, recorded);
+        let mut retire = Vec::new();
+        for (lane, c) in unplanned {
+            let (stream, partition) = &lane;
+            if !self.opts.allow_plan_change {
+                anyhow::bail!(
+                    "lane '{stream}' partition {partition}: the state topic holds live charges of it, but the \
+                     running plan has no such lane: the plan changed since its state was written ({}). Within a \
+                     horizon this would give its devices fresh caps; restore the previous settings, or, at a \
+                     horizon boundary, restart with `fleetdp run --allow-plan-change` (see the README's \
+                     playbook: changing the plan)",
+                    c.describe()
+                );
+            }
+            tracing::warn!(
+                lane = %stream,
+                partition,
+                change = %c.describe(),
+                "plan changed (--allow-plan-change): the charges of a lane the plan no longer has are retired"
+            );
+            for (seq, at) in &charges[&lane] {
+                retire.push((stream.clone(), *partition, *seq, at.records));
+            }
+        }
+        Ok(retire)
     }
 
     /// The release ledger and where the charges of `assigned` are.

@@ -1,14 +1,19 @@
 //! The plan a lane's state was written under, and what changed since.
 //!
 //! Privacy argument: a device's loss per horizon is at most `W` windows
-//! times the per-window spend, and its windows are counted per lane. The
-//! count survives restarts only if the horizon's length, `W`, the spend per
-//! window, the relation and the device-to-lane mapping (the input partition
-//! count) are what they were when the charges were written; `k`, `n` and the
-//! time windows' length change which windows exist. A change of any of them
-//! within a horizon is refused ([`PlanChange`]); at a horizon boundary the
-//! operator may declare it (`fleetdp run --allow-plan-change`), and the old
-//! plan's charges, which belong to finished horizons, are dropped.
+//! times the per-window spend (times `G` groups), and its windows and
+//! groups are counted per lane. The count survives restarts only if every
+//! setting that places a reading in a lane, caps a device or sets a spend
+//! is what it was when the charges were written: the plan identity of the
+//! lane's declared stream (`config/identity.rs`, derived from the validated
+//! plan) and the input partition count (a device's lane). A change of any
+//! of them within a horizon is refused ([`PlanChange`]), naming each
+//! changed setting; so is state of a lane whose stream is no longer
+//! declared (a renamed stream, or `group_by` added or removed, would start
+//! with fresh caps). At a horizon boundary the operator may declare the
+//! change (`fleetdp run --allow-plan-change`), and the old plan's charges,
+//! which belong to finished horizons, are dropped. State written before
+//! FleetDP recorded plan identities is compared on the fields it has.
 
 use crate::config::Validated;
 
@@ -20,7 +25,10 @@ pub fn fingerprint(
 ) -> proto::v1::PlanFingerprint {
     let s = &v.plan.streams[stream];
     let exact = |r: &num_rational::BigRational| format!("{}/{}", r.numer(), r.denom());
+    let identity = v.identity(stream);
     proto::v1::PlanFingerprint {
+        settings: identity.settings.clone(),
+        digest: identity.digest.clone(),
         horizon_ms: v.horizon.as_millis() as i64,
         relation: v.plan.privacy.relation.to_string(),
         measure: format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
@@ -34,76 +42,147 @@ pub fn fingerprint(
     }
 }
 
+/// Recorded lanes (of the partitions being restored) that the running plan
+/// has no lane for — `planned` says which names it has — each with what
+/// changed: the named settings of its declared stream where both sides
+/// record them, else that the lane's stream is not declared as it was.
+pub fn unplanned_lanes(
+    v: &Validated,
+    input_partitions: i32,
+    lanes: impl IntoIterator<Item = (String, i32)>,
+    planned: impl Fn(&str) -> bool,
+    recorded: impl Fn(&(String, i32)) -> Option<proto::v1::PlanFingerprint>,
+) -> Vec<((String, i32), PlanChange)> {
+    let mut lanes: Vec<(String, i32)> = lanes.into_iter().filter(|l| !planned(&l.0)).collect();
+    lanes.sort();
+    lanes.dedup();
+    lanes
+        .into_iter()
+        .map(|lane| {
+            let declared = lane.0.split_once('[').map_or(&*lane.0, |(d, _)| d);
+            let now = v
+                .plan
+                .streams
+                .iter()
+                .position(|s| s.group.as_ref().map_or(&s.spec.name, |g| &g.base) == declared)
+                .map(|i| fingerprint(v, i, input_partitions));
+            let change = match (now, recorded(&lane)) {
+                (Some(now), Some(then)) => PlanChange::between(&then, &now),
+                _ => None,
+            };
+            let change = change.unwrap_or_else(|| PlanChange::undeclared(&lane.0));
+            (lane, change)
+        })
+        .collect()
+}
+
 /// Settings that differ between a lane's recorded plan and the running one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanChange {
     /// Each changed setting: (name, recorded, now).
-    pub changed: Vec<(&'static str, String, String)>,
+    pub changed: Vec<(String, String, String)>,
 }
 
 impl PlanChange {
     /// What changed from `recorded` to `now`; `None` if nothing did.
+    /// Both with settings (ledger entries of this FleetDP): every changed
+    /// setting by name. Otherwise (charges records carry only the digest;
+    /// state of earlier builds has neither) the fields both have, and the
+    /// digest where both have one.
     pub fn between(
         recorded: &proto::v1::PlanFingerprint,
         now: &proto::v1::PlanFingerprint,
     ) -> Option<PlanChange> {
         let mut changed = Vec::new();
-        let mut cmp = |name: &'static str, a: String, b: String| {
+        let mut cmp = |name: &str, a: String, b: String| {
             if a != b {
-                changed.push((name, a, b));
+                changed.push((name.to_string(), a, b));
             }
         };
-        cmp(
-            "privacy.horizon (ms)",
-            recorded.horizon_ms.to_string(),
-            now.horizon_ms.to_string(),
-        );
-        cmp(
-            "privacy.relation",
-            recorded.relation.clone(),
-            now.relation.clone(),
-        );
-        cmp(
-            "privacy.measure",
-            recorded.measure.clone(),
-            now.measure.clone(),
-        );
-        cmp(
-            "max_windows_per_device",
-            recorded.max_windows_per_device.to_string(),
-            now.max_windows_per_device.to_string(),
-        );
-        cmp(
-            "max_readings_per_device",
-            recorded.max_readings_per_device.to_string(),
-            now.max_readings_per_device.to_string(),
-        );
-        cmp(
-            "window_size",
-            recorded.window_size.to_string(),
-            now.window_size.to_string(),
-        );
-        cmp(
-            "window (ms)",
-            recorded.window_ms.to_string(),
-            now.window_ms.to_string(),
-        );
-        cmp(
-            "the stream's spend per window (budget, budget_share, statistics)",
-            recorded.per_window.clone(),
-            now.per_window.clone(),
-        );
-        cmp(
-            "the spend per horizon (privacy budget)",
-            recorded.per_horizon.clone(),
-            now.per_horizon.clone(),
-        );
         cmp(
             "the input topic's partition count",
             recorded.input_partitions.to_string(),
             now.input_partitions.to_string(),
         );
+        if !recorded.settings.is_empty() && !now.settings.is_empty() {
+            changed.extend(crate::config::changed_settings(
+                &recorded.settings,
+                &now.settings,
+            ));
+            return (!changed.is_empty()).then_some(PlanChange { changed });
+        }
+        let fields: [(&str, String, String); 9] = [
+            (
+                "privacy.horizon (ms)",
+                recorded.horizon_ms.to_string(),
+                now.horizon_ms.to_string(),
+            ),
+            (
+                "privacy.relation",
+                recorded.relation.clone(),
+                now.relation.clone(),
+            ),
+            (
+                "privacy.measure",
+                recorded.measure.clone(),
+                now.measure.clone(),
+            ),
+            (
+                "max_windows_per_device",
+                recorded.max_windows_per_device.to_string(),
+                now.max_windows_per_device.to_string(),
+            ),
+            (
+                "max_readings_per_device",
+                recorded.max_readings_per_device.to_string(),
+                now.max_readings_per_device.to_string(),
+            ),
+            (
+                "window_size",
+                recorded.window_size.to_string(),
+                now.window_size.to_string(),
+            ),
+            (
+                "window (ms)",
+                recorded.window_ms.to_string(),
+                now.window_ms.to_string(),
+            ),
+            (
+                "the stream's spend per window (budget, budget_share, statistics)",
+                recorded.per_window.clone(),
+                now.per_window.clone(),
+            ),
+            (
+                "the spend per horizon (privacy budget)",
+                recorded.per_horizon.clone(),
+                now.per_horizon.clone(),
+            ),
+        ];
+        for (name, a, b) in fields {
+            cmp(name, a, b);
+        }
+        let digests = !recorded.digest.is_empty() && !now.digest.is_empty();
+        if digests && recorded.digest != now.digest && changed.is_empty() {
+            let short = |d: &str| d.chars().take(16).collect::<String>();
+            changed.push((
+                "the plan's settings (group_by, dimensions, G, statistics, …; digest)".into(),
+                short(&recorded.digest),
+                short(&now.digest),
+            ));
+        }
         (!changed.is_empty()).then_some(PlanChange { changed })
+    }
+
+    /// State of lane `lane` whose declared stream is no longer in the plan.
+    pub fn undeclared(lane: &str) -> PlanChange {
+        let declared = lane.split_once('[').map_or(lane, |(d, _)| d);
+        PlanChange {
+            changed: vec![(
+                format!("stream '{declared}' (lane {lane})"),
+                "declared".into(),
+                "not declared (renamed, removed, or its group_by changed)".into(),
+            )],
+        }
     }
 
     /// The settings, as `name: recorded → now` lines.
@@ -132,6 +211,7 @@ mod tests {
             per_window: "1/24".into(),
             per_horizon: "1/1".into(),
             input_partitions: 4,
+            ..Default::default()
         }
     }
 
@@ -146,10 +226,10 @@ mod tests {
         now.horizon_ms = 86_400_000;
         now.input_partitions = 8;
         let c = PlanChange::between(&fp(), &now).unwrap();
-        let names: Vec<&str> = c.changed.iter().map(|c| c.0).collect();
+        let names: Vec<&str> = c.changed.iter().map(|c| c.0.as_str()).collect();
         assert_eq!(
             names,
-            ["privacy.horizon (ms)", "the input topic's partition count"]
+            ["the input topic's partition count", "privacy.horizon (ms)"]
         );
         assert!(c.describe().contains("3600000 → 86400000"));
         for change in [
@@ -166,5 +246,36 @@ mod tests {
             change(&mut now);
             assert_eq!(PlanChange::between(&fp(), &now).unwrap().changed.len(), 1);
         }
+    }
+
+    #[test]
+    fn settings_are_compared_by_name_when_both_sides_have_them() {
+        let mut a = fp();
+        a.settings.insert("stream.groups".into(), "null".into());
+        a.digest = "aa".into();
+        let mut b = fp();
+        b.settings
+            .insert("stream.groups.keys".into(), "[\"firmware=other\"]".into());
+        b.digest = "bb".into();
+        let c = PlanChange::between(&a, &b).unwrap();
+        assert_eq!(c.changed.len(), 1, "{c:?}");
+        assert!(c.describe().starts_with("stream.groups: null → "), "{c:?}");
+    }
+
+    #[test]
+    fn a_charges_record_with_only_a_digest_is_compared_by_it() {
+        let mut a = fp();
+        a.digest = "aa".into();
+        let mut b = fp();
+        b.digest = "bb".into();
+        b.settings.insert("stream.groups".into(), "null".into());
+        let c = PlanChange::between(&a, &b).unwrap();
+        assert!(c.describe().contains("digest"), "{c:?}");
+        b.digest = "aa".into();
+        assert_eq!(PlanChange::between(&a, &b), None);
+        // State written before digests: the fields both have.
+        a.digest.clear();
+        b.digest = "bb".into();
+        assert_eq!(PlanChange::between(&a, &b), None);
     }
 }

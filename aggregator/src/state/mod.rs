@@ -26,7 +26,7 @@ mod fingerprint;
 mod restore;
 
 pub use distinct::Distinct;
-pub use fingerprint::{fingerprint, PlanChange};
+pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
 use crate::faults::{crash_point, CrashPoint};
@@ -151,6 +151,12 @@ impl WindowRecords {
         plan: &proto::v1::PlanFingerprint,
     ) -> Self {
         let records = charge_records(w.charges.len());
+        // Charges records carry the plan's digest, not its settings (one
+        // copy per window is enough: the ledger entry's, which names them).
+        let charged_under = proto::v1::PlanFingerprint {
+            settings: Default::default(),
+            ..plan.clone()
+        };
         let mut lane = Some(lane);
         let charges = (0..records)
             .map(|r| {
@@ -170,7 +176,7 @@ impl WindowRecords {
                     running_state: lane_state.running,
                     quantile_track: lane_state.quantile_track,
                     device_key_scheme: DEVICE_KEY_SCHEME.into(),
-                    plan: Some(plan.clone()),
+                    plan: Some(charged_under.clone()),
                     record: r,
                     records,
                     last_offset: w.last_offset,

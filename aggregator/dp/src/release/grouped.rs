@@ -32,7 +32,7 @@ pub const MAX_GROUPS_PER_STREAM: usize = 1_024;
 pub const MAX_GROUP_KEY: usize = 256;
 
 /// A stream's declared groups (`group_by` with public key sets).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct GroupSpec {
     /// Every group's key, e.g. `firmware=4.2`, in lane order.
     pub keys: Vec<String>,
@@ -45,7 +45,7 @@ pub struct GroupSpec {
 /// A dimension with private keys: keys are released only once a DP key
 /// selection over the distinct devices seen with them in a horizon picks
 /// them; `keys` then holds its slots (`<dimension>=#<i>`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PrivateKeys {
     pub dimension: String,
     /// Slots: at most this many keys are ever released.
@@ -165,14 +165,12 @@ pub(super) fn validate_groups(spec: &StreamSpec) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Share of a stream's budget its windows get (what key selection leaves).
-pub(super) fn window_share(spec: &StreamSpec) -> f64 {
-    let selection = spec
-        .groups
+/// Share of a stream's budget its key selection takes (0: no private keys).
+pub(super) fn selection_share(spec: &StreamSpec) -> f64 {
+    spec.groups
         .as_ref()
         .and_then(|g| g.private.as_ref())
-        .map_or(0.0, |p| p.share);
-    1.0 - selection
+        .map_or(0.0, |p| p.share)
 }
 
 /// A stream's key selection and what it spends per horizon (`None`:
@@ -187,7 +185,9 @@ pub(super) fn key_selection(
     let Some(p) = &g.private else {
         return Ok(None);
     };
-    let budget = exact(privacy.budget.per_horizon) * exact(spec.budget_share) * exact(p.share);
+    let budget = exact(privacy.budget.per_horizon)
+        * rational::decimal(spec.budget_share)
+        * rational::decimal(p.share);
     let b = rational::to_f64(&budget);
     let floor = match privacy.budget.measure {
         crate::mechanism::Measure::Pure => MIN_MEASUREMENT_EPSILON,

@@ -398,7 +398,10 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             name: s.name.clone(),
             // What running totals and key selection take is not split
             // over windows.
-            share: s.budget_share * (grouped::window_share(s) - s.running_share),
+            share: s.budget_share,
+            window_fraction: rational::int(1)
+                - rational::decimal(grouped::selection_share(s))
+                - rational::decimal(s.running_share),
             windows_per_horizon: s.max_windows_per_device,
             groups_per_device: grouped::groups_per_device(s),
             measurements: ms.iter().map(Measurement::weight).sum(),
@@ -502,8 +505,8 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 groups.push(("histogram", edges.len() - 1, 2 * k, 2 * k * k));
             }
             let budget = exact(privacy.budget.per_horizon)
-                * exact(spec.budget_share)
-                * exact(spec.running_share);
+                * rational::decimal(spec.budget_share)
+                * rational::decimal(spec.running_share);
             RunningPlan::calibrate(
                 measure,
                 &groups,

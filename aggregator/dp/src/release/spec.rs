@@ -64,7 +64,9 @@ pub const MAX_STREAM_NAME: usize = 128;
 pub const MAX_DEFAULT_CANDIDATES: u64 = 100_001;
 
 /// A stream as declared (the `[[stream]]` table of the config).
-#[derive(Debug, Clone, PartialEq)]
+/// `Serialize`: the service derives a plan's identity from it (every field
+/// counts unless the service says why not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StreamSpec {
     pub name: String,
     pub lower: f64,
@@ -113,7 +115,7 @@ pub struct StreamSpec {
 }
 
 /// Privacy settings shared by all streams.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PrivacySpec {
     pub relation: Relation,
     pub budget: Budget,

@@ -1,0 +1,133 @@
+//! `fleetdp plan` on the files a configuration names and on the budget
+//! splits people write, through the release binary:
+//! - a FIFO, `/dev/zero` or a directory as `input.avro_schema`,
+//!   `input.protobuf_descriptor_set`, `privacy.key_file` or the
+//!   configuration itself is refused within a second, naming the field (a
+//!   FIFO used to hang `plan` and `run`; `/dev/zero` was read until memory
+//!   ran out);
+//! - 5 × 0.2, 10 × 0.1 and 20 × 0.05 budget shares are accepted (they were
+//!   refused as "add up to 1 > 1", a floating-point sum), and a split just
+//!   over 1 is still refused.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fleetdp-config-files-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `fleetdp plan --config <path>`: (exit success, stderr), killed after 5 s.
+fn plan(config: &Path) -> (bool, String, Duration) {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["plan", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.success(), err, start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(5) {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!(
+                "fleetdp plan --config {} still running after 5 s",
+                config.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn stream(name: &str, share: f64) -> String {
+    format!(
+        "[[stream]]\nname = \"{name}\"\nlower = 0.0\nupper = 100.0\nresolution = 1.0\nwindow_size = 1000\n\
+         max_windows_per_device = 24\nstatistics = [\"mean\"]\nbudget_share = {share}\n"
+    )
+}
+
+fn config(extra: &str, streams: &str) -> String {
+    format!(
+        "[kafka]\nbrokers = \"127.0.0.1:9092\"\ninput_topic = \"in\"\noutput_topic = \"out\"\n\
+         dead_letter_topic = \"dlq\"\n[privacy]\nepsilon_per_device = 1.0\nhorizon = \"24h\"\n{extra}\n{streams}"
+    )
+}
+
+fn write(name: &str, text: &str) -> PathBuf {
+    let p = dir().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn fifo(name: &str) -> PathBuf {
+    let p = dir().join(name);
+    let _ = std::fs::remove_file(&p);
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    p
+}
+
+#[test]
+fn fifos_devices_and_directories_are_refused_at_once() {
+    let f = fifo("schema.fifo");
+    let targets = [
+        (f.clone(), "FIFO"),
+        (PathBuf::from("/dev/zero"), "character device"),
+        (dir(), "directory"),
+    ];
+    for (path, what) in &targets {
+        let p = path.display();
+        for (field, extra) in [
+            (
+                "input.avro_schema",
+                format!("[input]\navro_schema = \"{p}\"\nstreams = {{ temp = \"/v\" }}\nevent_time = \"/t\"\ndevice_id = \"/d\""),
+            ),
+            (
+                "input.protobuf_descriptor_set",
+                format!("[input]\nprotobuf_descriptor_set = \"{p}\"\nprotobuf_message = \"x.Y\"\nstreams = {{ temp = \"v\" }}\nevent_time = \"t\"\ndevice_id = \"d\""),
+            ),
+        ] {
+            let c = write("c.toml", &config(&extra, &stream("temp", 1.0)));
+            let (ok, err, took) = plan(&c);
+            assert!(!ok, "{field} = {p}: accepted");
+            assert!(err.contains(field) && err.contains(what), "{field} = {p}: {err}");
+            assert!(took < Duration::from_secs(1), "{field} = {p}: took {took:?}");
+        }
+        // The configuration itself.
+        let (ok, err, took) = plan(path);
+        assert!(!ok && err.contains(what), "--config {p}: {err}");
+        assert!(took < Duration::from_secs(1), "--config {p}: took {took:?}");
+    }
+}
+
+#[test]
+fn even_budget_splits_are_accepted() {
+    for n in [5, 10, 20] {
+        let share = 1.0 / n as f64;
+        let share: f64 = format!("{share}").parse().unwrap();
+        let streams: String = (0..n).map(|i| stream(&format!("s{i}"), share)).collect();
+        let c = write("split.toml", &config("", &streams));
+        let (ok, err, _) = plan(&c);
+        assert!(ok, "{n} × {share}: {err}");
+    }
+    let streams: String = (0..5)
+        .map(|i| stream(&format!("s{i}"), 0.2000001))
+        .collect();
+    let c = write("over.toml", &config("", &streams));
+    let (ok, err, _) = plan(&c);
+    assert!(!ok && err.contains("add up to"), "{err}");
+}
