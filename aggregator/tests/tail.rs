@@ -279,3 +279,73 @@ fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
         assert_eq!(recorded, 1);
     });
 }
+
+/// Issue: `tail` wrote a foreign record's terminal control sequences
+/// (`ESC[31m`, BEL, `ESC[2J`) to the terminal as they were, and showed
+/// foreign records as if they were releases. A record that decodes but
+/// lacks the key FleetDP gives its release is skipped; what is shown has
+/// every control character escaped (and JSON lines stay JSON).
+#[test]
+fn tail_escapes_control_characters_and_skips_foreign_records() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "tail-hostile", 1).await;
+        let v = config(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            TEMP,
+        );
+        let stream = "temp\u{1b}[31m\u{7}\u{1b}[2J\u{9b}";
+        let json = |s: &str| {
+            serde_json::json!({"stream": s, "partition": 0, "window_seq": 3, "readings": 5})
+                .to_string()
+                .into_bytes()
+        };
+        let record = |key: String, payload: Vec<u8>| Out {
+            partition: Some(0),
+            key,
+            payload,
+            content_type: Some("application/json".into()),
+        };
+        produce(
+            &broker,
+            &t.output,
+            &[
+                // Keyed as FleetDP keys that release: shown, escaped.
+                record(format!("{stream}/0/3"), json(stream)),
+                // Decodes, but foreign: skipped.
+                record("x".into(), json("\u{7}bell")),
+                record("temp/0/9".into(), json("temp")),
+            ],
+        )
+        .await;
+        for format in [TailFormat::Table, TailFormat::Json] {
+            let opts = TailOptions {
+                format,
+                from_beginning: true,
+                max: None,
+                idle: Some(Duration::from_secs(5)),
+                fleet_only: false,
+            };
+            let mut out = Vec::new();
+            let n = tokio::task::block_in_place(|| run(&v, &opts, &mut out)).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            assert_eq!(n, 1, "{format:?}: only FleetDP's record is shown:\n{text}");
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "{format:?}: a control character reached the terminal: {text:?}"
+            );
+            assert!(
+                text.contains("\\u001b[31m") && text.contains("\\u009b"),
+                "{text:?}"
+            );
+            if format == TailFormat::Json {
+                let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+                assert_eq!(r["stream"], stream, "escaped JSON decodes to the record");
+            }
+        }
+    });
+}
