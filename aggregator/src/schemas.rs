@@ -5,9 +5,11 @@
 //!
 //! Bounds (README, Limits): at most [`MAX_SCHEMAS`] ids are held (found or
 //! refused); a response is at most [`MAX_SCHEMA_BYTES`]; a request times out
-//! after [`FETCH_TIMEOUT`]. An id the registry does not have (404), a schema
-//! that is not Avro or does not parse, and ids past the bound are held as
-//! refusals: their messages are dead-lettered naming the id and the reason.
+//! after [`FETCH_TIMEOUT`]. Every definite answer that cannot be used — an
+//! id the registry does not have (404), another 4xx, an answer larger than
+//! the bound, one that is not a schema, a schema that is not Avro or does
+//! not parse — and ids past the bound are held as refusals: their messages
+//! are dead-lettered naming the id and the reason.
 //! A registry that cannot be reached (connection refused, timeout, 5xx) is
 //! retried with backoff up to [`RETRY_MAX`] while the loop waits — nothing
 //! is dead-lettered for an outage, as for the broker's.
@@ -70,9 +72,9 @@ impl SchemaRegistry {
         })
     }
 
-    /// `GET {prefix}/schemas/ids/{id}`: status and body (at most
-    /// [`MAX_SCHEMA_BYTES`]).
-    async fn get(&self, id: u32) -> Result<(StatusCode, Bytes)> {
+    /// `GET {prefix}/schemas/ids/{id}`: status and body (`Err`: a body over
+    /// [`MAX_SCHEMA_BYTES`], announced or read).
+    async fn get(&self, id: u32) -> Result<(StatusCode, std::result::Result<Bytes, String>)> {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .with_context(|| format!("connecting to {}:{}", self.host, self.port))?;
@@ -88,11 +90,23 @@ impl SchemaRegistry {
             .body(Empty::<Bytes>::new())?;
         let res = sender.send_request(req).await?;
         let status = res.status();
-        let body = Limited::new(res.into_body(), MAX_SCHEMA_BYTES)
+        let too_large = |n: String| format!("an answer larger than {MAX_SCHEMA_BYTES} bytes ({n})");
+        let announced = res
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(n) = announced.filter(|&n| n > MAX_SCHEMA_BYTES as u64) {
+            conn.abort();
+            return Ok((status, Err(too_large(format!("{n} announced")))));
+        }
+        let body = match Limited::new(res.into_body(), MAX_SCHEMA_BYTES)
             .collect()
             .await
-            .map_err(|e| anyhow!("reading the response: {e}"))?
-            .to_bytes();
+        {
+            Ok(b) => Ok(b.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large("read".into())),
+            Err(e) => return Err(anyhow!("reading the response: {e}")),
+        };
         conn.abort();
         Ok((status, body))
     }
@@ -113,7 +127,10 @@ impl SchemaRegistry {
         if !status.is_success() {
             return Fetched::Held(Err(format!("the registry answered HTTP {status}")));
         }
-        Fetched::Held(parse_answer(&body, id))
+        match body {
+            Ok(body) => Fetched::Held(parse_answer(&body, id)),
+            Err(why) => Fetched::Held(Err(why)),
+        }
     }
 
     /// Make sure the decoder holds the writer's schema of `payload`'s frame

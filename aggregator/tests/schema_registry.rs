@@ -5,7 +5,10 @@
 //! schema for id 42, a Protobuf one for 43, 404 for the rest. The registry
 //! starts only after the service: the service waits for it (nothing is
 //! dead-lettered for the outage), fetches id 42 once for every message that
-//! names it, and dead-letters the messages naming the other ids with why.
+//! names it, and dead-letters the messages naming the other ids with why —
+//! including an answer over the 1 MiB bound (id 44), a definite answer held
+//! as a refusal: it used to be retried forever as "unreachable", and no
+//! message behind it was released.
 
 mod harness;
 
@@ -29,13 +32,17 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         print(self.path, flush=True)
         key = self.path.rsplit("/", 1)[-1]
-        if self.path.startswith("/schemas/ids/") and key in answers:
+        if self.path == "/schemas/ids/44":
+            # Over the 1 MiB a registry answer may be.
+            body, code = b'{"schema": "' + b'x' * (2 << 20) + b'"}', 200
+        elif self.path.startswith("/schemas/ids/") and key in answers:
             body, code = json.dumps(answers[key]).encode(), 200
         else:
             body, code = b'{"error_code": 40403, "message": "Schema not found"}', 404
         self.send_response(code)
         self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
-        self.send_header("Content-Length", str(len(body)))
+        if self.path != "/schemas/ids/44":  # read to the end: the bound applies while reading
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
     def log_message(self, *a):
@@ -113,6 +120,9 @@ fn framed_avro_schemas_are_fetched_once_from_the_registry() {
         msgs.push(out("protobuf-id", ingest::frame(43, None, &body)));
         msgs.push(out("unknown-id", ingest::frame(99, None, &body)));
         msgs.push(out("unknown-again", ingest::frame(99, None, &body)));
+        // Oversize answers, then good messages behind them.
+        msgs.insert(0, out("oversize", ingest::frame(44, None, &body)));
+        msgs.insert(5, out("oversize-again", ingest::frame(44, None, &body)));
         produce(&broker, &t.input, &msgs).await;
         // The service starts first and waits for the registry.
         let (stop, c, h) = spawn_pipeline(v, [8; 32]);
@@ -121,7 +131,7 @@ fn framed_avro_schemas_are_fetched_once_from_the_registry() {
         assert_eq!(c.dead_letters_total(), 0, "an unreachable registry dead-letters nothing");
         let mut registry = start_registry(port);
         let released = wait_until(Duration::from_secs(120), || {
-            count(&c.windows_released) >= 3 && c.dead_letters_total() >= 3
+            count(&c.windows_released) >= 3 && c.dead_letters_total() >= 5
         })
         .await;
         stop.send(true).unwrap();
@@ -138,11 +148,21 @@ fn framed_avro_schemas_are_fetched_once_from_the_registry() {
         sorted.sort();
         assert_eq!(
             sorted,
-            ["/schemas/ids/42", "/schemas/ids/43", "/schemas/ids/99"],
+            [
+                "/schemas/ids/42",
+                "/schemas/ids/43",
+                "/schemas/ids/44",
+                "/schemas/ids/99"
+            ],
             "{requests:?}"
         );
         let details = dead_letter_details(&broker, &t.dlq);
-        assert_eq!(details.len(), 3, "{details:?}");
+        assert_eq!(details.len(), 5, "{details:?}");
+        assert_eq!(
+            details.iter().filter(|d| d.contains("schema id 44") && d.contains("larger than")).count(),
+            2,
+            "{details:?}"
+        );
         assert!(details.iter().any(|d| d.contains("schema id 43") && d.contains("PROTOBUF")), "{details:?}");
         assert_eq!(
             details.iter().filter(|d| d.contains("schema id 99") && d.contains("not found")).count(),

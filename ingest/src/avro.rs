@@ -26,6 +26,9 @@ pub struct AvroSchema {
     /// The schema compiled for FleetDP's own reader (`None`: a type it
     /// leaves to apache-avro).
     compiled: Option<Arc<Compiled>>,
+    /// Without `compiled`: the walk that bounds a message's items before
+    /// apache-avro builds it (`None` only for a schema neither can walk).
+    scanner: Option<Arc<Compiled>>,
     /// The Schema Registry id every framed message must carry, if pinned.
     id: Option<u32>,
 }
@@ -52,9 +55,16 @@ impl AvroSchema {
             return Err("the schema must be a record (the fleet's message)".into());
         }
         let compiled = Compiled::new(&schema).map(Arc::new);
+        let scanner = match compiled {
+            Some(_) => None,
+            None => Some(Arc::new(Compiled::scanner(&schema).ok_or(
+                "the schema uses a type FleetDP cannot bound (its messages could not be checked before decoding)",
+            )?)),
+        };
         Ok(AvroSchema {
             schema,
             compiled,
+            scanner,
             id,
         })
     }
@@ -89,7 +99,13 @@ impl AvroSchema {
             Some(c) => c
                 .decode(body, paths)
                 .map_err(|e| undecodable(format!("Avro {}: {e}", self.name()))),
-            None => self.to_json_reference(body),
+            None => {
+                if let Some(scan) = &self.scanner {
+                    scan.check_items(body)
+                        .map_err(|e| undecodable(format!("Avro {}: {e}", self.name())))?;
+                }
+                self.to_json_reference(body)
+            }
         }
     }
 

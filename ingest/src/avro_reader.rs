@@ -17,8 +17,13 @@
 //! (a 3-byte message could otherwise claim 10⁹ of them), and at most
 //! [`MAX_AVRO_ITEMS`] array and map items are built per message. Schemas
 //! with a `uuid` or `big-decimal` logical type are left to apache-avro
-//! (their validity depends on the bytes' contents). `ingest/tests/fuzz.rs`
-//! checks the two decoders agree message by message.
+//! (their validity depends on the bytes' contents); before apache-avro
+//! builds such a message, the same walk checks it with `uuid` read as a
+//! string and `big-decimal` as bytes, counting every array and map item
+//! against [`MAX_AVRO_ITEMS`] ([`Compiled::scanner`]): apache-avro builds
+//! every item, so a few bytes claiming 10⁷ nulls would otherwise take
+//! gigabytes. `ingest/tests/fuzz.rs` checks the two decoders agree message
+//! by message.
 
 use crate::avro::{float, MAX_DEPTH};
 use crate::mapped::Path;
@@ -77,9 +82,39 @@ impl Compiled {
             names: resolved.get_names(),
             memo: HashMap::new(),
             nodes: Vec::new(),
+            lenient: false,
         };
         c.node(schema, &None)?;
         Some(Compiled { nodes: c.nodes })
+    }
+
+    /// For a schema [`Compiled::new`] leaves to apache-avro: the walk that
+    /// checks a message's item count before apache-avro builds it (`uuid`
+    /// read as the string it is written as, `big-decimal` as its bytes).
+    pub(crate) fn scanner(schema: &Schema) -> Option<Compiled> {
+        let resolved = ResolvedSchema::try_from(schema).ok()?;
+        let mut c = Compiler {
+            names: resolved.get_names(),
+            memo: HashMap::new(),
+            nodes: Vec::new(),
+            lenient: true,
+        };
+        c.node(schema, &None)?;
+        Some(Compiled { nodes: c.nodes })
+    }
+
+    /// Walk one datum without building it, counting every array and map
+    /// item against [`MAX_AVRO_ITEMS`] as if all were built.
+    pub(crate) fn check_items(&self, body: &[u8]) -> Result<(), String> {
+        let mut r = Reader {
+            bytes: body,
+            at: 0,
+            items: 0,
+            paths: &[],
+            count_all: true,
+        };
+        r.value(&self.nodes, 0, 0, 0, Want::Nothing)?;
+        Ok(())
     }
 
     /// Decode one datum, building the parts `paths` read (`None`: all of it).
@@ -90,6 +125,7 @@ impl Compiled {
             at: 0,
             items: 0,
             paths: paths.unwrap_or(&[]),
+            count_all: false,
         };
         let v = r.value(&self.nodes, 0, 0, 0, want)?;
         if r.at < body.len() {
@@ -103,6 +139,8 @@ struct Compiler<'s> {
     names: &'s apache_avro::schema::NamesRef<'s>,
     memo: HashMap<Name, usize>,
     nodes: Vec<Node>,
+    /// `uuid` as a string, `big-decimal` as bytes ([`Compiled::scanner`]).
+    lenient: bool,
 }
 
 impl Compiler<'_> {
@@ -177,6 +215,8 @@ impl Compiler<'_> {
                 self.memo.insert(name, at);
                 at
             }
+            Schema::Uuid if self.lenient => self.push(Node::String),
+            Schema::BigDecimal if self.lenient => self.push(Node::Bytes),
             // Uuid, BigDecimal: validity depends on contents.
             _ => return None,
         })
@@ -188,6 +228,8 @@ struct Reader<'a> {
     at: usize,
     items: usize,
     paths: &'a [Path],
+    /// Count every array and map item, built or not ([`Compiled::check_items`]).
+    count_all: bool,
 }
 
 const SHORT: &str = "the message ends inside the record";
@@ -330,7 +372,7 @@ impl Reader<'_> {
                     if count == 0 {
                         break;
                     }
-                    if build {
+                    if build || self.count_all {
                         self.built(count)?;
                     }
                     // Items of no bytes are all alike: check one.

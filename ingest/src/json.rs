@@ -71,7 +71,24 @@ impl<'de> Visitor<'de> for Payload<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut one = JsonReading::default();
         let mut list = None;
+        // The fields read, each at most once (a key named twice is refused:
+        // another reader may take the first where FleetDP took the last).
+        let mut seen = 0u8;
+        const FIELDS: [&str; 6] = [
+            "readings",
+            "device_id",
+            "stream",
+            "value",
+            "event_time_ms",
+            "labels",
+        ];
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if let Some(i) = FIELDS.iter().position(|f| *f == key) {
+                if seen & (1 << i) != 0 {
+                    return Err(crate::strict_json::duplicate(&key));
+                }
+                seen |= 1 << i;
+            }
             match key.as_ref() {
                 "readings" => list = Some(map.next_value_seed(List(self))?),
                 "device_id" => one.device_id = map.next_value()?,
@@ -158,5 +175,22 @@ mod tests {
             parse(br#"{"readings":[{},{},{},{}, oops"#, 3),
             Err(JsonError::TooMany)
         ));
+    }
+
+    #[test]
+    fn a_field_named_twice_is_refused() {
+        for t in [
+            r#"{"device_id":"a","device_id":"b"}"#,
+            r#"[{"value":1,"value":2}]"#,
+            r#"{"readings":[],"readings":[]}"#,
+        ] {
+            match parse(t.as_bytes(), 10) {
+                Err(JsonError::Syntax(e)) => {
+                    assert!(e.to_string().starts_with("duplicate"), "{t}: {e}")
+                }
+                _ => panic!("{t}: accepted"),
+            }
+        }
+        assert!(parse(br#"{"x":1,"x":2,"device_id":"a"}"#, 10).is_ok());
     }
 }

@@ -17,6 +17,7 @@ mod labels;
 mod mapped;
 mod project;
 mod scan;
+mod strict_json;
 mod wire;
 
 pub use avro::{
@@ -552,14 +553,28 @@ fn check_labels(i: usize, labels: &Labels) -> Result<(), Rejection> {
 }
 
 /// serde_json errors quote input; keep only the category and position.
+/// A JSON parse error without the input's text (a hostile message must not
+/// put its bytes in logs): what kind, and where. Nesting past serde_json's
+/// limit and keys named twice say so.
 fn json_error(e: &serde_json::Error) -> String {
-    format!(
-        "{:?} error at line {} column {}",
-        e.classify(),
-        e.line(),
-        e.column()
-    )
+    let text = e.to_string();
+    let what = if text.starts_with("recursion limit exceeded") {
+        format!("nested deeper than {MAX_JSON_DEPTH} levels (the JSON nesting limit)")
+    } else if text.starts_with("duplicate key") {
+        // Our own message: the key (at most 64 characters) and no more.
+        text.split(" at line ")
+            .next()
+            .unwrap_or("duplicate key")
+            .to_string()
+    } else {
+        format!("{:?} error", e.classify())
+    };
+    format!("{what} at line {} column {}", e.line(), e.column())
 }
+
+/// Deepest nesting of arrays and objects a JSON message may have
+/// (serde_json's recursion limit).
+pub const MAX_JSON_DEPTH: usize = 128;
 
 fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {

@@ -235,7 +235,7 @@ fn bad(i: usize, path: &Path, what: &str) -> Rejection {
 
 /// One document, or an array of at most `max` documents (refused at the
 /// first one too many, before the rest is parsed).
-fn parse_docs(payload: &[u8], max: usize) -> Result<Vec<Value>, Rejection> {
+pub(crate) fn parse_docs(payload: &[u8], max: usize) -> Result<Vec<Value>, Rejection> {
     let too_many = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(payload);
     let docs = Docs {
@@ -280,16 +280,17 @@ impl<'de> Visitor<'de> for Docs<'_> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        crate::json::bounded_seq(seq, self.max, self.too_many)
+        let docs: Vec<crate::strict_json::StrictValue> =
+            crate::json::bounded_seq(seq, self.max, self.too_many)?;
+        Ok(docs.into_iter().map(|d| d.0).collect())
     }
 
     fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        let doc = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        // Keys named twice are refused (as native readings refuse them).
+        let doc = crate::strict_json::Strict.visit_map(map)?;
         Ok(vec![doc])
     }
 }
-
-use serde::Deserialize as _;
 
 #[cfg(test)]
 mod tests {

@@ -282,3 +282,70 @@ fn uuid_schemas_use_apache_avro() {
     .unwrap();
     assert_eq!(schema.to_json(&bytes).unwrap()["id"], id);
 }
+
+/// Zigzag varint of `v`, as Avro writes longs.
+fn varint(v: i64, out: &mut Vec<u8>) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Peak resident memory of this process (kB), from /proc.
+fn peak_kb() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue: on the apache-avro path (schemas with `uuid` or `big-decimal`),
+/// one 66-byte message claiming 16,777,216 null items in a block grew RSS by
+/// 896 MB, and 20 such blocks to 4.3 GB: apache-avro builds every item. The
+/// message is now walked first, every item counted against
+/// `MAX_AVRO_ITEMS`, and refused before apache-avro sees it; peak memory
+/// grows by less than 64 MiB.
+#[test]
+fn a_null_item_bomb_on_the_apache_avro_path_is_refused_in_bounded_memory() {
+    let text = r#"{"type": "record", "name": "U", "fields": [
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "xs", "type": {"type": "array", "items": "null"}}]}"#;
+    let schema = AvroSchema::new(text, None).unwrap();
+    assert!(!schema.is_compiled());
+    let mut bomb = Vec::new();
+    let id = "6f1c3a1e-8d3e-4c59-9b47-2f4f1e7a0b11";
+    varint(id.len() as i64, &mut bomb);
+    bomb.extend_from_slice(id.as_bytes());
+    for _ in 0..20 {
+        varint(1 << 24, &mut bomb);
+    }
+    varint(0, &mut bomb);
+    let before = peak_kb();
+    let start = std::time::Instant::now();
+    match schema.to_json(&bomb) {
+        Err(e) => assert!(e.to_string().contains("array and map items"), "{e}"),
+        Ok(v) => panic!(
+            "accepted: {} items built",
+            v["xs"].as_array().map_or(0, Vec::len)
+        ),
+    }
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    let grown = peak_kb().saturating_sub(before);
+    assert!(grown < 64 * 1024, "peak memory grew by {grown} kB");
+    // Within the bound, the same shape still decodes through apache-avro.
+    let mut ok = Vec::new();
+    varint(id.len() as i64, &mut ok);
+    ok.extend_from_slice(id.as_bytes());
+    varint(3, &mut ok);
+    varint(0, &mut ok);
+    let v = schema.to_json(&ok).unwrap();
+    assert_eq!(v["id"], id);
+    assert_eq!(v["xs"].as_array().map(Vec::len), Some(3));
+}
