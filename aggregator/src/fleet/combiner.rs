@@ -11,6 +11,19 @@
 //! only the bound on waiting seqs (`fleet.max_pending`, a count of public
 //! seqs) ever cuts a wait short.
 //!
+//! A record for a seq is only ever followed by one holding a strict
+//! superset of its partitions ([`Combiner::allow`]): a consumer that keeps
+//! the latest record per key never sees a figure regress. Records read back
+//! from the topic count too, and a restarted combiner first reads its whole
+//! look-back ([`Combiner::catching_up`]) — the releases and the records it
+//! or another instance already wrote — before it decides anything, so
+//! releases of a seq whose other partitions lie before the look-back never
+//! republish it partially. The bound on waiting seqs is per fleet stream
+//! (each group its own): past it the oldest seq goes out once with the
+//! partitions it has, and its later releases are not combined again; nor
+//! are releases of seqs older than what the combiner still remembers
+//! (`max_pending` seqs per stream), whose records it can no longer compare.
+//!
 //! Private keys: a slot is bound per partition (one partition's `#1` may be
 //! another's `#2`), so slot releases are combined by the key they carry in
 //! `group`, as a fleet stream `<stream>[<dimension>=<key>,…]` of its own,
@@ -76,8 +89,21 @@ pub(crate) struct Combiner {
     /// Seqs published complete, per stream (the newest `max_pending`).
     done: Vec<BTreeSet<u64>>,
     /// Fleet streams of private keys, indexed from the plan's stream count
-    /// on (`caches`, `guarantees` and `done` grow with them).
+    /// on (`caches`, `guarantees`, `done`, `published` and `waiting_in`
+    /// grow with them).
     keyed: Vec<Keyed>,
+    /// Per stream, the partitions of the latest record of each recent seq
+    /// (published here or read back; the newest `max_pending`).
+    published: Vec<BTreeMap<u64, BTreeSet<i32>>>,
+    /// Seqs waiting per stream (the bound is per stream).
+    waiting_in: Vec<usize>,
+    /// Per stream, the seq below which everything not waiting is settled:
+    /// done, or out of the memory of what was published (a release of such
+    /// a seq is not combined again: its record might be a smaller one).
+    floor: Vec<u64>,
+    /// Reading the look-back: releases and records are noted, nothing is
+    /// decided until [`Combiner::caught_up`].
+    catching_up: bool,
 }
 
 impl Combiner {
@@ -95,8 +121,104 @@ impl Combiner {
             progress: HashMap::new(),
             done: vec![BTreeSet::new(); streams],
             keyed: Vec::new(),
+            published: vec![BTreeMap::new(); streams],
+            waiting_in: vec![0; streams],
+            floor: vec![0; streams],
+            catching_up: false,
             v,
         }
+    }
+
+    /// A combiner that first reads its look-back (a restarted one): no
+    /// record is built until [`Combiner::caught_up`].
+    pub(crate) fn catching_up(mut self) -> Self {
+        self.catching_up = true;
+        self
+    }
+
+    /// The look-back is read: decide every waiting seq as [`Combiner::offer`]
+    /// would have, knowing every record already on the topic.
+    pub(crate) fn caught_up(&mut self) -> Vec<proto::FleetRelease> {
+        self.catching_up = false;
+        let streams: BTreeSet<usize> = self.pending.keys().map(|k| k.0).collect();
+        let mut out = vec![];
+        for s in streams {
+            out.extend(self.complete_up_to(s, u64::MAX));
+        }
+        out.extend(self.over_cap());
+        out
+    }
+
+    /// Whether a record may follow what was published for its seq: only a
+    /// strict superset of the latest record's partitions (or the first
+    /// record); noted as the latest when it may.
+    fn allow(&mut self, s: usize, f: Option<proto::FleetRelease>) -> Option<proto::FleetRelease> {
+        let f = f?;
+        let parts: BTreeSet<i32> = f.partitions.iter().copied().collect();
+        if let Some(old) = self.published[s].get(&f.window_seq) {
+            if !(parts.len() > old.len() && parts.is_superset(old)) {
+                return None;
+            }
+        }
+        self.note_published(s, f.window_seq, parts);
+        Some(f)
+    }
+
+    fn note_published(&mut self, s: usize, seq: u64, parts: BTreeSet<i32>) {
+        let p = &mut self.published[s];
+        p.insert(seq, parts);
+        while p.len() > self.max_pending {
+            if let Some((q, _)) = p.pop_first() {
+                self.floor[s] = self.floor[s].max(q + 1);
+            }
+        }
+    }
+
+    /// Add a waiting seq's part, counting the seq in its stream.
+    fn wait_for(&mut self, k: (usize, u64), r: proto::WindowRelease, now: Instant) {
+        let w = self.pending.entry(k).or_insert_with(|| Pending {
+            parts: BTreeMap::new(),
+            first_seen: now,
+            published: None,
+        });
+        if w.parts.is_empty() {
+            self.waiting_in[k.0] += 1;
+        }
+        w.parts.insert(r.partition, r);
+    }
+
+    /// A seq no longer waits.
+    fn stop_waiting(&mut self, k: (usize, u64)) -> Option<Pending> {
+        let w = self.pending.remove(&k)?;
+        self.waiting_in[k.0] -= 1;
+        Some(w)
+    }
+
+    /// Records for stream `s`'s seqs up to `seq` that every partition has
+    /// released or passed.
+    fn complete_up_to(&mut self, s: usize, seq: u64) -> Vec<proto::FleetRelease> {
+        let ready: Vec<(usize, u64)> = self
+            .pending
+            .range((s, 0)..=(s, seq))
+            .filter(|(&(_, q), w)| {
+                (0..self.input_partitions).all(|part| {
+                    w.parts.contains_key(&part)
+                        || (!self.is_keyed(s)
+                            && self.progress.get(&(s, part)).is_some_and(|&hi| hi > q))
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = vec![];
+        for k in ready {
+            let w = self.stop_waiting(k).expect("listed");
+            if w.published != Some(w.parts.len()) {
+                let f = self.build(k, &w);
+                out.extend(self.allow(k.0, f));
+            }
+            self.mark_done(k);
+        }
+        out
     }
 
     /// Seqs waiting now.
@@ -152,6 +274,9 @@ impl Combiner {
         self.caches.push(FleetCache::default());
         self.guarantees.push(self.guarantees[s].clone());
         self.done.push(BTreeSet::new());
+        self.published.push(BTreeMap::new());
+        self.waiting_in.push(0);
+        self.floor.push(0);
         Some(self.v.plan.streams.len() + self.keyed.len() - 1)
     }
 
@@ -183,39 +308,16 @@ impl Combiner {
         let (p, seq) = (r.partition, r.window_seq);
         let at = self.progress.entry((s, p)).or_insert(seq);
         *at = (*at).max(seq);
-        let mut out = vec![];
-        if self.done[s].contains(&seq) {
-            return (Offered::Done, out);
+        let forgotten = seq < self.floor[s] && !self.pending.contains_key(&(s, seq));
+        if self.done[s].contains(&seq) || forgotten {
+            return (Offered::Done, vec![]);
         }
-        self.pending
-            .entry((s, seq))
-            .or_insert_with(|| Pending {
-                parts: BTreeMap::new(),
-                first_seen: now,
-                published: None,
-            })
-            .parts
-            .insert(p, r);
+        self.wait_for((s, seq), r, now);
+        if self.catching_up {
+            return (Offered::Kept, self.over_cap());
+        }
         // This release may complete its seq or earlier ones of the stream.
-        let ready: Vec<(usize, u64)> = self
-            .pending
-            .range((s, 0)..=(s, seq))
-            .filter(|(&(_, q), w)| {
-                (0..self.input_partitions).all(|part| {
-                    w.parts.contains_key(&part)
-                        || (!self.is_keyed(s)
-                            && self.progress.get(&(s, part)).is_some_and(|&hi| hi > q))
-                })
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for k in ready {
-            let w = self.pending.remove(&k).expect("listed");
-            if w.published != Some(w.parts.len()) {
-                out.extend(self.build(k, &w));
-            }
-            self.mark_done(k);
-        }
+        let mut out = self.complete_up_to(s, seq);
         out.extend(self.over_cap());
         (Offered::Kept, out)
     }
@@ -223,8 +325,17 @@ impl Combiner {
     /// A fleet record read back from the topic (this or another instance's):
     /// a complete one ends the wait for its seq.
     pub(crate) fn seen(&mut self, f: &proto::FleetRelease) {
-        if let (Some(s), true) = (self.stream_of(&f.stream), f.complete) {
-            self.pending.remove(&(s, f.window_seq));
+        let Some(s) = self.stream_of(&f.stream) else {
+            return;
+        };
+        // The latest record a consumer keeps: a later one must hold more.
+        let parts: BTreeSet<i32> = f.partitions.iter().copied().collect();
+        let known = self.published[s].get(&f.window_seq);
+        if known.is_none_or(|old| parts.is_superset(old)) {
+            self.note_published(s, f.window_seq, parts);
+        }
+        if f.complete {
+            self.stop_waiting((s, f.window_seq));
             self.mark_done((s, f.window_seq));
         }
     }
@@ -232,7 +343,7 @@ impl Combiner {
     /// Change-one: partial records for seqs waiting longer than
     /// `fleet.max_wait` (each once per set of partitions).
     pub(crate) fn due(&mut self, now: Instant) -> Vec<proto::FleetRelease> {
-        let Some(wait) = self.timer else {
+        let Some(wait) = self.timer.filter(|_| !self.catching_up) else {
             return vec![];
         };
         let late: Vec<(usize, u64)> = self
@@ -250,48 +361,54 @@ impl Combiner {
             let w = self.pending.get_mut(&k).expect("listed");
             w.published = Some(w.parts.len());
             let w = &self.pending[&k];
-            out.extend(build(
+            let f = build(
                 &self.v,
                 &mut self.caches[k.0],
                 self.input_partitions,
                 k,
                 w,
                 None,
-            ));
+            );
+            out.extend(self.allow(k.0, f));
         }
         out
     }
 
-    /// Past `fleet.max_pending`: the oldest seqs (lowest, stream by stream
-    /// in plan order) go out with the partitions they have.
+    /// Past `fleet.max_pending` waiting seqs of one fleet stream: its
+    /// oldest goes out once with the partitions it has (not while catching
+    /// up: those were decided before the restart), and its later releases
+    /// are not combined again.
     fn over_cap(&mut self) -> Vec<proto::FleetRelease> {
         let mut out = vec![];
-        while self.pending.len() > self.max_pending {
-            // Private keys' waits go first (they are never published
-            // partial), so they never push out a plan stream's seq.
-            let keyed = self
-                .pending
-                .keys()
-                .filter(|k| self.is_keyed(k.0))
-                .min_by_key(|k| k.1)
-                .copied();
-            let (k, w) = match keyed {
-                Some(k) => (k, self.pending.remove(&k).expect("listed")),
-                None => self.pending.pop_first().expect("over the cap"),
+        loop {
+            let Some(s) =
+                (0..self.waiting_in.len()).find(|&s| self.waiting_in[s] > self.max_pending)
+            else {
+                return out;
             };
+            let k = *self
+                .pending
+                .range((s, 0)..=(s, u64::MAX))
+                .next()
+                .expect("a stream over the bound waits")
+                .0;
+            let w = self.stop_waiting(k).expect("listed");
             // A private key's partial record is never published.
-            if w.published != Some(w.parts.len()) && !self.is_keyed(k.0) {
-                out.extend(self.build(k, &w));
+            if !self.catching_up && w.published != Some(w.parts.len()) && !self.is_keyed(k.0) {
+                let f = self.build(k, &w);
+                out.extend(self.allow(k.0, f));
             }
+            self.mark_done(k);
         }
-        out
     }
 
     fn mark_done(&mut self, (s, seq): (usize, u64)) {
         let d = &mut self.done[s];
         d.insert(seq);
         while d.len() > self.max_pending {
-            d.pop_first();
+            if let Some(q) = d.pop_first() {
+                self.floor[s] = self.floor[s].max(q + 1);
+            }
         }
     }
 

@@ -84,11 +84,20 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating the fleet consumer")?;
-    consumer.assign(&start_positions(&consumer, topic, t)?)?;
-    let mut combiner = Combiner::new(t.v.clone(), t.input_partitions);
+    let (start, ends) = start_positions(&consumer, topic, t)?;
+    consumer.assign(&start)?;
+    // Nothing is decided before the look-back is read (combiner doc).
+    let mut combiner = Combiner::new(t.v.clone(), t.input_partitions).catching_up();
+    let mut catching_up = Some(Instant::now());
     let mut foreign = 0u64;
     while !*stop.borrow() {
         let mut out = vec![];
+        if let Some(since) = catching_up {
+            if read_to(&consumer, topic, &ends) || since.elapsed() > CATCH_UP_MAX {
+                out.extend(combiner.caught_up());
+                catching_up = None;
+            }
+        }
         if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
             let msg = msg.with_context(|| format!("reading {topic}"))?;
             match decode_output(&msg) {
@@ -127,15 +136,34 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     Ok(())
 }
 
+/// Longest a restarted combiner reads its look-back before deciding (a
+/// partition that cannot be read must not hold fleet records back forever).
+const CATCH_UP_MAX: Duration = Duration::from_secs(60);
+
+/// Whether the consumer has read every output partition up to `ends`.
+fn read_to(consumer: &BaseConsumer<Quiet>, topic: &str, ends: &[(i64, i64)]) -> bool {
+    let Ok(at) = consumer.position() else {
+        return false;
+    };
+    ends.iter().enumerate().all(|(p, &(start, end))| {
+        let pos = match at.find_partition(topic, p as i32).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => start,
+        };
+        pos >= end
+    })
+}
+
 /// Every output partition from `fleet.lookback` ago; where the broker has
 /// nothing that recent (or cannot tell), from its high watermark as read
 /// now — not "the end" at some later moment, which would skip releases
-/// written in between.
+/// written in between. Also each partition's (start, high watermark): the
+/// look-back to read before deciding.
 fn start_positions(
     consumer: &BaseConsumer<Quiet>,
     topic: &str,
     t: &FleetTask,
-) -> Result<TopicPartitionList> {
+) -> Result<(TopicPartitionList, Vec<(i64, i64)>)> {
     let since = crate::clock::now_ms() - t.v.fleet.lookback.as_millis() as i64;
     let timeout = Duration::from_secs(10);
     let mut ask = TopicPartitionList::new();
@@ -155,6 +183,7 @@ fn start_positions(
         tracing::warn!("fleet: cannot look back on {topic} ({e}); starting at its high watermarks");
     }
     let mut tpl = TopicPartitionList::new();
+    let mut ends = Vec::new();
     for p in 0..t.output_partitions {
         let at = match found.as_ref().ok().and_then(|f| f.find_partition(topic, p)) {
             Some(e) => match e.offset() {
@@ -164,8 +193,9 @@ fn start_positions(
             None => high[p as usize],
         };
         tpl.add_partition_offset(topic, p, Offset::Offset(at))?;
+        ends.push((at, high[p as usize]));
     }
-    Ok(tpl)
+    Ok((tpl, ends))
 }
 
 async fn publish(
