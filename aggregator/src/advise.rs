@@ -105,9 +105,22 @@ pub async fn run_with_rng<R: Rng + Send>(
     let cost = in_budget_units(budget.measure, opts.epsilon);
     writeln!(
         out,
-        "fleetdp advise: stream {}, ε = {} per device ({unit} = {cost}), counted against horizon {horizon}'s budget of {unit} = {}; recorded in {state}",
+        "fleetdp advise: stream {}, ε = {} per device ({unit} = {cost}), counted against horizon {horizon}'s budget of {unit} = {}",
         opts.stream, opts.epsilon, budget.per_horizon
     )?;
+    // The input must be there before any spend is recorded.
+    {
+        let (base, topic) = (base.clone(), k.input_topic.clone());
+        tokio::task::spawn_blocking(move || -> Result<usize> {
+            let consumer: rdkafka::consumer::BaseConsumer<kafka::Quiet> =
+                base.create_with_context(kafka::Quiet)?;
+            kafka::partition_count(&consumer, &topic, std::time::Duration::from_secs(10))
+                .with_context(|| {
+                    format!("kafka.input_topic {topic:?}: nothing to sample, nothing recorded")
+                })
+        })
+        .await??;
+    }
     let (_tx, stop) = tokio::sync::watch::channel(false);
     let quiet = |_: &str, _: u64, _: u64| {};
     // Earlier runs of this horizon.
@@ -184,6 +197,7 @@ pub async fn run_with_rng<R: Rng + Send>(
     )
     .await
     .with_context(|| format!("recording the spend in {state}"))?;
+    writeln!(out, "spend recorded in {state}")?;
     let values = sample(v, index, opts, &base, stop).await?;
     let a = advise(rng, &values, &spec).map_err(|e| anyhow!("{e}"))?;
     report(v, index, opts, &a, out)

@@ -103,6 +103,9 @@ pub struct StatusBoard {
     /// Liveness bound: a heartbeat older than this is a stalled loop (ms;
     /// 0: never stalled).
     stall_ms: i64,
+    /// Probe bodies say no exact input count (lag, records restored): under
+    /// add-remove or `http.hide_exact_counts`, as `/api/status`.
+    hide_counts: bool,
 }
 
 /// The label of a statistic's component: `mean`, `histogram[3]`, `quantile(0.5)`.
@@ -131,7 +134,16 @@ impl StatusBoard {
             ready_max_lag,
             heartbeat_ms: AtomicI64::new(0),
             stall_ms: stall.as_millis().min(i64::MAX as u128) as i64,
+            hide_counts: false,
         }
+    }
+
+    /// Probe bodies without exact input counts (`true` under add-remove or
+    /// `http.hide_exact_counts`): a partition is "behind by more than the
+    /// bound", a restore says what it reads but not how much.
+    pub fn hiding_exact_counts(mut self, hide: bool) -> Self {
+        self.hide_counts = hide;
+        self
     }
 
     /// The consuming loop is alive at `now_ms`.
@@ -289,6 +301,12 @@ impl StatusBoard {
     fn ready_locked(&self, b: &Board) -> Result<(), String> {
         self.health(crate::clock::now_ms())?;
         if let Some(r) = &b.restoring {
+            if self.hide_counts {
+                // "counting device charges: 40 of at most 90 records": the
+                // step, not the counts.
+                let step = r.split(':').next().unwrap_or("");
+                return Err(format!("restoring state: {step}"));
+            }
             return Err(format!("restoring state: {r}"));
         }
         if b.assigned.is_empty() {
@@ -297,6 +315,12 @@ impl StatusBoard {
         for p in &b.assigned {
             match b.lag.get(p) {
                 None => return Err(format!("partition {p}: lag not measured yet")),
+                Some(&l) if l > self.ready_max_lag && self.hide_counts => {
+                    return Err(format!(
+                        "partition {p}: more messages behind than the bound ({})",
+                        self.ready_max_lag
+                    ))
+                }
                 Some(&l) if l > self.ready_max_lag => {
                     return Err(format!(
                         "partition {p}: {l} messages behind (bound {})",
@@ -425,5 +449,29 @@ mod tests {
         );
         b.restoring(None);
         assert_eq!(b.ready(), Ok(()));
+    }
+
+    /// Issue: under `hide_exact_counts`, `/readyz` answered "partition 0:
+    /// 1234 messages behind" — the exact input count hidden from `/metrics`.
+    #[test]
+    fn hidden_counts_stay_out_of_the_probe_bodies() {
+        for hide in [false, true] {
+            let b = StatusBoard::new(10, Duration::from_secs(5)).hiding_exact_counts(hide);
+            b.rebalanced(&[0], &[]);
+            b.set_lag(0, 1234, 1_000_000);
+            b.beat(crate::clock::now_ms());
+            let why = b.ready().unwrap_err();
+            assert_eq!(why.contains("1234"), !hide, "{why}");
+            assert!(
+                why.contains("partition 0") && why.contains("bound"),
+                "{why}"
+            );
+            b.restoring(Some(
+                "counting device charges: 40 of at most 90 records of s".into(),
+            ));
+            let why = b.ready().unwrap_err();
+            assert!(why.contains("counting device charges"), "{why}");
+            assert_eq!(why.contains("40"), !hide, "{why}");
+        }
     }
 }

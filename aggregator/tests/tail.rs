@@ -272,6 +272,24 @@ fn advise_proposes_bounds_records_its_spend_and_refuses_past_the_budget() {
         assert!(fleetdp::advise::run(&v, &opts(0.0), &mut Vec::new())
             .await
             .is_err());
+        // A missing input topic: refused naming it, nothing recorded, and
+        // the output does not claim otherwise (it printed "recorded" first).
+        let mut gone = t.regroup();
+        gone.input = unique("advise-missing-in");
+        let v2 = config(
+            &broker,
+            &gone,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            TEMP,
+        );
+        let mut said = Vec::new();
+        let e = fleetdp::advise::run(&v2, &opts(0.1), &mut said)
+            .await
+            .unwrap_err();
+        let said = String::from_utf8(said).unwrap();
+        assert!(format!("{e:#}").contains("kafka.input_topic"), "{e:#}");
+        assert!(!said.contains("recorded"), "{said}");
         let recorded = tokio::task::block_in_place(|| read_all(&broker, &t.state))
             .into_iter()
             .filter(|m| m.headers.get("fleetdp-record").map(String::as_str) == Some("advise"))

@@ -53,6 +53,65 @@ impl Described {
         self.message.full_name()
     }
 
+    /// Check that `path` can find a value in this message: each part names a
+    /// field (by its proto name) of the message it is in, a list index or a
+    /// map key, and it does not end on or pass through a `bytes` field
+    /// (bytes are never read). A mapping whose path names no field would
+    /// dead-letter every message as missing that value.
+    pub fn check_path(&self, path: &Path) -> Result<(), String> {
+        use prost_reflect::Kind;
+        let mut message = self.message.clone();
+        let mut tokens = path.tokens().iter().peekable();
+        while let Some(t) = tokens.next() {
+            let field = message.get_field_by_name(t).ok_or_else(|| {
+                let known: Vec<String> = message
+                    .fields()
+                    .map(|f| f.name().to_string())
+                    .take(20)
+                    .collect();
+                format!(
+                    "{:?}: no field {t:?} in {} (it has: {})",
+                    path.as_str(),
+                    message.full_name(),
+                    known.join(", ")
+                )
+            })?;
+            let mut kind = field.kind();
+            if field.is_list() || field.is_map() {
+                let Some(index) = tokens.next() else {
+                    // A whole list or map: a value only as a whole.
+                    return Ok(());
+                };
+                if field.is_list() && index.parse::<usize>().is_err() {
+                    return Err(format!(
+                        "{:?}: {t:?} is a repeated field: the next part must be an index, not {index:?}",
+                        path.as_str()
+                    ));
+                }
+                if let (true, Kind::Message(entry)) = (field.is_map(), &kind) {
+                    kind = entry.map_entry_value_field().kind();
+                }
+            }
+            match kind {
+                Kind::Bytes => {
+                    return Err(format!(
+                        "{:?}: {t:?} is a bytes field, which FleetDP never reads",
+                        path.as_str()
+                    ))
+                }
+                Kind::Message(m) => message = m,
+                _ if tokens.peek().is_some() => {
+                    return Err(format!(
+                        "{:?}: {t:?} is a scalar field; nothing lies below it",
+                        path.as_str()
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Check a Schema Registry message-index path against the declared
     /// message: the indexes name a message of the declared message's file
     /// (`[0]`: its first top-level message; nested ones by further indexes).
@@ -289,6 +348,37 @@ pub fn example_report(
 mod tests {
     use super::*;
     use crate::{Decoder, Format, Limits, Mapping, Path, TimeUnit};
+
+    /// Issue: `plan` accepted paths to missing fields (every message then
+    /// dead-lettered as missing the value) and to bytes fields (never read).
+    #[test]
+    fn paths_must_name_readable_fields() {
+        let d = Described::new(&example_descriptor_set(), "acme.v1.Telemetry").unwrap();
+        let check = |p: &str| d.check_path(&Path::parse(p).unwrap());
+        for ok in ["vin", "/ts", "cabin.temp", "tyres.0", "tyres", "cabin"] {
+            assert_eq!(check(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("cabin.humidity", "no field \"humidity\""),
+            ("speed", "it has: vin, ts, cabin"),
+            ("tyres.front", "must be an index"),
+            ("vin.x", "scalar"),
+        ] {
+            let e = check(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // A bytes field.
+        let mut set = prost_types::FileDescriptorSet::decode(&*example_descriptor_set()).unwrap();
+        let telemetry = &mut set.file[0].message_type[0];
+        let mut raw = telemetry.field[0].clone();
+        raw.name = Some("raw".into());
+        raw.number = Some(9);
+        raw.r#type = Some(prost_types::field_descriptor_proto::Type::Bytes as i32);
+        telemetry.field.push(raw);
+        let d = Described::new(&set.encode_to_vec(), "acme.v1.Telemetry").unwrap();
+        let e = d.check_path(&Path::parse("raw").unwrap()).unwrap_err();
+        assert!(e.contains("bytes field"), "{e}");
+    }
 
     fn decoder(framing: crate::Framing) -> Decoder {
         let d = Described::new(&example_descriptor_set(), "acme.v1.Telemetry").unwrap();

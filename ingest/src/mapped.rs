@@ -34,6 +34,17 @@ impl Path {
     /// Parse a path; the error says why.
     pub fn parse(text: &str) -> Result<Path, String> {
         let tokens: Vec<String> = if let Some(rest) = text.strip_prefix('/') {
+            // RFC 6901: `~` only as `~0` (a `~`) or `~1` (a `/`).
+            let bad = rest
+                .split('~')
+                .skip(1)
+                .find(|after| !after.starts_with('0') && !after.starts_with('1'));
+            if let Some(after) = bad {
+                let next: String = after.chars().take(1).collect();
+                return Err(format!(
+                    "{text:?} is not a JSON Pointer: \"~{next}\" is no escape (write ~0 for a ~ and ~1 for a /)"
+                ));
+            }
             rest.split('/')
                 .map(|t| t.replace("~1", "/").replace("~0", "~"))
                 .collect()
@@ -326,9 +337,11 @@ mod tests {
             Some(&Value::from(1))
         );
         assert_eq!(Path::parse("a.zz").unwrap().find(&doc), None);
-        for bad in ["", "/", "a..b", "/a//b"] {
+        for bad in ["", "/", "a..b", "/a//b", "/a~2b", "/a~", "/~x"] {
             assert!(Path::parse(bad).is_err(), "{bad:?}");
         }
+        assert!(Path::parse("/a~2b").unwrap_err().contains("~2"));
+        assert_eq!(Path::parse("/a~0~1b").unwrap().tokens(), ["a~/b"]);
     }
 
     #[test]

@@ -67,9 +67,24 @@ impl InputConfig {
             (Some(path), Some(name)) => {
                 let field = "input.protobuf_descriptor_set";
                 let bytes = super::files::read_bounded(field, path, MAX_DESCRIPTOR_SET_BYTES)?;
-                ingest::Described::new(&bytes, name)
-                    .map(Some)
-                    .map_err(|e| anyhow!("input.protobuf_message / {field} ({}): {e}", path.display()))
+                let described = ingest::Described::new(&bytes, name).map_err(|e| {
+                    anyhow!("input.protobuf_message / {field} ({}): {e}", path.display())
+                })?;
+                // Every mapped path must name a readable field.
+                let paths = [("device_id", &self.device_id), ("event_time", &self.event_time)]
+                    .into_iter()
+                    .map(|(k, p)| (format!("input.{k}"), p))
+                    .chain(self.streams.iter().map(|(k, p)| (format!("input.streams.{k}"), p)))
+                    .chain(self.labels.iter().map(|(k, p)| (format!("input.labels.{k}"), p)));
+                for (setting, text) in paths {
+                    // Unparsable paths are reported by the mapping.
+                    if let Ok(p) = Path::parse(text) {
+                        described
+                            .check_path(&p)
+                            .map_err(|e| anyhow!("{setting}: {e}"))?;
+                    }
+                }
+                Ok(Some(described))
             }
         }
     }

@@ -81,10 +81,12 @@ pub const MAX_POLL_INTERVAL_MS: &str = "1800000";
 
 impl Pipeline {
     pub fn new(v: Validated, key: ReleaseKey) -> Self {
-        let board = Arc::new(StatusBoard::new(
-            v.config.http.ready_max_lag,
-            v.stall_timeout,
-        ));
+        let hide = v.plan.privacy.relation == crate::dp::relation::Relation::AddRemove
+            || v.config.http.hide_exact_counts;
+        let board = Arc::new(
+            StatusBoard::new(v.config.http.ready_max_lag, v.stall_timeout)
+                .hiding_exact_counts(hide),
+        );
         Self {
             v: Arc::new(v),
             key,
