@@ -77,27 +77,23 @@ fn zero_width(nodes: &[Node], n: usize, depth: usize) -> bool {
 impl Compiled {
     /// Compile `schema`; `None` when it uses a type left to apache-avro.
     pub(crate) fn new(schema: &Schema) -> Option<Compiled> {
-        let resolved = ResolvedSchema::try_from(schema).ok()?;
-        let mut c = Compiler {
-            names: resolved.get_names(),
-            memo: HashMap::new(),
-            nodes: Vec::new(),
-            lenient: false,
-        };
-        c.node(schema, &None)?;
-        Some(Compiled { nodes: c.nodes })
+        Self::compile(schema, false)
     }
 
     /// For a schema [`Compiled::new`] leaves to apache-avro: the walk that
     /// checks a message's item count before apache-avro builds it (`uuid`
     /// read as the string it is written as, `big-decimal` as its bytes).
     pub(crate) fn scanner(schema: &Schema) -> Option<Compiled> {
+        Self::compile(schema, true)
+    }
+
+    fn compile(schema: &Schema, lenient: bool) -> Option<Compiled> {
         let resolved = ResolvedSchema::try_from(schema).ok()?;
         let mut c = Compiler {
             names: resolved.get_names(),
             memo: HashMap::new(),
             nodes: Vec::new(),
-            lenient: true,
+            lenient,
         };
         c.node(schema, &None)?;
         Some(Compiled { nodes: c.nodes })
