@@ -22,6 +22,11 @@ pub struct Described {
     compiled: Option<Arc<Compiled>>,
 }
 
+/// The first 20 of `names`, for an error that says what there is.
+fn some_names(names: impl Iterator<Item = String>) -> String {
+    names.take(20).collect::<Vec<_>>().join(", ")
+}
+
 /// Deepest nesting converted (deeper messages are refused as undecodable).
 pub(crate) const MAX_DEPTH: usize = 32;
 
@@ -34,15 +39,8 @@ impl Described {
         let pool = DescriptorPool::from_file_descriptor_set(set)
             .map_err(|e| format!("the descriptor set does not resolve: {e}"))?;
         let message = pool.get_message_by_name(name).ok_or_else(|| {
-            let known: Vec<String> = pool
-                .all_messages()
-                .map(|m| m.full_name().to_string())
-                .take(20)
-                .collect();
-            format!(
-                "no message {name:?} in the descriptor set (it has: {})",
-                known.join(", ")
-            )
+            let known = some_names(pool.all_messages().map(|m| m.full_name().to_string()));
+            format!("no message {name:?} in the descriptor set (it has: {known})")
         })?;
         let compiled = Compiled::new(&message).map(Arc::new);
         Ok(Described { message, compiled })
@@ -64,16 +62,11 @@ impl Described {
         let mut tokens = path.tokens().iter().peekable();
         while let Some(t) = tokens.next() {
             let field = message.get_field_by_name(t).ok_or_else(|| {
-                let known: Vec<String> = message
-                    .fields()
-                    .map(|f| f.name().to_string())
-                    .take(20)
-                    .collect();
+                let known = some_names(message.fields().map(|f| f.name().to_string()));
                 format!(
-                    "{:?}: no field {t:?} in {} (it has: {})",
+                    "{:?}: no field {t:?} in {} (it has: {known})",
                     path.as_str(),
-                    message.full_name(),
-                    known.join(", ")
+                    message.full_name()
                 )
             })?;
             let mut kind = field.kind();

@@ -74,28 +74,39 @@ impl<'de> Visitor<'de> for Payload<'_> {
         // The fields read, each at most once (a key named twice is refused:
         // another reader may take the first where FleetDP took the last).
         let mut seen = 0u8;
-        const FIELDS: [&str; 6] = [
-            "readings",
-            "device_id",
-            "stream",
-            "value",
-            "event_time_ms",
-            "labels",
-        ];
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if let Some(i) = FIELDS.iter().position(|f| *f == key) {
-                if seen & (1 << i) != 0 {
-                    return Err(crate::strict_json::duplicate(&key));
-                }
-                seen |= 1 << i;
+        let mut first = |bit: u8, key: &str| {
+            if seen & bit != 0 {
+                return Err(crate::strict_json::duplicate::<A::Error>(key));
             }
+            seen |= bit;
+            Ok(())
+        };
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             match key.as_ref() {
-                "readings" => list = Some(map.next_value_seed(List(self))?),
-                "device_id" => one.device_id = map.next_value()?,
-                "stream" => one.stream = map.next_value()?,
-                "value" => one.value = map.next_value()?,
-                "event_time_ms" => one.event_time_ms = map.next_value()?,
-                "labels" => one.labels = map.next_value()?,
+                "readings" => {
+                    first(1, &key)?;
+                    list = Some(map.next_value_seed(List(self))?)
+                }
+                "device_id" => {
+                    first(2, &key)?;
+                    one.device_id = map.next_value()?
+                }
+                "stream" => {
+                    first(4, &key)?;
+                    one.stream = map.next_value()?
+                }
+                "value" => {
+                    first(8, &key)?;
+                    one.value = map.next_value()?
+                }
+                "event_time_ms" => {
+                    first(16, &key)?;
+                    one.event_time_ms = map.next_value()?
+                }
+                "labels" => {
+                    first(32, &key)?;
+                    one.labels = map.next_value()?
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -275,16 +275,7 @@ pub struct Validated {
 impl Validated {
     /// The plan identity of planned stream `stream` (its declared stream's).
     pub fn identity(&self, stream: usize) -> &PlanIdentity {
-        let s = &self.plan.streams[stream];
-        let declared = s.group.as_ref().map_or(&s.spec.name, |g| &g.base);
-        &self.identities[declared]
-    }
-
-    /// The plan identity of the declared stream a lane name (`temp`,
-    /// `temp[firmware=4.2]`) belongs to; `None` if no such stream is declared.
-    pub fn identity_of_lane(&self, lane: &str) -> Option<&PlanIdentity> {
-        let declared = lane.split_once('[').map_or(lane, |(d, _)| d);
-        self.identities.get(declared).map(|i| &**i)
+        &self.identities[self.plan.streams[stream].declared_name()]
     }
 
     /// The dimensions some stream groups by, with their declared values
@@ -500,7 +491,7 @@ impl Config {
                 let per_window = plan
                     .streams
                     .iter()
-                    .filter(|s| s.group.as_ref().map_or(&s.spec.name, |g| &g.base) == &spec.name)
+                    .filter(|s| s.declared_name() == spec.name)
                     .map(|s| &s.per_window)
                     .collect();
                 let identity = PlanIdentity::new(identity::Inputs {

@@ -16,6 +16,11 @@ use anyhow::{Context as _, Result};
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// What every plan-change refusal tells the operator to do.
+const PLAN_CHANGE_FIX: &str =
+    "restore the previous settings, or, at a horizon boundary, restart with \
+     `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)";
+
 /// A shared [`crate::kafka::ReadProgress`] callback.
 type Progress = std::sync::Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
 
@@ -85,9 +90,7 @@ impl Consuming<'_> {
                 if !self.opts.allow_plan_change {
                     anyhow::bail!(
                         "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
-                         Within a horizon this would give devices fresh caps or another spend per window; \
-                         restore the previous settings, or, at a horizon boundary, restart with \
-                         `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)",
+                         Within a horizon this would give devices fresh caps or another spend per window; {PLAN_CHANGE_FIX}",
                         c.describe()
                     );
                 }
@@ -118,8 +121,7 @@ impl Consuming<'_> {
                     if !self.opts.allow_plan_change {
                         anyhow::bail!(
                             "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
-                             restore the previous settings, or, at a horizon boundary, restart with \
-                             `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)",
+                             {PLAN_CHANGE_FIX}",
                             ch.describe()
                         );
                     }
@@ -241,9 +243,7 @@ impl Consuming<'_> {
                 anyhow::bail!(
                     "lane '{stream}' partition {partition}: the state topic holds live charges of it, but the \
                      running plan has no such lane: the plan changed since its state was written ({}). Within a \
-                     horizon this would give its devices fresh caps; restore the previous settings, or, at a \
-                     horizon boundary, restart with `fleetdp run --allow-plan-change` (see the README's \
-                     playbook: changing the plan)",
+                     horizon this would give its devices fresh caps; {PLAN_CHANGE_FIX}",
                     c.describe()
                 );
             }

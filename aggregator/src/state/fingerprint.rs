@@ -42,6 +42,12 @@ pub fn fingerprint(
     }
 }
 
+/// The declared stream of a lane name (`temp[firmware=4.2]` → `temp`;
+/// stream names hold no `[`).
+fn declared_of(lane: &str) -> &str {
+    lane.split_once('[').map_or(lane, |(d, _)| d)
+}
+
 /// Recorded lanes (of the partitions being restored) that the running plan
 /// has no lane for — `planned` says which names it has — each with what
 /// changed: the named settings of its declared stream where both sides
@@ -59,12 +65,12 @@ pub fn unplanned_lanes(
     lanes
         .into_iter()
         .map(|lane| {
-            let declared = lane.0.split_once('[').map_or(&*lane.0, |(d, _)| d);
+            let declared = declared_of(&lane.0);
             let now = v
                 .plan
                 .streams
                 .iter()
-                .position(|s| s.group.as_ref().map_or(&s.spec.name, |g| &g.base) == declared)
+                .position(|s| s.declared_name() == declared)
                 .map(|i| fingerprint(v, i, input_partitions));
             let change = match (now, recorded(&lane)) {
                 (Some(now), Some(then)) => PlanChange::between(&then, &now),
@@ -175,7 +181,7 @@ impl PlanChange {
 
     /// State of lane `lane` whose declared stream is no longer in the plan.
     pub fn undeclared(lane: &str) -> PlanChange {
-        let declared = lane.split_once('[').map_or(lane, |(d, _)| d);
+        let declared = declared_of(lane);
         PlanChange {
             changed: vec![(
                 format!("stream '{declared}' (lane {lane})"),
