@@ -12,9 +12,12 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// What the handlers read.
 pub struct HttpState {
@@ -70,8 +73,9 @@ pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
 /// Listen on `addr` and serve until the runtime ends (needs a tokio
 /// runtime). Returns the bound address. Hostile clients are bounded: at
 /// most [`MAX_CONNECTIONS`] at once, [`HEADER_READ_TIMEOUT`] to send
-/// headers, [`CONNECTION_LIFETIME`] in all, and accept errors (such as
-/// running out of file descriptors) back off instead of spinning.
+/// headers, [`CONNECTION_LIFETIME`] in all; out of file descriptors, the
+/// oldest connection not yet served a request is closed to accept the next
+/// (`OpenConnections`); other accept errors back off instead of spinning.
 pub async fn serve(addr: &str, state: Arc<HttpState>) -> Result<SocketAddr> {
     listen(addr, "http.listen", state, Routes::All).await
 }
@@ -105,6 +109,7 @@ async fn listen(
         .with_context(|| format!("{field}: cannot listen on {sock}"))?;
     let bound = listener.local_addr()?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let open = Arc::new(Mutex::new(OpenConnections::default()));
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(10);
         loop {
@@ -112,6 +117,12 @@ async fn listen(
                 Ok((stream, _)) => {
                     backoff = Duration::from_millis(10);
                     stream
+                }
+                Err(e) if out_of_descriptors(&e) && open.lock().expect("lock").shed() => {
+                    // A descriptor is freed as the shed connection's task
+                    // ends: accept again at once.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    continue;
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "accept failed; backing off");
@@ -125,8 +136,12 @@ async fn listen(
                 continue;
             };
             let st = state.clone();
+            let served = Arc::new(AtomicBool::new(false));
+            let (id, shed) = open.lock().expect("lock").add(served.clone());
+            let open = open.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req| {
+                    served.store(true, Ordering::Relaxed);
                     let st = st.clone();
                     async move { Ok::<_, std::convert::Infallible>(handle(&req, &st, routes)) }
                 });
@@ -134,12 +149,62 @@ async fn listen(
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT)
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-                let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+                tokio::select! {
+                    _ = tokio::time::timeout(CONNECTION_LIFETIME, conn) => {}
+                    _ = shed => {}
+                }
+                open.lock().expect("lock").remove(id);
                 drop(slot);
             });
         }
     });
     Ok(bound)
+}
+
+/// Whether accepting failed for want of file descriptors (the process's
+/// or the system's).
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// A listener's open connections, oldest first. When the process runs out
+/// of file descriptors (hundreds of clients that connect and never send a
+/// request, under a low `ulimit -n`), the oldest connection that has not
+/// been served a request is closed so the next one in the queue, a probe
+/// perhaps, is accepted at once instead of after the header timeout.
+#[derive(Default)]
+struct OpenConnections {
+    next: u64,
+    /// id → (whether it was served a request, its close switch).
+    conns: BTreeMap<u64, (Arc<AtomicBool>, oneshot::Sender<()>)>,
+}
+
+impl OpenConnections {
+    fn add(&mut self, served: Arc<AtomicBool>) -> (u64, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        self.next += 1;
+        self.conns.insert(self.next, (served, tx));
+        (self.next, rx)
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.conns.remove(&id);
+    }
+
+    /// Close the oldest connection never served a request, else the
+    /// oldest one; false when there is none.
+    fn shed(&mut self) -> bool {
+        let id = self
+            .conns
+            .iter()
+            .find(|(_, (served, _))| !served.load(Ordering::Relaxed))
+            .or_else(|| self.conns.iter().next())
+            .map(|(id, _)| *id);
+        let Some(id) = id else { return false };
+        let (_, close) = self.conns.remove(&id).expect("listed");
+        let _ = close.send(());
+        true
+    }
 }
 
 fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {

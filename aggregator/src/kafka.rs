@@ -171,6 +171,29 @@ pub async fn ensure_topics(
     Ok(())
 }
 
+/// A topic's configuration value `name` as the cluster reports it (`None`:
+/// not reported, e.g. left at the broker's default).
+pub async fn topic_config(
+    config: &ClientConfig,
+    topic: &str,
+    name: &str,
+) -> Result<Option<String>> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().context("creating admin client")?;
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let results = admin
+        .describe_configs(&[rdkafka::admin::ResourceSpecifier::Topic(topic)], &opts)
+        .await
+        .with_context(|| format!("describing topic {topic}"))?;
+    for r in results {
+        let resource = r.map_err(|e| anyhow!("describing topic {topic}: {e}"))?;
+        if let Some(entry) = resource.get(name) {
+            return Ok(entry.value.clone());
+        }
+    }
+    Ok(None)
+}
+
 /// Partition count of a topic, or an error naming it when it does not exist.
 pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,

@@ -83,8 +83,16 @@ struct Board {
     lag: BTreeMap<i32, i64>,
     /// Input partition → the latest moment (ms) up to which every message
     /// appended is known to be handled (a lag probe that asked then found
-    /// lag 0).
+    /// lag 0, or whose high watermark the position has since passed).
     read_until: BTreeMap<i32, i64>,
+    /// Input partition → (high watermark, moment asked) of a lag probe that
+    /// found the pipeline behind: once the position reaches that watermark,
+    /// everything appended before the moment is handled. Without it a probe
+    /// that happened to find one message unhandled would hold the
+    /// partition's time windows back a whole probe interval, so when a
+    /// window is released would depend on how much input there was
+    /// (docs/DESIGN.md §8).
+    behind: BTreeMap<i32, (i64, i64)>,
     assigned: Vec<i32>,
     releases: u64,
     /// What restoring newly assigned partitions has read so far, while it runs.
@@ -248,11 +256,20 @@ impl StatusBoard {
         b.positions.retain(|p, _| now.contains(p));
         b.lag.retain(|p, _| now.contains(p));
         b.read_until.retain(|p, _| now.contains(p));
+        b.behind.retain(|p, _| now.contains(p));
     }
 
     /// The next offset the pipeline will handle on `partition`.
     pub fn set_position(&self, partition: i32, next_offset: i64) {
-        self.lock().positions.insert(partition, next_offset);
+        let mut b = self.lock();
+        b.positions.insert(partition, next_offset);
+        if let Some(&(high, asked)) = b.behind.get(&partition) {
+            if next_offset >= high {
+                b.behind.remove(&partition);
+                let t = b.read_until.entry(partition).or_insert(asked);
+                *t = (*t).max(asked);
+            }
+        }
     }
 
     /// Assigned partitions and their positions, for the lag probe.
@@ -264,13 +281,16 @@ impl StatusBoard {
             .collect()
     }
 
-    /// The lag probe's result for a partition, asked at `asked_ms`.
-    pub fn set_lag(&self, partition: i32, lag: i64, asked_ms: i64) {
+    /// The lag probe's result for a partition: asked at `asked_ms`, the
+    /// high watermark was `high` and the pipeline `lag` messages behind it.
+    pub fn set_lag(&self, partition: i32, lag: i64, high: i64, asked_ms: i64) {
         let mut b = self.lock();
         b.lag.insert(partition, lag);
         if lag == 0 {
             let t = b.read_until.entry(partition).or_insert(asked_ms);
             *t = (*t).max(asked_ms);
+        } else {
+            b.behind.insert(partition, (high, asked_ms));
         }
         drop(b);
         telemetry::lag(partition, lag);
@@ -424,7 +444,7 @@ mod tests {
         let why = b.health(1_006_000).unwrap_err();
         assert!(why.contains("6.0 s"), "{why}");
         b.rebalanced(&[0], &[]);
-        b.set_lag(0, 0, 1_000_000);
+        b.set_lag(0, 0, 10, 1_000_000);
         b.beat(crate::clock::now_ms() - 10_000);
         assert!(b.ready().unwrap_err().contains("not moved"));
         b.beat(crate::clock::now_ms());
@@ -436,7 +456,7 @@ mod tests {
     fn restoring_is_not_ready_and_shows_its_progress() {
         let b = StatusBoard::new(10, Duration::from_secs(5));
         b.rebalanced(&[0], &[]);
-        b.set_lag(0, 0, 1_000_000);
+        b.set_lag(0, 0, 10, 1_000_000);
         b.beat(crate::clock::now_ms());
         assert_eq!(b.ready(), Ok(()));
         b.restoring(Some(
@@ -458,7 +478,7 @@ mod tests {
         for hide in [false, true] {
             let b = StatusBoard::new(10, Duration::from_secs(5)).hiding_exact_counts(hide);
             b.rebalanced(&[0], &[]);
-            b.set_lag(0, 1234, 1_000_000);
+            b.set_lag(0, 1234, 1244, 1_000_000);
             b.beat(crate::clock::now_ms());
             let why = b.ready().unwrap_err();
             assert_eq!(why.contains("1234"), !hide, "{why}");
@@ -473,5 +493,32 @@ mod tests {
             assert!(why.contains("counting device charges"), "{why}");
             assert_eq!(why.contains("40"), !hide, "{why}");
         }
+    }
+
+    /// A probe that found the pipeline a message behind: once the position
+    /// passes the watermark it saw, the moment it asked counts as read
+    /// (before: only the next probe that found no lag moved it, a whole
+    /// probe interval later for one more message of input).
+    #[test]
+    fn a_probe_that_found_lag_counts_once_the_position_passes_its_watermark() {
+        let b = StatusBoard::new(10, Duration::from_secs(5));
+        b.rebalanced(&[0, 1], &[]);
+        b.set_position(0, 7);
+        b.set_lag(0, 3, 10, 5_000);
+        assert_eq!(b.read_until(0), i64::MIN, "still behind");
+        b.set_position(0, 9);
+        assert_eq!(b.read_until(0), i64::MIN, "still behind");
+        b.set_position(0, 10);
+        assert_eq!(b.read_until(0), 5_000);
+        // Never backwards; the other partition is its own.
+        b.set_lag(0, 0, 10, 4_000);
+        assert_eq!(b.read_until(0), 5_000);
+        assert_eq!(b.read_until(1), i64::MIN);
+        // A revoked partition forgets what it was behind.
+        b.set_lag(1, 2, 20, 6_000);
+        b.rebalanced(&[], &[1]);
+        b.rebalanced(&[1], &[]);
+        b.set_position(1, 25);
+        assert_eq!(b.read_until(1), i64::MIN);
     }
 }

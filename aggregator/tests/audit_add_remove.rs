@@ -105,7 +105,7 @@ fn block(s: &StreamPlan, key: &ReleaseKey, run: u64, extra: bool) -> Vec<(Publis
         }
     }
     let end = t0 + horizon;
-    w.close_due(end, |_| end, usize::MAX, &mut closed);
+    w.close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
     assert_eq!(closed.len() as u64, BLOCK);
     closed
         .iter()

@@ -119,7 +119,7 @@ fn run(text: &str, msgs: &[Msg]) -> Windows {
     }
     let end = T0 + 4 * DAY;
     p.windower_mut()
-        .close_due(end, |_| end, usize::MAX, &mut closed);
+        .close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
     closed
         .into_iter()
         .map(|w| {

@@ -115,7 +115,7 @@ fn run_as(
     if relation == "add-remove" {
         let next_day = T0 + 100 * HOUR;
         p.windower_mut()
-            .close_due(next_day, |_| next_day, usize::MAX, &mut closed);
+            .close_due(next_day, |_| next_day, |_| 0, usize::MAX, &mut closed);
     }
     let mut out: BTreeMap<String, Vec<ClosedWindow>> = BTreeMap::new();
     for w in closed {
@@ -548,7 +548,7 @@ fn registry_updates_route_alike_when_preparing_ahead() {
         }
         let next_day = T0 + 100 * HOUR;
         p.windower_mut()
-            .close_due(next_day, |_| next_day, usize::MAX, &mut closed);
+            .close_due(next_day, |_| next_day, |_| 0, usize::MAX, &mut closed);
         let mut out: Vec<(String, u64, Vec<i64>)> = closed
             .into_iter()
             .filter(|w| !w.values.is_empty())

@@ -8,7 +8,9 @@
 //! - an idle instance applies its assignment without a message arriving;
 //! - a dead letter too large for the producer is sent truncated (it used to
 //!   be retried forever, and nothing behind it was processed);
-//! - a missing dead-letter or state topic is an error at start.
+//! - a missing dead-letter or state topic is an error at start;
+//! - under add-remove, an output topic stamped with the broker's clock
+//!   (LogAppendTime, which shows when each release arrived) is warned about.
 
 mod harness;
 
@@ -309,5 +311,76 @@ fn foreign_records_in_the_internal_topics_are_skipped_and_counted() {
             "one foreign record per topic, skipped on each restore: {}",
             count(&c.restore_skipped)
         );
+    });
+}
+
+/// Under add-remove the output topic's record timestamps are FleetDP's (a
+/// window's due moment); a topic set to LogAppendTime replaces them with
+/// the arrival moment. `run` warns about it at start, naming the setting;
+/// an output topic with CreateTime gets no such line.
+#[test]
+fn an_output_topic_stamped_by_the_broker_is_warned_about_under_add_remove() {
+    let broker = Broker::start();
+    if !broker.is_external() {
+        // A child process cannot reach the in-process mock cluster.
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        for stamp in ["LogAppendTime", "CreateTime"] {
+            let t = Topics::new(&format!("stamp-{}", stamp.to_lowercase()));
+            broker
+                .create_topics(&[(&t.input, 1), (&t.dlq, 1), (&t.state, 1)])
+                .await;
+            let admin: rdkafka::admin::AdminClient<_> = broker.client().create().unwrap();
+            let topic = rdkafka::admin::NewTopic::new(
+                &t.output,
+                1,
+                rdkafka::admin::TopicReplication::Fixed(1),
+            )
+            .set("message.timestamp.type", stamp);
+            let made = admin
+                .create_topics(&[topic], &rdkafka::admin::AdminOptions::new())
+                .await
+                .unwrap();
+            assert!(made.iter().all(|r| r.is_ok()), "{made:?}");
+            let port = free_port();
+            let text = config_text(
+                &broker,
+                &t,
+                "relation = \"add-remove\"\nepsilon_per_device = 1.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_STAMP_KEY\"",
+                &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+                "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow = \"10s\"\nstatistics = [\"count\"]",
+            );
+            let dir = std::env::temp_dir().join(unique("fleetdp-stamp"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let (cfg, log) = (dir.join("fleetdp.toml"), dir.join("run.log"));
+            std::fs::write(&cfg, text).unwrap();
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+                .args(["run", "--config"])
+                .arg(&cfg)
+                .env("FLEETDP_STAMP_KEY", fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex())
+                .env("NO_COLOR", "1")
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            let url = format!("http://127.0.0.1:{port}/readyz");
+            let ready = wait_until(Duration::from_secs(60), || {
+                matches!(http_get(&url), Some((200, _)))
+            })
+            .await;
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let status = child.wait().unwrap();
+            let text = std::fs::read_to_string(&log).unwrap();
+            assert!(ready && status.success(), "{stamp}: {status:?}\n{text}");
+            let warned = text.contains("message.timestamp.type=LogAppendTime");
+            assert_eq!(warned, stamp == "LogAppendTime", "{stamp}:\n{text}");
+            if warned {
+                assert!(text.contains("kafka.output_topic") && text.contains("CreateTime"), "{text}");
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     });
 }

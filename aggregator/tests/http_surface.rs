@@ -198,3 +198,97 @@ fn the_probe_listener_answers_while_the_main_one_is_flooded() {
         });
     });
 }
+
+/// Issue: with fewer file descriptors than attacking connections (a limit
+/// of 256, 500 connections that never send a request), `/healthz` on the
+/// single listener failed for ≈ 10 s, until header timeouts freed
+/// descriptors. The listener now closes the oldest connection never served
+/// a request whenever accepting runs out of descriptors, so the probe
+/// behind them is answered at once. The service (the demo: a whole
+/// pipeline on the in-process cluster) runs in a child process with the low
+/// limit; the attackers are this process's connections.
+#[test]
+fn a_probe_answers_while_hostile_connections_exhaust_the_descriptors() {
+    use std::os::unix::process::CommandExt as _;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"));
+    cmd.args(["demo", "--duration", "90s", "--devices", "200", "--listen"])
+        .arg(&addr)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit(2) between fork and exec touches no shared state.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let up = loop {
+        if TcpStream::connect(&addr).is_ok() && raw(&addr, healthz).0.contains(" 200 ") {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let result = std::panic::catch_unwind(|| {
+        assert!(up, "the demo never served /healthz");
+        // Up to 500 connections that never send a byte: more than the child
+        // has descriptors. Those it cannot accept wait in the listen queue;
+        // once that is full too a connect times out, and the flood stops.
+        let sock: std::net::SocketAddr = addr.parse().unwrap();
+        let mut hostile = Vec::new();
+        while hostile.len() < 500 {
+            match TcpStream::connect_timeout(&sock, Duration::from_millis(300)) {
+                Ok(s) => hostile.push(s),
+                Err(_) => break,
+            }
+        }
+        assert!(hostile.len() >= 100, "only {} connections", hostile.len());
+        // Before: every descriptor stayed taken until the header timeout
+        // (5 s) and the probe's connection waited in (or for) the queue.
+        for attempt in 0..3 {
+            let started = Instant::now();
+            let (status, _, _) = raw(&addr, healthz);
+            assert!(
+                status.contains(" 200 ") && started.elapsed() < Duration::from_secs(3),
+                "attempt {attempt}: {status:?} after {:?}",
+                started.elapsed()
+            );
+        }
+        // The oldest hostile connections were the ones closed.
+        let mut closed = 0;
+        for mut s in hostile.into_iter().take(50) {
+            s.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            let mut b = [0u8; 1];
+            match s.read(&mut b) {
+                Ok(0) => closed += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+                _ => {}
+            }
+        }
+        assert!(closed > 0, "no hostile connection was shed");
+    });
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}

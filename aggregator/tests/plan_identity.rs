@@ -234,7 +234,7 @@ fn run(v: &Validated, msgs: &[Vec<u8>]) -> BTreeMap<String, Lane> {
     if add_remove {
         let end = T0 + 100 * HOUR;
         p.windower_mut()
-            .close_due(end, |_| end, usize::MAX, &mut closed);
+            .close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
     }
     let mut out: BTreeMap<String, Lane> = BTreeMap::new();
     for w in closed {

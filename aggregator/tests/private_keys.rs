@@ -90,7 +90,7 @@ fn run(key: [u8; 32], msgs: &[(Vec<u8>, i64)]) -> Run {
     }
     let end = msgs.last().map_or(D0, |m| m.1) + 2 * HOUR;
     p.windower_mut()
-        .close_due(end, |_| end, usize::MAX, &mut closed);
+        .close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
     let mut windows: BTreeMap<String, Vec<ClosedWindow>> = BTreeMap::new();
     let mut bound = Vec::new();
     for w in closed {
@@ -197,7 +197,7 @@ fn bindings_replay_and_restore_alike() {
             .unwrap();
         }
         p.windower_mut()
-            .close_due(end, |_| end, usize::MAX, &mut closed);
+            .close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
         in_slot.push(
             closed
                 .iter()

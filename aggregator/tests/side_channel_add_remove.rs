@@ -8,10 +8,11 @@
 //!
 //! Required: every record of the output topics agrees between the two runs
 //! in key, headers, record timestamp and every published field but the
-//! noisy values (no exact count, padding, offset or data-dependent time);
+//! noisy values (no exact count, padding, offset or data-dependent time),
+//! and the data's releases arrive in the same order;
 //! `/metrics` with `http.hide_exact_counts` shows no family that counts the
 //! input and the same lines otherwise (released values and times excepted);
-//! `/api/status` carries no exact count; logs have the same lines once seqs
+//! `/api/status` and `/readyz` carry no exact count; logs have the same lines once seqs
 //! and durations are removed. A second stream is grouped by a dimension
 //! with private keys: the common devices' build is selected, the extra
 //! device's own build is not, so which private keys exist (slots bound,
@@ -195,6 +196,17 @@ fn normalised(
     (m, logs)
 }
 
+/// Whether a probe body carries no number but a partition's and the
+/// configured bound (an exact count of messages behind would be another).
+fn without_counts(body: &str) -> bool {
+    let words: Vec<&str> = body.split_whitespace().collect();
+    words.iter().enumerate().all(|(i, w)| {
+        !w.bytes().any(|b| b.is_ascii_digit())
+            || (i > 0 && words[i - 1] == "partition")
+            || (i > 0 && words[i - 1] == "bound")
+    })
+}
+
 #[test]
 fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
     let broker = Broker::start();
@@ -227,6 +239,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         // Seven rounds, one window apart (over two horizons, so a selection
         // routes the last ones): 40 devices each, on both streams; the
         // neighbour adds device "extra" in every round.
+        let mut readyz = Vec::new();
         for round in 0..7 {
             let at = now_ms();
             let common: Vec<Out> = (0..40)
@@ -257,7 +270,19 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 produce(&broker, &tb.input, &with)
             );
             let _ = (pa, pb);
-            tokio::time::sleep(Duration::from_millis(2100)).await;
+            // /readyz while the round is being read: no exact count.
+            for _ in 0..4 {
+                for p in [&a, &b] {
+                    if let Some((_, body)) = http_get(&format!("{}/readyz", p.base)) {
+                        readyz.push(body);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(1700)).await;
+        }
+        for body in &readyz {
+            assert!(without_counts(body), "/readyz: {body}");
         }
         let last_data = now_ms() / 2000;
         // Wait until both released well past the data.
@@ -375,6 +400,26 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             .keys()
             .chain(ob.keys())
             .all(|(s, _, _)| s != "volt[build=#2]"));
+        // Arrival order: the data's windows reach the output topic in the
+        // same order in both runs (releases of one due moment go out in
+        // (stream, partition) order once every partition is read past it,
+        // whatever each partition's input).
+        let order = |out: &[Read]| -> Vec<Lane> {
+            let mut seen = Vec::new();
+            for m in out.iter().filter(|m| !m.is_fleet()) {
+                let ct = m.headers.get("content-type").map(String::as_str);
+                let r = fleetdp::kafka::decode_release(&m.payload, ct).unwrap();
+                let lane = (r.stream.clone(), r.partition, r.window_seq);
+                if common.contains(&lane)
+                    && (first_data..=last_data).contains(&(r.window_seq as i64))
+                    && !seen.contains(&lane)
+                {
+                    seen.push(lane);
+                }
+            }
+            seen
+        };
+        assert_eq!(order(&all_a), order(&all_b), "arrival order differs");
         for s in &common {
             let ((ra, a), (rb, b)) = (&oa[s], &ob[s]);
             assert_eq!(

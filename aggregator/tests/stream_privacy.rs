@@ -181,11 +181,11 @@ fn run(setup: Setup, p: &StreamPlan, stream: &[Reading]) -> Run {
         }
         if window_ms.is_some() {
             // Every message up to this one has been handled.
-            win.close_due(r.msg, |_| r.msg, usize::MAX, &mut closed);
+            win.close_due(r.msg, |_| r.msg, |_| 0, usize::MAX, &mut closed);
         }
     }
     if window_ms.is_some() {
-        win.close_due(END, |_| END, usize::MAX, &mut closed);
+        win.close_due(END, |_| END, |_| 0, usize::MAX, &mut closed);
     }
     let windows = closed
         .into_iter()

@@ -321,12 +321,15 @@ impl<'a> Consuming<'a> {
             return Ok(());
         }
         let (appended, board) = (&self.appended_until, &self.p.board);
+        let outputs = self.output_partitions;
         self.processor.windower_mut().close_due(
             now_ms(),
             |p| {
                 let a = appended.get(&p).copied().unwrap_or(i64::MIN);
                 a.max(board.read_until(p))
             },
+            // Releases go to output partition `p mod outputs` (start_release).
+            |p| p.rem_euclid(outputs),
             MAX_CLOSE_PER_TICK,
             &mut self.closed,
         );

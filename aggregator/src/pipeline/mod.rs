@@ -124,7 +124,7 @@ impl Pipeline {
                         if let Ok((low, high)) =
                             md.fetch_watermarks(&topic, p, Duration::from_secs(5))
                         {
-                            board.set_lag(p, (high - pos.unwrap_or(low)).max(0), asked);
+                            board.set_lag(p, (high - pos.unwrap_or(low)).max(0), high, asked);
                         }
                     }
                 })
@@ -180,6 +180,7 @@ impl Pipeline {
             .await??
         };
         processor.set_input_partitions(input_partitions);
+        self.check_output_timestamps(&base).await;
 
         let mut pc = base.clone();
         // Releases are rare and latency matters: no linger. acks=all and one
@@ -285,6 +286,33 @@ impl Pipeline {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         result
+    }
+
+    /// Under add-remove, an output topic that stamps records with the
+    /// broker's clock (`message.timestamp.type = LogAppendTime`) publishes
+    /// when each release arrived, which varies with how long it took to
+    /// make (and so, a little, with its contents); FleetDP's own record
+    /// timestamps are the windows' due moments. Warn, naming the fix
+    /// (docs/DESIGN.md §8). A cluster that does not answer is not an error.
+    async fn check_output_timestamps(&self, base: &rdkafka::ClientConfig) {
+        if self.v.plan.privacy.relation != crate::dp::relation::Relation::AddRemove {
+            return;
+        }
+        let topic = &self.v.config.kafka.output_topic;
+        match kafka::topic_config(base, topic, "message.timestamp.type").await {
+            Ok(Some(t)) if t == "LogAppendTime" => tracing::warn!(
+                topic = %topic,
+                "kafka.output_topic stamps records with the broker's clock \
+                 (message.timestamp.type=LogAppendTime): its timestamps show when each release \
+                 arrived, which can depend on a window's contents under add-remove; set the topic's \
+                 message.timestamp.type to CreateTime (FleetDP stamps each release with its \
+                 window's due moment)"
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "could not read the output topic's timestamp type")
+            }
+        }
     }
 
     /// Start following the device registry and wait until it is read up

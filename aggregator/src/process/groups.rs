@@ -272,7 +272,7 @@ mod tests {
             hosted = hosted.max(p.windower().hosted_slots(0, part));
             if i % 7 == 0 {
                 p.windower_mut()
-                    .close_due(now, |_| now, usize::MAX, &mut closed);
+                    .close_due(now, |_| now, |_| 0, usize::MAX, &mut closed);
             }
             // The registry: rows change, go and come (devices move group,
             // lose their row, get one), now and then more changes than

@@ -47,6 +47,7 @@ pub use types::*;
 use counts::{DeviceCounts, Layout};
 use groups::GroupTable;
 use hosted::{HostedCount, HostedParts, Tags};
+use std::collections::BTreeMap;
 
 #[derive(Debug, Default)]
 struct Open {
@@ -294,10 +295,21 @@ impl Windower {
     /// first, and whether a reading is in its window depends on that reading
     /// alone. Empty windows are released too. At most `limit` windows per
     /// lane and call, oldest first.
+    ///
+    /// Due order per output partition (`output_of(partition)`): a window
+    /// closes only once every started time lane whose releases share its
+    /// output partition can close the same due moment (the least
+    /// `read_until` of their partitions), and the windows closed here come
+    /// out ordered by (end, stream, partition). Releases then reach an
+    /// output partition in an order no input decides: a partition whose
+    /// reading happened to lag (one more message to handle) cannot let
+    /// another partition's release of a later or equal due moment overtake
+    /// it (docs/DESIGN.md §8).
     pub fn close_due(
         &mut self,
         now_ms: i64,
         read_until: impl Fn(i32) -> i64,
+        output_of: impl Fn(i32) -> i32,
         limit: usize,
         closed: &mut Vec<ClosedWindow>,
     ) {
@@ -308,11 +320,20 @@ impl Windower {
             .map(|(k, _)| *k)
             .collect();
         keys.sort_unstable();
+        // Per output partition: the moment up to which all its input is read.
+        let mut read: BTreeMap<i32, i64> = BTreeMap::new();
+        for &(_, p) in &keys {
+            let r = read_until(p);
+            read.entry(output_of(p))
+                .and_modify(|m| *m = (*m).min(r))
+                .or_insert(r);
+        }
+        let first = closed.len();
         for (s, p) in keys {
             let rules = &self.rules[s];
             let len = rules.window_ms.expect("time lanes");
             let lane = self.lanes.get_mut(&(s, p)).expect("listed");
-            let read = read_until(p);
+            let read = read[&output_of(p)];
             let lane_before = closed.len();
             while closed.len() - lane_before < limit {
                 let due = window_end(lane.next_seq, len).saturating_add(self.lateness_ms);
@@ -336,6 +357,8 @@ impl Windower {
                 self.sweep_groups(s, p);
             }
         }
+        // Stable: a lane's windows keep their order (ends grow with seqs).
+        closed[first..].sort_by_key(|w| (w.last_event_ms, w.stream, w.partition));
     }
 
     /// Continue a (stream, partition) after its last released window.

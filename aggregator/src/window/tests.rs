@@ -295,12 +295,12 @@ fn time_windows_follow_event_time_and_close_on_the_clock() {
     assert!(closed.is_empty(), "time windows never close on a reading");
     assert_eq!(w.committable(0, 6), 0);
     // Due at 150 (window 0), 250 (window 1), 350 (window 2).
-    w.close_due(149, |_| i64::MAX, 100, &mut closed);
+    w.close_due(149, |_| i64::MAX, |_| 0, 100, &mut closed);
     assert!(closed.is_empty());
-    w.close_due(260, |_| 240, 100, &mut closed); // read until 240 < 250: window 1 waits
+    w.close_due(260, |_| 240, |_| 0, 100, &mut closed); // read until 240 < 250: window 1 waits
     assert_eq!(closed.len(), 1);
-    w.close_due(260, |_| 255, 100, &mut closed);
-    w.close_due(1000, |_| 1000, 100, &mut closed);
+    w.close_due(260, |_| 255, |_| 0, 100, &mut closed);
+    w.close_due(1000, |_| 1000, |_| 0, 100, &mut closed);
     let got: Vec<_> = closed
         .iter()
         .map(|c| {
@@ -358,12 +358,41 @@ fn time_windows_resume_after_the_ledger_and_bound_each_call() {
         w.admit(0, 0, 5, device_key("a"), 1, 520, 530, &mut closed),
         Admission::Accepted
     );
-    w.close_due(10_000, |_| 10_000, 3, &mut closed);
+    w.close_due(10_000, |_| 10_000, |_| 0, 3, &mut closed);
     assert_eq!(
         closed.iter().map(|c| c.seq).collect::<Vec<_>>(),
         vec![5, 6, 7]
     );
     assert_eq!(closed[0].values, vec![1]);
+}
+
+/// Issue: a partition whose input happened to be read later (one more
+/// message to handle when the lag probe asked) released its windows after
+/// another partition's windows of the same due moment, so the order on the
+/// output topic depended on the input. Lanes that share an output partition
+/// now close a due moment together, in (end, stream, partition) order.
+#[test]
+fn time_windows_sharing_an_output_partition_close_in_due_order() {
+    let mut w = timed(100, 1, 100);
+    for p in 0..3 {
+        w.start_time_lanes(p, 120);
+    }
+    let mut closed = Vec::new();
+    // Partition 1 has read up to 260, partitions 0 and 2 up to 360: all
+    // share output partition 0, so only window 0 (due 150) and window 1
+    // (due 250) close, and for every partition.
+    let read = |p: i32| if p == 1 { 260 } else { 360 };
+    w.close_due(1000, read, |_| 0, 100, &mut closed);
+    let got = |c: &[ClosedWindow]| c.iter().map(|c| (c.seq, c.partition)).collect::<Vec<_>>();
+    assert_eq!(
+        got(&closed),
+        vec![(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    );
+    closed.clear();
+    // With an output partition each, partitions 0 and 2 go on alone (as
+    // before).
+    w.close_due(1000, read, |p| p, 100, &mut closed);
+    assert_eq!(got(&closed), vec![(2, 0), (2, 2)]);
 }
 
 /// A count window's published event-time span is the earliest and
@@ -470,8 +499,8 @@ fn packed_counts_decide_as_whole_values() {
                 .collect();
             assert_eq!(got[0], got[1], "reading {off}");
             if off % 17 == 0 {
-                wide.close_due(now, |_| now, 100, &mut a);
-                tiny.close_due(now, |_| now, 100, &mut b);
+                wide.close_due(now, |_| now, |_| 0, 100, &mut a);
+                tiny.close_due(now, |_| now, |_| 0, 100, &mut b);
             }
             if off == 3_000 {
                 // Restart: both restore the charges of their released windows.
@@ -705,8 +734,8 @@ fn hosting_changes_nothing() {
                 hosting.admit_hosted(stream, p, (off, 0), dk, off % 90, ev, now, &mut b, host);
             assert_eq!(got, want, "seed {seed}, reading {off}");
             if off % 13 == 0 && timed.is_some() {
-                plain.close_due(now, |_| now, 100, &mut a);
-                hosting.close_due(now, |_| now, 100, &mut b);
+                plain.close_due(now, |_| now, |_| 0, 100, &mut a);
+                hosting.close_due(now, |_| now, |_| 0, 100, &mut b);
             }
             match rng.gen_range(0..1_000) {
                 // A replica's fresh copy: slots of dead or no entries may
