@@ -20,9 +20,15 @@
 //! releases of a seq whose other partitions lie before the look-back never
 //! republish it partially. The bound on waiting seqs is per fleet stream
 //! (each group its own): past it the oldest seq goes out once with the
-//! partitions it has, and its later releases are not combined again; nor
-//! are releases of seqs older than what the combiner still remembers
-//! (`max_pending` seqs per stream), whose records it can no longer compare.
+//! partitions it has and its releases leave memory; only where they are on
+//! the output topic is kept ([`Evicted`], at most [`MAX_EVICTED`] seqs).
+//! Once every partition has released it, the fleet task reads those
+//! releases back ([`Combiner::take_refetches`]) and the seq gets one
+//! complete record ([`Combiner::refetched`]): a consumer keeping the
+//! latest record per key ends with the complete figure. Releases of seqs
+//! older than what the combiner still remembers (`max_pending` seqs per
+//! stream, beside the evicted ones) are not combined again: their records
+//! can no longer be compared.
 //!
 //! Private keys: a slot is bound per partition (one partition's `#1` may be
 //! another's `#2`), so slot releases are combined by the key they carry in
@@ -46,9 +52,30 @@ mod tests;
 /// A seq waiting for partitions.
 struct Pending {
     parts: BTreeMap<i32, proto::WindowRelease>,
+    /// Where each part is on the output topic (output partition, offset),
+    /// when the caller said ([`Combiner::offer_at`]).
+    at: BTreeMap<i32, (i32, i64)>,
     first_seen: Instant,
     /// Partitions in the last record published for it, if any.
     published: Option<usize>,
+}
+
+/// Seqs evicted past `fleet.max_pending` and remembered at most (each a
+/// few integers per partition); past it the oldest keeps its partial record.
+pub(crate) const MAX_EVICTED: usize = 10_000;
+
+/// A seq evicted past the bound: where its releases are on the output
+/// topic, per input partition.
+type Evicted = BTreeMap<i32, (i32, i64)>;
+
+/// Releases to read back from the output topic: every partition of an
+/// evicted seq has released it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refetch {
+    pub stream: usize,
+    pub seq: u64,
+    /// (output partition, offset) of each partition's release.
+    pub at: Vec<(i32, i64)>,
 }
 
 /// What the combiner did with a release.
@@ -104,6 +131,11 @@ pub(crate) struct Combiner {
     /// Reading the look-back: releases and records are noted, nothing is
     /// decided until [`Combiner::caught_up`].
     catching_up: bool,
+    /// Seqs evicted past the bound, oldest first by eviction.
+    evicted: BTreeMap<(usize, u64), Evicted>,
+    evicted_order: std::collections::VecDeque<(usize, u64)>,
+    /// Evicted seqs every partition has now released.
+    refetch: Vec<Refetch>,
 }
 
 impl Combiner {
@@ -125,6 +157,9 @@ impl Combiner {
             waiting_in: vec![0; streams],
             floor: vec![0; streams],
             catching_up: false,
+            evicted: BTreeMap::new(),
+            evicted_order: Default::default(),
+            refetch: Vec::new(),
             v,
         }
     }
@@ -146,6 +181,10 @@ impl Combiner {
             out.extend(self.complete_up_to(s, u64::MAX));
         }
         out.extend(self.over_cap());
+        let evicted: BTreeSet<usize> = self.evicted.keys().map(|k| k.0).collect();
+        for s in evicted {
+            self.evicted_ready(s, u64::MAX);
+        }
         out
     }
 
@@ -175,16 +214,92 @@ impl Combiner {
     }
 
     /// Add a waiting seq's part, counting the seq in its stream.
-    fn wait_for(&mut self, k: (usize, u64), r: proto::WindowRelease, now: Instant) {
+    fn wait_for(
+        &mut self,
+        k: (usize, u64),
+        r: proto::WindowRelease,
+        at: Option<(i32, i64)>,
+        now: Instant,
+    ) {
         let w = self.pending.entry(k).or_insert_with(|| Pending {
             parts: BTreeMap::new(),
+            at: BTreeMap::new(),
             first_seen: now,
             published: None,
         });
         if w.parts.is_empty() {
             self.waiting_in[k.0] += 1;
         }
+        if let Some(at) = at {
+            w.at.insert(r.partition, at);
+        }
         w.parts.insert(r.partition, r);
+    }
+
+    /// A release of an evicted seq: note where it is.
+    fn evicted_part(&mut self, k: (usize, u64), partition: i32, at: Option<(i32, i64)>) {
+        if let (Some(e), Some(at)) = (self.evicted.get_mut(&k), at) {
+            e.insert(partition, at);
+        }
+    }
+
+    /// Evicted seqs of stream `s` up to `seq` that every partition has now
+    /// released or passed: ask for their releases to be read back.
+    fn evicted_ready(&mut self, s: usize, seq: u64) {
+        let ready: Vec<(usize, u64)> = self
+            .evicted
+            .range((s, 0)..=(s, seq))
+            .filter(|(&(_, q), e)| {
+                (0..self.input_partitions).all(|part| {
+                    e.contains_key(&part)
+                        || (!self.is_keyed(s)
+                            && self.progress.get(&(s, part)).is_some_and(|&hi| hi > q))
+                })
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in ready {
+            let e = self.evicted.remove(&k).expect("listed");
+            self.evicted_order.retain(|x| *x != k);
+            self.refetch.push(Refetch {
+                stream: k.0,
+                seq: k.1,
+                at: e.into_values().collect(),
+            });
+        }
+    }
+
+    /// Evicted seqs whose releases are all out: read them back from the
+    /// output topic and hand them to [`Combiner::refetched`].
+    pub(crate) fn take_refetches(&mut self) -> Vec<Refetch> {
+        std::mem::take(&mut self.refetch)
+    }
+
+    /// The releases of an evicted seq, read back: its complete record (if
+    /// it holds more partitions than the one published at eviction).
+    pub(crate) fn refetched(
+        &mut self,
+        r: &Refetch,
+        releases: Vec<proto::WindowRelease>,
+    ) -> Option<proto::FleetRelease> {
+        let k = (r.stream, r.seq);
+        let w = Pending {
+            parts: releases
+                .into_iter()
+                .filter(|x| x.window_seq == r.seq)
+                .map(|x| (x.partition, x))
+                .collect(),
+            at: BTreeMap::new(),
+            first_seen: Instant::now(),
+            published: None,
+        };
+        self.mark_done(k);
+        if w.parts.is_empty() {
+            return None;
+        }
+        // Only a record holding more than the published one follows it.
+        let f = self.build(k, &w);
+        self.allow(k.0, f)
     }
 
     /// A seq no longer waits.
@@ -281,9 +396,21 @@ impl Combiner {
     }
 
     /// A partition's release; returns the fleet records it completes.
+    #[cfg(test)]
     pub(crate) fn offer(
         &mut self,
         r: proto::WindowRelease,
+        now: Instant,
+    ) -> (Offered, Vec<proto::FleetRelease>) {
+        self.offer_at(r, None, now)
+    }
+
+    /// A partition's release found at `at` (output partition, offset) on
+    /// the output topic; returns the fleet records it completes.
+    pub(crate) fn offer_at(
+        &mut self,
+        r: proto::WindowRelease,
+        at: Option<(i32, i64)>,
         now: Instant,
     ) -> (Offered, Vec<proto::FleetRelease>) {
         let Some(s) = self.stream_of(&r.stream) else {
@@ -306,13 +433,24 @@ impl Combiner {
             return (Offered::Foreign, vec![]);
         }
         let (p, seq) = (r.partition, r.window_seq);
-        let at = self.progress.entry((s, p)).or_insert(seq);
-        *at = (*at).max(seq);
+        let hi = self.progress.entry((s, p)).or_insert(seq);
+        *hi = (*hi).max(seq);
+        if !self.evicted.is_empty() {
+            self.evicted_part((s, seq), p, at);
+            if !self.catching_up {
+                self.evicted_ready(s, seq);
+            }
+            if self.evicted.contains_key(&(s, seq))
+                || self.refetch.iter().any(|r| (r.stream, r.seq) == (s, seq))
+            {
+                return (Offered::Kept, vec![]);
+            }
+        }
         let forgotten = seq < self.floor[s] && !self.pending.contains_key(&(s, seq));
         if self.done[s].contains(&seq) || forgotten {
             return (Offered::Done, vec![]);
         }
-        self.wait_for((s, seq), r, now);
+        self.wait_for((s, seq), r, at, now);
         if self.catching_up {
             return (Offered::Kept, self.over_cap());
         }
@@ -336,6 +474,9 @@ impl Combiner {
         }
         if f.complete {
             self.stop_waiting((s, f.window_seq));
+            if self.evicted.remove(&(s, f.window_seq)).is_some() {
+                self.evicted_order.retain(|x| *x != (s, f.window_seq));
+            }
             self.mark_done((s, f.window_seq));
         }
     }
@@ -398,7 +539,20 @@ impl Combiner {
                 let f = self.build(k, &w);
                 out.extend(self.allow(k.0, f));
             }
-            self.mark_done(k);
+            self.evict(k, w.at);
+        }
+    }
+
+    /// Remember where an evicted seq's releases are (the oldest evicted
+    /// seq past [`MAX_EVICTED`] is settled as it stands).
+    fn evict(&mut self, k: (usize, u64), at: Evicted) {
+        self.evicted.insert(k, at);
+        self.evicted_order.push_back(k);
+        while self.evicted_order.len() > MAX_EVICTED {
+            if let Some(old) = self.evicted_order.pop_front() {
+                self.evicted.remove(&old);
+                self.mark_done(old);
+            }
         }
     }
 

@@ -24,7 +24,7 @@ use crate::status::StatusBoard;
 use anyhow::{Context as _, Result};
 use prost::Message as _;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message as _, OwnedHeaders};
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,6 +84,10 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     let consumer: BaseConsumer<Quiet> = c
         .create_with_context(Quiet)
         .context("creating the fleet consumer")?;
+    // Reads back the releases of seqs evicted past `fleet.max_pending`.
+    let refetcher: BaseConsumer<Quiet> = c
+        .create_with_context(Quiet)
+        .context("creating the fleet consumer")?;
     let (start, ends) = start_positions(&consumer, topic, t)?;
     consumer.assign(&start)?;
     // Nothing is decided before the look-back is read (combiner doc).
@@ -103,7 +107,8 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
             match decode_output(&msg) {
                 Some(Ok(OutputRecord::Fleet(f))) => combiner.seen(&f),
                 Some(Ok(OutputRecord::Window(r))) => {
-                    let (how, done) = combiner.offer(r, Instant::now());
+                    let at = Some((msg.partition(), msg.offset()));
+                    let (how, done) = combiner.offer_at(r, at, Instant::now());
                     if how == Offered::Foreign {
                         foreign += 1;
                         if foreign.is_power_of_two() {
@@ -118,6 +123,10 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
                 Some(Err(_)) => foreign += 1,
                 None => {}
             }
+        }
+        for r in combiner.take_refetches() {
+            let releases = read_back(&refetcher, topic, &r.at);
+            out.extend(combiner.refetched(&r, releases));
         }
         out.extend(combiner.due(Instant::now()));
         crate::telemetry::fleet_pending(combiner.waiting());
@@ -134,6 +143,46 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         }
     }
     Ok(())
+}
+
+/// How long reading one release back may take.
+const READ_BACK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The window releases at `at` (output partition, offset) of `topic`; one
+/// that cannot be read in [`READ_BACK_TIMEOUT`] is left out (its seq keeps
+/// the record it has).
+fn read_back(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &str,
+    at: &[(i32, i64)],
+) -> Vec<proto::WindowRelease> {
+    let mut out = Vec::new();
+    for &(p, offset) in at {
+        let mut tpl = TopicPartitionList::new();
+        if tpl
+            .add_partition_offset(topic, p, Offset::Offset(offset))
+            .is_err()
+            || consumer.assign(&tpl).is_err()
+        {
+            continue;
+        }
+        let until = Instant::now() + READ_BACK_TIMEOUT;
+        while Instant::now() < until {
+            let Some(Ok(msg)) = consumer.poll(Duration::from_millis(200)) else {
+                continue;
+            };
+            if msg.partition() != p || msg.offset() < offset {
+                continue;
+            }
+            if msg.offset() == offset {
+                if let Some(Ok(OutputRecord::Window(r))) = decode_output(&msg) {
+                    out.push(r);
+                }
+            }
+            break;
+        }
+    }
+    out
 }
 
 /// Longest a restarted combiner reads its look-back before deciding (a
