@@ -55,6 +55,43 @@ impl LogLimiter {
     }
 }
 
+/// What kind of client error stops progress, for the metric, the log line
+/// and `/readyz`: `(kind, the setting to check)`.
+pub fn error_kind(e: &rdkafka::error::KafkaError) -> (&'static str, &'static str) {
+    use RDKafkaErrorCode as C;
+    let text = e.to_string();
+    match e.rdkafka_error_code() {
+        Some(C::Authentication | C::SaslAuthenticationFailed) => (
+            "authentication",
+            "kafka.security (sasl_mechanism, username, password, oauthbearer)",
+        ),
+        Some(C::SSL) => (
+            "tls",
+            "kafka.security (protocol, ca_file, cert_file, key_file, verify_hostname)",
+        ),
+        Some(
+            C::TopicAuthorizationFailed
+            | C::GroupAuthorizationFailed
+            | C::ClusterAuthorizationFailed,
+        ) => (
+            "authorization",
+            "the cluster's ACLs for FleetDP's principal (topics and kafka.group_id)",
+        ),
+        Some(C::UnknownTopic | C::UnknownTopicOrPartition) => (
+            "unknown_topic",
+            "kafka.input_topic (or create it: fleetdp run --create-topics N)",
+        ),
+        Some(C::BrokerTransportFailure | C::AllBrokersDown | C::Resolve) => {
+            ("transport", "kafka.brokers and kafka.security.protocol")
+        }
+        Some(C::BadCompression) => ("decompression", "the producers' compression.type"),
+        _ if text.contains("ecompress") || text.contains("ompression") => {
+            ("decompression", "the producers' compression.type")
+        }
+        _ => ("other", "the error text"),
+    }
+}
+
 /// Write a librdkafka log line through the limiter (one per process).
 pub(crate) fn quiet_log(level: RDKafkaLogLevel, facility: &str, message: &str) {
     static LIMITER: std::sync::OnceLock<std::sync::Mutex<LogLimiter>> = std::sync::OnceLock::new();

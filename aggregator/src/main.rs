@@ -345,7 +345,7 @@ fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Re
     let v = config.validate()?;
     // Secrets never appear: the key is not in the configuration, and
     // client properties show their names only.
-    tracing::info!(version = fleetdp::VERSION, config = ?v.config, "starting");
+    tracing::info!(version = fleetdp::VERSION, config = %v.config.shown(), "starting");
     runtime()?.block_on(async move {
         if let Some(p) = create_topics {
             if p < 1 {

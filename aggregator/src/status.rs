@@ -93,6 +93,12 @@ struct Board {
     /// window is released would depend on how much input there was
     /// (docs/DESIGN.md §8).
     behind: BTreeMap<i32, (i64, i64)>,
+    /// Input partition → when its position last moved (or it was
+    /// assigned), ms: input waiting behind a position that has not moved
+    /// for `http.stall_timeout` is a stuck consumer, not a ready one.
+    moved_at: BTreeMap<i32, i64>,
+    /// The latest consumer error: (kind, the setting to check).
+    last_error: Option<(&'static str, &'static str)>,
     assigned: Vec<i32>,
     releases: u64,
     /// What restoring newly assigned partitions has read so far, while it runs.
@@ -246,9 +252,11 @@ impl StatusBoard {
     pub fn rebalanced(&self, assigned: &[i32], revoked: &[i32]) {
         let mut b = self.lock();
         b.assigned.retain(|p| !revoked.contains(p));
+        let now_ms = crate::clock::now_ms();
         for p in assigned {
             if !b.assigned.contains(p) {
                 b.assigned.push(*p);
+                b.moved_at.insert(*p, now_ms);
             }
         }
         b.assigned.sort_unstable();
@@ -257,12 +265,22 @@ impl StatusBoard {
         b.lag.retain(|p, _| now.contains(p));
         b.read_until.retain(|p, _| now.contains(p));
         b.behind.retain(|p, _| now.contains(p));
+        b.moved_at.retain(|p, _| now.contains(p));
+    }
+
+    /// A consumer error that stopped progress (kind and the setting to
+    /// check, [`crate::kafka::error_kind`]).
+    pub fn consumer_error(&self, kind: (&'static str, &'static str)) {
+        self.lock().last_error = Some(kind);
     }
 
     /// The next offset the pipeline will handle on `partition`.
     pub fn set_position(&self, partition: i32, next_offset: i64) {
         let mut b = self.lock();
-        b.positions.insert(partition, next_offset);
+        if b.positions.insert(partition, next_offset) != Some(next_offset) {
+            b.moved_at.insert(partition, crate::clock::now_ms());
+            b.last_error = None;
+        }
         if let Some(&(high, asked)) = b.behind.get(&partition) {
             if next_offset >= high {
                 b.behind.remove(&partition);
@@ -332,7 +350,21 @@ impl StatusBoard {
         if b.assigned.is_empty() {
             return Err("no partitions assigned".into());
         }
+        let now_ms = crate::clock::now_ms();
         for p in &b.assigned {
+            // Input waiting and nothing handled for the stall bound: stuck
+            // (a codec this build lacks, lost authorisation, …), not ready.
+            let idle = now_ms - b.moved_at.get(p).copied().unwrap_or(now_ms);
+            if self.stall_ms > 0 && idle > self.stall_ms && b.lag.get(p).is_some_and(|&l| l > 0) {
+                let cause = match b.last_error {
+                    Some((kind, check)) => format!("; last consumer error: {kind} (check {check})"),
+                    None => String::new(),
+                };
+                return Err(format!(
+                    "partition {p}: input waiting but none handled for {:.0} s (bound http.stall_timeout){cause}",
+                    idle as f64 / 1e3
+                ));
+            }
             match b.lag.get(p) {
                 None => return Err(format!("partition {p}: lag not measured yet")),
                 Some(&l) if l > self.ready_max_lag && self.hide_counts => {
@@ -520,5 +552,37 @@ mod tests {
         b.rebalanced(&[1], &[]);
         b.set_position(1, 25);
         assert_eq!(b.read_until(1), i64::MIN);
+    }
+
+    /// Issue: input the consumer could not decode (zstd without the codec)
+    /// stalled the service while `/readyz` answered 200. Input waiting and
+    /// a position that has not moved for the stall bound is not ready, and
+    /// says what to check; a moving position is ready again.
+    #[test]
+    fn input_waiting_behind_a_stuck_position_is_not_ready() {
+        let b = StatusBoard::new(1_000_000, Duration::from_millis(50));
+        b.rebalanced(&[0], &[]);
+        b.set_position(0, 5);
+        b.set_lag(0, 3, 8, crate::clock::now_ms());
+        b.beat(crate::clock::now_ms());
+        assert_eq!(b.ready(), Ok(()), "within the bound");
+        b.consumer_error(("decompression", "the producers' compression.type"));
+        std::thread::sleep(Duration::from_millis(80));
+        b.beat(crate::clock::now_ms());
+        let why = b.ready().unwrap_err();
+        assert!(
+            why.contains("partition 0: input waiting but none handled")
+                && why.contains("decompression")
+                && why.contains("compression.type"),
+            "{why}"
+        );
+        // Nothing waiting: an idle consumer is ready.
+        b.set_lag(0, 0, 8, crate::clock::now_ms());
+        assert_eq!(b.ready(), Ok(()));
+        b.set_lag(0, 3, 11, crate::clock::now_ms());
+        assert!(b.ready().is_err());
+        // It moves again: ready.
+        b.set_position(0, 11);
+        assert_eq!(b.ready(), Ok(()));
     }
 }

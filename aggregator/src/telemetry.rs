@@ -45,6 +45,7 @@ pub mod name {
     pub const REGISTRY_DEVICES: &str = "fleetdp_registry_devices";
     pub const REGISTRY_REJECTED: &str = "fleetdp_registry_rejected_total";
     pub const KEY_VALUES_REFUSED: &str = "fleetdp_key_values_refused_total";
+    pub const KAFKA_ERRORS: &str = "fleetdp_kafka_errors_total";
 }
 
 /// Every metric the service exports.
@@ -78,6 +79,7 @@ pub const METRICS: &[&str] = &[
     name::REGISTRY_DEVICES,
     name::REGISTRY_REJECTED,
     name::KEY_VALUES_REFUSED,
+    name::KAFKA_ERRORS,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -191,6 +193,12 @@ impl Counters {
 /// An offset commit failed (a later one covers it).
 pub(crate) fn commit_failed() {
     metrics::counter!(name::COMMIT_ERRORS).increment(1);
+}
+
+/// A Kafka client error that stops progress, by client and kind
+/// ([`crate::kafka::error_kind`]).
+pub(crate) fn kafka_error(client: &'static str, kind: &'static str) {
+    metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(1);
 }
 
 /// A produce to `topic` failed.

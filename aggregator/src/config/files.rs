@@ -56,6 +56,27 @@ pub(crate) fn read_bounded(field: &str, path: &Path, max: u64) -> Result<Vec<u8>
     Ok(bytes)
 }
 
+/// Refuse a secret file that group or others may read (the release key's
+/// rule, applied to every secret file).
+pub(crate) fn check_private(field: &str, path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(path) {
+            let mode = m.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                bail!(
+                    "{field}: {} has mode {mode:04o}, which lets group or others read a secret; \
+                     run `chmod 600 {}`",
+                    path.display(),
+                    path.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// [`read_bounded`] as UTF-8 text.
 pub(crate) fn read_text(field: &str, path: &Path, max: u64) -> Result<String> {
     String::from_utf8(read_bounded(field, path, max)?)

@@ -20,6 +20,8 @@ mod fleet;
 mod identity;
 mod input;
 mod limits;
+mod secrets;
+pub mod security;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -30,6 +32,7 @@ pub(crate) use identity::changed as changed_settings;
 pub use identity::PlanIdentity;
 pub use input::InputConfig;
 pub use limits::{LimitsConfig, MAX_DEVICES_PER_LANE, MAX_MESSAGE_BYTES, MAX_READINGS_PER_MESSAGE};
+pub use secrets::{Expanded, MAX_SECRET_BYTES};
 pub use stream::StreamConfig;
 
 /// The whole file.
@@ -55,6 +58,10 @@ pub struct Config {
     pub registry: Option<dimensions::RegistryConfig>,
     #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
+    /// Values expanded from `${ENV}` / `${file:…}` ([`secrets`]), blanked
+    /// wherever the configuration is shown ([`Config::shown`]).
+    #[serde(skip)]
+    pub secrets: secrets::Expanded,
 }
 
 /// `Debug` shows the names of extra client properties, never their values
@@ -98,7 +105,11 @@ pub struct KafkaConfig {
     /// service to one dead letter per round trip.
     #[serde(default = "one_in_flight")]
     pub dead_letters_in_flight: usize,
-    /// Extra librdkafka properties for every client (e.g. security settings).
+    /// TLS and SASL (`[kafka.security]`), merged into `properties` by
+    /// [`Config::validate`].
+    #[serde(default)]
+    pub security: Option<security::SecurityConfig>,
+    /// Extra librdkafka properties for every client.
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
     /// Extra librdkafka properties for the consumer only.
@@ -124,6 +135,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("read_content_type", &self.read_content_type)
             .field("output_format", &self.output_format)
             .field("dead_letters_in_flight", &self.dead_letters_in_flight)
+            .field("security", &self.security)
             .field("properties", &names(&self.properties))
             .field("consumer_properties", &names(&self.consumer_properties))
             .finish()
@@ -366,9 +378,28 @@ fn nonempty(field: &str, v: &str) -> Result<()> {
 }
 
 impl Config {
-    /// Parse TOML text (errors name the line and field).
+    /// Parse TOML text (errors name the line and field), then expand
+    /// `${ENV}` and `${file:/path}` in its strings ([`secrets`]).
     pub fn parse(text: &str) -> Result<Config> {
-        toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))
+        let config: Config = toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))?;
+        if !text.contains("${") {
+            return Ok(config);
+        }
+        let mut value: toml::Value =
+            toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))?;
+        let mut seen = secrets::Expanded::default();
+        secrets::expand(&mut value, "", &mut seen)?;
+        let mut config: Config = value
+            .try_into()
+            .map_err(|e| anyhow!("configuration (after expanding ${{…}}): {e}"))?;
+        config.secrets = seen;
+        Ok(config)
+    }
+
+    /// The configuration as logged at start: client property values and
+    /// secret settings hidden, every expanded `${…}` value blanked.
+    pub fn shown(&self) -> String {
+        self.secrets.redact(&format!("{self:?}"))
     }
 
     /// Read and parse a file.
@@ -412,7 +443,8 @@ impl Config {
     }
 
     /// Validate everything and calibrate the plan.
-    pub fn validate(self) -> Result<Validated> {
+    pub fn validate(mut self) -> Result<Validated> {
+        security::merge(self.kafka.security.as_ref(), &mut self.kafka.properties)?;
         let k = &self.kafka;
         nonempty("kafka.brokers", &k.brokers)?;
         nonempty("kafka.input_topic", &k.input_topic)?;
@@ -538,21 +570,8 @@ impl Config {
             return ReleaseKey::from_hex(&v).map_err(|e| anyhow!("privacy.key_env ({var}): {e}"));
         }
         if let Some(path) = &p.key_file {
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                if let Ok(m) = std::fs::metadata(path) {
-                    let mode = m.permissions().mode() & 0o777;
-                    if mode & 0o077 != 0 {
-                        bail!(
-                            "privacy.key_file {}: mode {mode:04o} lets group or others read the release key; \
-                             run `chmod 600 {}` (whoever reads the key can recompute the noise)",
-                            path.display(),
-                            path.display()
-                        );
-                    }
-                }
-            }
+            // Whoever reads the key can recompute the noise.
+            files::check_private("privacy.key_file", path)?;
             // A key file is 64 hex digits and a newline; 4 KiB allows
             // comments' worth of slack and no more.
             let text = files::read_text("privacy.key_file", path, 4096).with_context(|| {

@@ -70,6 +70,8 @@ pub(crate) struct Consuming<'a> {
     last_commit: Instant,
     /// Whether any stream has time windows (they close on the clock).
     timed: bool,
+    /// Rate limit of consumer-error log lines, per kind.
+    error_log: kafka::LogLimiter,
 }
 
 impl<'a> Consuming<'a> {
@@ -100,6 +102,7 @@ impl<'a> Consuming<'a> {
             closed: Vec::new(),
             stop,
             last_commit: Instant::now(),
+            error_log: kafka::LogLimiter::default(),
         }
     }
 
@@ -176,7 +179,15 @@ impl<'a> Consuming<'a> {
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
-                    tracing::warn!(error = %e, "consumer error; retrying");
+                    // Counted by kind, logged once per kind and interval
+                    // with the setting to check; `/readyz` turns red if
+                    // input waits behind it for `http.stall_timeout`.
+                    let (kind, check) = kafka::error_kind(&e);
+                    telemetry::kafka_error("consumer", kind);
+                    self.p.board.consumer_error((kind, check));
+                    if let Some(held) = self.error_log.admit(kind, Instant::now()) {
+                        tracing::warn!(error = %e, kind, check, held_back = held, "consumer error; retrying");
+                    }
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }

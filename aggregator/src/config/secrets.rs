@@ -1,0 +1,216 @@
+//! Secrets in the configuration: any string value may hold `${NAME}` (the
+//! environment variable `NAME`) or `${file:/path}` (the file's contents,
+//! one trailing newline dropped) — the shapes Vector and Kafka Connect
+//! users know — so a SASL password or a key passphrase need not sit in the
+//! TOML (a ConfigMap in the shipped manifests). `$${` is a literal `${`.
+//!
+//! Expanded once, after the TOML is parsed (never inside its syntax: a
+//! value cannot inject settings). Errors name the field and the variable or
+//! file, never a value. A secret file follows the release key's rules: a
+//! regular file of at most [`MAX_SECRET_BYTES`], not readable by group or
+//! others. Every expanded value is remembered ([`Expanded`]) so the
+//! effective-configuration log line can blank it wherever it appears.
+
+use super::files;
+use anyhow::{anyhow, bail, Context as _, Result};
+use std::path::Path;
+use zeroize::Zeroizing;
+
+/// Largest secret file.
+pub const MAX_SECRET_BYTES: u64 = 64 * 1024;
+
+/// The values that were expanded (to redact them where a configuration is
+/// shown).
+#[derive(Default, Clone)]
+pub struct Expanded(Vec<Zeroizing<String>>);
+
+impl Expanded {
+    /// `text` with every expanded value replaced by `<secret>`.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        for s in self.0.iter().filter(|s| !s.is_empty()) {
+            out = out.replace(s.as_str(), "<secret>");
+        }
+        out
+    }
+}
+
+impl std::fmt::Debug for Expanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expanded({} values)", self.0.len())
+    }
+}
+
+/// Expand every string of `value` in place (`field`: its dotted path).
+pub(crate) fn expand(value: &mut toml::Value, field: &str, seen: &mut Expanded) -> Result<()> {
+    match value {
+        toml::Value::String(s) if s.contains("${") => {
+            *s = expand_str(s, field, seen)?;
+        }
+        toml::Value::Array(items) => {
+            for (i, v) in items.iter_mut().enumerate() {
+                expand(v, &format!("{field}[{i}]"), seen)?;
+            }
+        }
+        toml::Value::Table(t) => {
+            for (k, v) in t.iter_mut() {
+                let path = if field.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{field}.{k}")
+                };
+                expand(v, &path, seen)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+fn expand_str(s: &str, field: &str, seen: &mut Expanded) -> Result<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some(after) = rest.strip_prefix("$${") {
+            out.push_str("${");
+            rest = after;
+            continue;
+        }
+        let Some(after) = rest.strip_prefix("${") else {
+            out.push('$');
+            rest = &rest[1..];
+            continue;
+        };
+        let end = after.find('}').ok_or_else(|| {
+            anyhow!("{field}: `${{` without a closing `}}` (write `$${{` for a literal `${{`)")
+        })?;
+        let name = &after[..end];
+        let value = match name.strip_prefix("file:") {
+            Some(path) => read_secret_file(field, Path::new(path))?,
+            None => from_env(field, name)?,
+        };
+        out.push_str(&value);
+        seen.0.push(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn from_env(field: &str, name: &str) -> Result<Zeroizing<String>> {
+    let valid = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !name.as_bytes()[0].is_ascii_digit();
+    if !valid {
+        bail!("{field}: `${{{name}}}` is neither an environment variable name ([A-Za-z_][A-Za-z0-9_]*) nor `${{file:/path}}`");
+    }
+    match std::env::var(name) {
+        Ok(v) => Ok(Zeroizing::new(v)),
+        Err(std::env::VarError::NotPresent) => {
+            bail!("{field}: environment variable {name} is not set")
+        }
+        Err(std::env::VarError::NotUnicode(_)) => {
+            bail!("{field}: environment variable {name} is not UTF-8")
+        }
+    }
+}
+
+fn read_secret_file(field: &str, path: &Path) -> Result<Zeroizing<String>> {
+    if !path.is_absolute() {
+        bail!(
+            "{field}: `${{file:{}}}` needs an absolute path",
+            path.display()
+        );
+    }
+    files::check_private(field, path)?;
+    let mut text = Zeroizing::new(
+        files::read_text(field, path, MAX_SECRET_BYTES)
+            .with_context(|| format!("{field}: cannot read the secret file"))?,
+    );
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_one(s: &str) -> Result<String> {
+        let mut v = toml::Value::String(s.into());
+        expand(&mut v, "kafka.security.password", &mut Expanded::default())?;
+        Ok(v.as_str().unwrap().to_string())
+    }
+
+    fn secret_file(name: &str, text: &str, mode: u32) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("fleetdp-secrets-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    }
+
+    #[test]
+    fn variables_and_files_are_expanded() {
+        std::env::set_var("FLEETDP_TEST_SECRET_A", "s3cr3t");
+        assert_eq!(expand_one("${FLEETDP_TEST_SECRET_A}").unwrap(), "s3cr3t");
+        assert_eq!(
+            expand_one("u:${FLEETDP_TEST_SECRET_A}:$${literal}:$5").unwrap(),
+            "u:s3cr3t:${literal}:$5"
+        );
+        let f = secret_file("ok", "from-file\n", 0o600);
+        assert_eq!(
+            expand_one(&format!("${{file:{}}}", f.display())).unwrap(),
+            "from-file"
+        );
+    }
+
+    #[test]
+    fn unset_unreadable_open_or_malformed_references_name_the_field() {
+        std::env::remove_var("FLEETDP_TEST_SECRET_UNSET");
+        let cases = [
+            (
+                "${FLEETDP_TEST_SECRET_UNSET}".to_string(),
+                "environment variable FLEETDP_TEST_SECRET_UNSET is not set",
+            ),
+            ("${file:/nonexistent/secret}".into(), "/nonexistent/secret"),
+            ("${file:relative}".into(), "absolute path"),
+            ("${oops".into(), "without a closing"),
+            ("${1BAD}".into(), "neither an environment variable"),
+            (
+                format!("${{file:{}}}", secret_file("open", "x", 0o640).display()),
+                "mode 0640",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = format!("{:#}", expand_one(&text).unwrap_err());
+            assert!(e.contains("kafka.security.password"), "{e}");
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn expanded_values_are_redacted() {
+        std::env::set_var("FLEETDP_TEST_SECRET_B", "hunter2");
+        let mut v: toml::Value = toml::from_str(
+            "[kafka]\nbrokers = \"b:9092\"\n[kafka.security]\npassword = \"${FLEETDP_TEST_SECRET_B}\"",
+        )
+        .unwrap();
+        let mut seen = Expanded::default();
+        expand(&mut v, "", &mut seen).unwrap();
+        assert_eq!(v["kafka"]["security"]["password"].as_str(), Some("hunter2"));
+        let shown = seen.redact(&format!("{v:?}"));
+        assert!(
+            !shown.contains("hunter2") && shown.contains("<secret>"),
+            "{shown}"
+        );
+    }
+}
