@@ -36,6 +36,12 @@ apt_install() { # package, what for
   { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1"; } \
     > "$tools/apt-$1.log" 2>&1 || { echo "installing $1 failed; see .tools/apt-$1.log" >&2; exit 1; }
 }
+# librdkafka is built against the system's OpenSSL (TLS, SCRAM): its
+# headers and pkg-config (both on Debian's base images; installed if not).
+if ! pkg-config --exists openssl 2> /dev/null; then
+  apt_install pkg-config "finding OpenSSL for librdkafka"
+  apt_install libssl-dev "librdkafka's TLS and SCRAM"
+fi
 # Chromium for the status-page test (headless).
 if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt_install chromium "status-page test"
@@ -46,6 +52,10 @@ if [ ! -x /usr/bin/prometheus ] || [ ! -x /usr/bin/promtool ]; then
   apt_install prometheus "alert rules, scrape"
 fi
 export FLEETDP_REQUIRE_PROMETHEUS=1
+# The openssl CLI makes the TLS test's CA and certificates.
+if ! command -v openssl > /dev/null; then
+  apt_install openssl "TLS test certificates"
+fi
 
 if [ -z "${KAFKA_BROKERS:-}" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

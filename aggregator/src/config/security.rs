@@ -309,7 +309,7 @@ pub(crate) fn merge(
 mod tests {
     use crate::config::Config;
 
-    const BASE: &str = r#"
+    pub(super) const BASE: &str = r#"
 [kafka]
 brokers = "b:9093"
 input_topic = "in"
@@ -466,5 +466,57 @@ statistics = ["mean"]
                 .unwrap_err()
         );
         assert!(e.contains("kafka.properties.\"security.protocol\""), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod readme {
+    use crate::config::Config;
+
+    /// Every `[kafka.security]` block of the README's "Connecting to a
+    /// secured cluster" parses and validates (with the files and variables
+    /// it names made up).
+    #[test]
+    fn the_readme_blocks_validate() {
+        let readme = include_str!("../../../README.md");
+        let from = readme
+            .find("## Connecting to a secured cluster")
+            .expect("the README has the section");
+        let section = &readme[from..from + readme[from..].find("\n## Operations").unwrap()];
+        let dir = std::env::temp_dir().join(format!("fleetdp-readme-sec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, mode) in [
+            ("ca.pem", 0o644),
+            ("service.cert", 0o644),
+            ("service.key", 0o600),
+            ("kafka_password", 0o600),
+        ] {
+            use std::os::unix::fs::PermissionsExt;
+            let p = dir.join(name);
+            std::fs::write(&p, "-----BEGIN X-----\nAA==\n-----END X-----\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        for var in [
+            "CONFLUENT_API_KEY",
+            "CONFLUENT_API_SECRET",
+            "OAUTH_CLIENT_SECRET",
+            "EVENTHUBS_CONNECTION_STRING",
+        ] {
+            std::env::set_var(var, format!("made-up-{var}"));
+        }
+        let mut blocks = 0;
+        for block in section.split("```toml\n").skip(1) {
+            let block = &block[..block.find("```").unwrap()];
+            let block = block
+                .replace("/etc/fleetdp/", &format!("{}/", dir.display()))
+                .replace("/run/secrets/", &format!("{}/", dir.display()));
+            let text = super::tests::BASE.replace("SECURITY", &block);
+            let v = Config::parse(&text)
+                .and_then(|c| c.validate())
+                .unwrap_or_else(|e| panic!("{block}\n{e:#}"));
+            assert!(v.config.kafka.properties.contains_key("security.protocol"));
+            blocks += 1;
+        }
+        assert_eq!(blocks, 5);
     }
 }

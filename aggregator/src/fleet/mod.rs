@@ -11,6 +11,7 @@
 //! record is bit-identical.
 
 mod combiner;
+mod record;
 
 pub(crate) use combiner::{Combiner, Offered};
 

@@ -13,11 +13,14 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+pub mod front;
 pub mod outage;
 
 pub struct Broker {
     pub brokers: String,
     mock: Option<MockCluster<'static, DefaultProducerContext>>,
+    /// Client properties the test's own clients need (TLS to a front).
+    pub properties: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -28,6 +31,7 @@ impl Broker {
                     return Broker {
                         brokers: b,
                         mock: None,
+                        properties: vec![],
                     };
                 }
             }
@@ -36,6 +40,7 @@ impl Broker {
         Broker {
             brokers: mock.bootstrap_servers(),
             mock: Some(mock),
+            properties: vec![],
         }
     }
 
@@ -44,6 +49,7 @@ impl Broker {
         Broker {
             brokers,
             mock: None,
+            properties: vec![],
         }
     }
 
@@ -55,6 +61,9 @@ impl Broker {
     pub fn client(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers);
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
         c
     }
 

@@ -57,6 +57,7 @@ impl OutageBroker {
                 broker: Broker {
                     brokers: mock.bootstrap_servers(),
                     mock: Some(mock),
+                    properties: vec![],
                 },
                 kind: Kind::Mock,
             };

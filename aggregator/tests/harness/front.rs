@@ -1,0 +1,62 @@
+//! A private tansu behind a front on loopback (a TLS terminator or a SASL
+//! front the test runs): tansu advertises the front's address, so every
+//! client connection goes through it. Dropped, both stop.
+
+use super::free_port;
+use std::io::BufRead as _;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub struct Fronted {
+    tansu: Child,
+    front: Child,
+    /// The front's port: the cluster's address for clients.
+    pub port: u16,
+}
+
+impl Drop for Fronted {
+    fn drop(&mut self) {
+        let _ = self.front.kill();
+        let _ = self.tansu.kill();
+        let _ = self.front.wait();
+        let _ = self.tansu.wait();
+    }
+}
+
+/// The Python the fronts run on.
+pub fn python() -> String {
+    std::env::var("FLEETDP_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+impl Fronted {
+    /// Start tansu (`FLEETDP_TANSU`) and the front `front(port, upstream)`
+    /// makes, which prints `ready` once it listens.
+    pub fn start(tansu: &std::ffi::OsStr, front: impl FnOnce(u16, u16) -> Command) -> Fronted {
+        let (port, upstream) = (free_port(), free_port());
+        let tansu = Command::new(tansu)
+            .arg("broker")
+            .env("LISTENER_URL", format!("tcp://127.0.0.1:{upstream}"))
+            .env("ADVERTISED_LISTENER_URL", format!("tcp://127.0.0.1:{port}"))
+            .env("STORAGE_ENGINE", "memory://tansu/")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let mut front = front(port, upstream)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the front");
+        let mut line = String::new();
+        std::io::BufReader::new(front.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "the front did not start");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", upstream)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Fronted { tansu, front, port }
+    }
+}
