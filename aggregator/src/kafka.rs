@@ -92,6 +92,32 @@ pub fn error_kind(e: &rdkafka::error::KafkaError) -> (&'static str, &'static str
     }
 }
 
+/// A failure to read `topic`'s metadata at start (`field` names it),
+/// explained by the setting to check: an unreachable cluster points at
+/// `kafka.brokers` and `kafka.security`, not at the topic; a missing topic
+/// suggests `--create-topics`.
+pub fn explain_startup(field: &str, topic: &str, brokers: &str, e: anyhow::Error) -> anyhow::Error {
+    let kafka = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<rdkafka::error::KafkaError>());
+    match kafka.map(error_kind) {
+        Some(("transport", _)) | Some(("other", _)) => anyhow!(
+            "kafka.brokers ({brokers}): no broker answered while reading {field} ({topic}): {e:#}; \
+             check kafka.brokers and kafka.security (protocol, ca_file, credentials)"
+        ),
+        Some(("unknown_topic", _)) => anyhow!(
+            "{field} ({topic}) does not exist; create it (local setups: fleetdp run --create-topics N)"
+        ),
+        Some((kind, check)) => anyhow!(
+            "{field} ({topic}): {kind} error while reading its metadata: {e:#}; check {check}"
+        ),
+        None if e.to_string().contains("does not exist") => anyhow!(
+            "{field} ({topic}) does not exist; create it (local setups: fleetdp run --create-topics N)"
+        ),
+        None => e.context(format!("{field} ({topic})")),
+    }
+}
+
 /// Write a librdkafka log line through the limiter (one per process).
 pub(crate) fn quiet_log(level: RDKafkaLogLevel, facility: &str, message: &str) {
     static LIMITER: std::sync::OnceLock<std::sync::Mutex<LogLimiter>> = std::sync::OnceLock::new();
@@ -499,5 +525,37 @@ mod tests {
             l.admit(&format!("Error/{i}"), t0);
         }
         assert!(l.last.len() <= LOG_KINDS + 1);
+    }
+
+    /// Issue: an unreachable broker was reported as `kafka.input_topic
+    /// (readings): fetching metadata … BrokerTransportFailure`, and a
+    /// missing topic did not suggest `--create-topics`.
+    #[test]
+    fn startup_errors_name_the_setting_to_check() {
+        let down = anyhow::Error::new(rdkafka::error::KafkaError::MetadataFetch(
+            RDKafkaErrorCode::BrokerTransportFailure,
+        ))
+        .context("fetching metadata of topic readings");
+        let e = explain_startup("kafka.input_topic", "readings", "b:9092", down).to_string();
+        assert!(
+            e.starts_with("kafka.brokers (b:9092): no broker answered"),
+            "{e}"
+        );
+        assert!(e.contains("kafka.security"), "{e}");
+        let auth = anyhow::Error::new(rdkafka::error::KafkaError::MetadataFetch(
+            RDKafkaErrorCode::SaslAuthenticationFailed,
+        ));
+        let e = explain_startup("kafka.input_topic", "readings", "b:9092", auth).to_string();
+        assert!(
+            e.contains("authentication") && e.contains("kafka.security"),
+            "{e}"
+        );
+        let missing = anyhow!("topic readings does not exist (or has no partitions)");
+        let e = explain_startup("kafka.input_topic", "readings", "b:9092", missing).to_string();
+        assert!(
+            e.contains("kafka.input_topic (readings) does not exist")
+                && e.contains("--create-topics"),
+            "{e}"
+        );
     }
 }

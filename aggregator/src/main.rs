@@ -140,9 +140,13 @@ enum Command {
 
 #[derive(clap::Args)]
 struct SimulateArgs {
-    /// Bootstrap servers, e.g. 127.0.0.1:9092.
+    /// Bootstrap servers, e.g. 127.0.0.1:9092 (default: the --config's).
+    #[arg(long, required_unless_present = "config")]
+    brokers: Option<String>,
+    /// A service configuration whose [kafka] brokers, [kafka.security] and
+    /// properties the simulator connects with (a secured cluster).
     #[arg(long)]
-    brokers: String,
+    config: Option<PathBuf>,
     #[arg(long, default_value = "readings")]
     topic: String,
     #[arg(long, default_value_t = 1000)]
@@ -407,6 +411,7 @@ fn plan(path: PathBuf, format: PlanFormat) -> Result<()> {
 fn simulate(args: SimulateArgs) -> Result<()> {
     let SimulateArgs {
         brokers,
+        config,
         topic,
         devices,
         rate,
@@ -444,7 +449,18 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         },
         ..FleetSpec::default()
     });
-    let config = fleetdp::kafka::client_config(&brokers, &Default::default());
+    let (brokers, properties) = match config {
+        Some(path) => {
+            let v = Config::load(&path)?.validate()?;
+            let k = v.config.kafka;
+            (brokers.unwrap_or(k.brokers), k.properties)
+        }
+        None => (
+            brokers.context("--brokers or --config is required")?,
+            Default::default(),
+        ),
+    };
+    let config = fleetdp::kafka::client_config(&brokers, &properties);
     runtime()?.block_on(async move {
         let shutdown = shutdown_on_signals();
         let started = std::time::Instant::now();

@@ -15,31 +15,13 @@
 mod harness;
 
 use harness::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const KEY: [u8; 32] = [3; 32];
 const WAIT: Duration = Duration::from_secs(60);
 /// Readings per window (one window per codec).
 const N: usize = 10;
-
-fn python() -> Option<String> {
-    let py = std::env::var("FLEETDP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", "import confluent_kafka"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    assert!(
-        std::env::var_os("FLEETDP_REQUIRE_PYTHON_CLIENT").is_none(),
-        "{py} has no confluent_kafka (tests/run.sh installs it into .tools/venv)"
-    );
-    eprintln!("no Python with confluent-kafka: skipped (tests/run.sh installs it)");
-    None
-}
 
 /// Produce `N` readings with `codec` (one record per batch: tansu 0.6
 /// loses records of multi-record batches in one partition).
@@ -76,7 +58,7 @@ c.close()
 
 #[test]
 fn input_in_every_codec_is_released_and_zstd_releases_read_back() {
-    let Some(py) = python() else {
+    let Some(py) = harness::front::python_client() else {
         return;
     };
     let broker = Broker::start();

@@ -275,7 +275,35 @@ fn a_missing_dead_letter_or_state_topic_is_an_error_at_start() {
                 .expect_err("a missing topic is an error");
             let msg = format!("{err:#}");
             assert!(msg.contains(field), "{missing}: {msg}");
+            assert!(msg.contains("--create-topics"), "{missing}: {msg}");
         }
+    });
+}
+
+/// An unreachable cluster is reported against `kafka.brokers` and
+/// `kafka.security`, not against the first topic read (it used to read
+/// "kafka.input_topic (…): fetching metadata … BrokerTransportFailure").
+#[test]
+fn an_unreachable_cluster_names_the_brokers_setting() {
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::new("unreachable");
+        let v = config(
+            &Broker::external("127.0.0.1:1".into()),
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "",
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
+        );
+        let (_stop, _c, h) = spawn_pipeline(v, KEY);
+        let err = tokio::time::timeout(Duration::from_secs(60), h)
+            .await
+            .expect("the service stopped at start")
+            .unwrap()
+            .expect_err("no cluster is an error");
+        let msg = format!("{err:#}");
+        assert!(msg.starts_with("kafka.brokers (127.0.0.1:1)"), "{msg}");
+        assert!(msg.contains("kafka.security"), "{msg}");
     });
 }
 

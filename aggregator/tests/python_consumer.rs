@@ -26,27 +26,9 @@ fn readme_snippet() -> String {
     rest[start..start + len].to_string()
 }
 
-fn python() -> Option<String> {
-    let py = std::env::var("FLEETDP_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", "import confluent_kafka"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    assert!(
-        std::env::var_os("FLEETDP_REQUIRE_PYTHON_CLIENT").is_none(),
-        "{py} has no confluent_kafka (tests/run.sh installs it into .tools/venv)"
-    );
-    eprintln!("no Python with confluent-kafka: skipped (tests/run.sh installs it)");
-    None
-}
-
 #[test]
 fn the_readme_python_consumer_prints_fleet_wide_releases() {
-    let Some(py) = python() else {
+    let Some(py) = harness::front::python_client() else {
         return;
     };
     let snippet = readme_snippet();

@@ -1,8 +1,10 @@
 //! The pipeline with SASL SCRAM (SHA-256 and SHA-512) and PLAIN, configured
 //! through `[kafka.security]` with the password from the environment
 //! (`${…}`). tansu 0.6 cannot authenticate, so a private tansu advertises a
-//! loopback front (tests/sasl_front.py) that performs the SASL exchange
+//! loopback front (tests/fronts.py) that performs the SASL exchange
 //! itself and refuses wrong credentials before forwarding anything.
+//!
+//! `fleetdp simulate --config` connects the same way.
 //!
 //! Controls: a wrong password is refused by the front, and the pipeline
 //! then fails at start instead of staying up without a cluster; the
@@ -18,20 +20,62 @@ use std::process::Command;
 use std::time::Duration;
 
 const KEY: [u8; 32] = [6; 32];
-const FRONT: &str = include_str!("sasl_front.py");
+const FRONT: &str = include_str!("fronts.py");
 const USER: &str = "fleetdp";
 const PASSWORD: &str = "correct horse battery staple";
 
 fn front(tansu: &std::ffi::OsStr, mechanism: &str) -> Fronted {
     Fronted::start(tansu, |port, upstream| {
         let mut c = Command::new(python());
-        c.args(["-c", FRONT, &port.to_string(), &upstream.to_string()])
-            .args([mechanism, USER, PASSWORD]);
+        c.args([
+            "-c",
+            FRONT,
+            "sasl",
+            &port.to_string(),
+            &upstream.to_string(),
+        ])
+        .args([mechanism, USER, PASSWORD]);
         c
     })
 }
 
 const STREAM: &str = "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\", \"mean\"]";
+
+/// `fleetdp simulate --config` connects with the configuration's security
+/// (it used to take `--brokers` only).
+async fn simulate_with(broker: &Broker, config_text: &str) {
+    let topic = unique("sasl-sim");
+    broker.create_topics(&[(&topic, 1)]).await;
+    let dir = std::env::temp_dir().join(unique("fleetdp-sasl-sim"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("fleetdp.toml");
+    std::fs::write(&file, config_text).unwrap();
+    let status = tokio::task::block_in_place(|| {
+        Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["simulate", "--config"])
+            .arg(&file)
+            .args([
+                "--topic",
+                &topic,
+                "--messages",
+                "5",
+                "--rate",
+                "0",
+                "--devices",
+                "5",
+            ])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    });
+    assert!(status.success(), "simulate --config failed");
+    let got = tokio::task::block_in_place(|| read_all(broker, &topic));
+    assert!(
+        !got.is_empty(),
+        "simulate wrote nothing through the SASL front"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
 #[test]
 fn the_pipeline_authenticates_with_scram_and_plain() {
@@ -65,6 +109,9 @@ fn the_pipeline_authenticates_with_scram_and_plain() {
                 &security("FLEETDP_TEST_SASL_PASSWORD"),
                 STREAM,
             );
+            if mechanism == "SCRAM-SHA-256" {
+                simulate_with(&broker, &text).await;
+            }
             let config = fleetdp::config::Config::parse(&text).unwrap();
             assert!(!config.shown().contains(PASSWORD), "{}", config.shown());
             let (stop, c, h) = spawn_pipeline(config.validate().unwrap(), KEY);

@@ -20,41 +20,8 @@ use std::time::Duration;
 
 const KEY: [u8; 32] = [4; 32];
 
-/// The TLS front: accept TLS on `listen`, pipe to `upstream` in clear.
-const FRONT: &str = r#"
-import asyncio, ssl, sys
-listen, upstream, cert, key, client_ca = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(cert, key)
-if client_ca:
-    ctx.verify_mode = ssl.CERT_REQUIRED
-    ctx.load_verify_locations(client_ca)
-async def pipe(r, w):
-    try:
-        while True:
-            data = await r.read(65536)
-            if not data:
-                break
-            w.write(data)
-            await w.drain()
-    except Exception:
-        pass
-    finally:
-        w.close()
-async def handle(r, w):
-    try:
-        ur, uw = await asyncio.open_connection("127.0.0.1", upstream)
-    except Exception:
-        w.close()
-        return
-    await asyncio.gather(pipe(r, uw), pipe(ur, w))
-async def main():
-    srv = await asyncio.start_server(handle, "127.0.0.1", listen, ssl=ctx)
-    print("ready", flush=True)
-    async with srv:
-        await srv.serve_forever()
-asyncio.run(main())
-"#;
+/// The fronts (TLS mode here).
+const FRONT: &str = include_str!("fronts.py");
 
 fn sh(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
@@ -141,7 +108,7 @@ fn certificates(dir: &Path, ca: &str, leaves: &[&str]) {
 fn start(tansu: &std::ffi::OsStr, dir: &Path, client_ca: Option<&Path>) -> Fronted {
     Fronted::start(tansu, |port, upstream| {
         let mut c = Command::new(python());
-        c.args(["-c", FRONT, &port.to_string(), &upstream.to_string()])
+        c.args(["-c", FRONT, "tls", &port.to_string(), &upstream.to_string()])
             .arg(dir.join("broker.pem"))
             .arg(dir.join("broker.key"))
             .arg(

@@ -165,13 +165,14 @@ impl Pipeline {
                 ("kafka.dead_letter_topic", kc.dead_letter_topic.clone()),
                 ("kafka.state_topic", kc.state_topic()),
             ];
+            let brokers = kc.brokers.clone();
             tokio::task::spawn_blocking(move || -> Result<(i32, i32)> {
                 let t = Duration::from_secs(10);
                 let mut counts = Vec::new();
                 for (field, topic) in &topics {
                     counts.push(
                         kafka::partition_count(&md, topic, t)
-                            .with_context(|| format!("{field} ({topic})"))?
+                            .map_err(|e| kafka::explain_startup(field, topic, &brokers, e))?
                             as i32,
                     );
                 }

@@ -28,6 +28,27 @@ pub fn python() -> String {
     std::env::var("FLEETDP_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
+/// A Python with confluent-kafka (tests/run.sh installs it into
+/// `.tools/venv` and sets FLEETDP_PYTHON); without one the caller skips,
+/// unless FLEETDP_REQUIRE_PYTHON_CLIENT is set (tests/run.sh sets it).
+pub fn python_client() -> Option<String> {
+    let py = python();
+    let ok = Command::new(&py)
+        .args(["-c", "import confluent_kafka"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    assert!(
+        std::env::var_os("FLEETDP_REQUIRE_PYTHON_CLIENT").is_none(),
+        "{py} has no confluent_kafka (tests/run.sh installs it into .tools/venv)"
+    );
+    eprintln!("no Python with confluent-kafka: skipped (tests/run.sh installs it)");
+    None
+}
+
 impl Fronted {
     /// Start tansu (`FLEETDP_TANSU`) and the front `front(port, upstream)`
     /// makes, which prints `ready` once it listens.

@@ -1,23 +1,30 @@
-"""A SASL front for tests/sasl.rs: tansu 0.6 cannot authenticate (PLAIN
-fails with NoSharedMechanism, SCRAM users cannot be stored in memory), so
-this loopback proxy performs the SASL exchange itself — PLAIN, or
-SCRAM-SHA-256/512 (RFC 5802/7677) — and refuses wrong credentials before
-forwarding anything but ApiVersions; once a client is authenticated, its
-connection is piped to the broker unchanged.
+"""Loopback fronts before a private tansu, which serves neither TLS nor
+usable SASL (its --cert/--key exclude each other; PLAIN fails with
+NoSharedMechanism; SCRAM users cannot be stored in memory).
 
-argv: listen port, upstream port, mechanism, username, password.
+- `tls LISTEN UPSTREAM CERT KEY [CLIENT_CA]` (tests/tls.rs): terminates TLS
+  and pipes to the broker in clear; with CLIENT_CA, a client certificate
+  that CA signed is required (mutual TLS).
+- `sasl LISTEN UPSTREAM MECHANISM USER PASSWORD` (tests/sasl.rs): performs
+  the SASL exchange itself — PLAIN, or SCRAM-SHA-256/512 (RFC 5802/7677) —
+  and refuses wrong credentials before forwarding anything but
+  ApiVersions; an authenticated connection is piped to the broker as is.
+
+Prints `ready` once listening.
 """
 import asyncio
 import base64
 import hashlib
 import hmac
 import os
+import ssl
 import struct
 import sys
 
-LISTEN, UPSTREAM = int(sys.argv[1]), int(sys.argv[2])
-MECHANISM, USER, PASSWORD = sys.argv[3], sys.argv[4], sys.argv[5]
-HASH = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}.get(MECHANISM)
+MODE, LISTEN, UPSTREAM = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if MODE == "sasl":
+    MECHANISM, USER, PASSWORD = sys.argv[4], sys.argv[5], sys.argv[6]
+    HASH = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}.get(MECHANISM)
 SALT, ITERATIONS = os.urandom(16), 4096
 
 
@@ -95,7 +102,16 @@ async def pipe(r, w):
         w.close()
 
 
-async def handle(r, w):
+async def tls_handle(r, w):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", UPSTREAM)
+    except Exception:
+        w.close()
+        return
+    await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+
+async def sasl_handle(r, w):
     try:
         ur, uw = await asyncio.open_connection("127.0.0.1", UPSTREAM)
     except Exception:
@@ -151,7 +167,15 @@ async def handle(r, w):
 
 
 async def main():
-    srv = await asyncio.start_server(handle, "127.0.0.1", LISTEN)
+    if MODE == "tls":
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[4], sys.argv[5])
+        if len(sys.argv) > 6 and sys.argv[6]:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(sys.argv[6])
+        srv = await asyncio.start_server(tls_handle, "127.0.0.1", LISTEN, ssl=ctx)
+    else:
+        srv = await asyncio.start_server(sasl_handle, "127.0.0.1", LISTEN)
     print("ready", flush=True)
     async with srv:
         await srv.serve_forever()
