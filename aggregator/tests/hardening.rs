@@ -250,7 +250,10 @@ fn a_missing_dead_letter_or_state_topic_is_an_error_at_start() {
     }
     let rt = runtime();
     rt.block_on(async {
-        for (missing, field) in [("dlq", "kafka.dead_letter_topic"), ("state", "kafka.state_topic")] {
+        for (missing, field) in [
+            ("dlq", "kafka.dead_letter_topic"),
+            ("state", "kafka.state_topic"),
+        ] {
             let t = Topics::new(&format!("missing-{missing}"));
             let mut topics = vec![(t.input.as_str(), 1), (t.output.as_str(), 1)];
             if missing != "dlq" {
@@ -260,24 +263,23 @@ fn a_missing_dead_letter_or_state_topic_is_an_error_at_start() {
                 topics.push((t.state.as_str(), 1));
             }
             broker.create_topics(&topics).await;
-            let v = config(
-                &broker,
-                &t,
-                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-                "",
-                "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
-            );
-            let (_stop, _c, h) = spawn_pipeline(v, KEY);
-            let err = tokio::time::timeout(Duration::from_secs(60), h)
-                .await
-                .expect("the service stopped at start")
-                .unwrap()
-                .expect_err("a missing topic is an error");
-            let msg = format!("{err:#}");
+            let msg = start_error(&broker, &t).await;
             assert!(msg.contains(field), "{missing}: {msg}");
             assert!(msg.contains("--create-topics"), "{missing}: {msg}");
         }
     });
+}
+
+/// The error a pipeline of stream `temp` on `t` stops with at start.
+async fn start_error(broker: &Broker, t: &Topics) -> String {
+    let v = config(broker, t, PRIVACY, "", TEMP);
+    let (_stop, _c, h) = spawn_pipeline(v, KEY);
+    let err = tokio::time::timeout(Duration::from_secs(60), h)
+        .await
+        .expect("the service stopped at start")
+        .unwrap()
+        .expect_err("an error at start");
+    format!("{err:#}")
 }
 
 /// An unreachable cluster is reported against `kafka.brokers` and
@@ -288,20 +290,7 @@ fn an_unreachable_cluster_names_the_brokers_setting() {
     let rt = runtime();
     rt.block_on(async {
         let t = Topics::new("unreachable");
-        let v = config(
-            &Broker::external("127.0.0.1:1".into()),
-            &t,
-            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-            "",
-            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
-        );
-        let (_stop, _c, h) = spawn_pipeline(v, KEY);
-        let err = tokio::time::timeout(Duration::from_secs(60), h)
-            .await
-            .expect("the service stopped at start")
-            .unwrap()
-            .expect_err("no cluster is an error");
-        let msg = format!("{err:#}");
+        let msg = start_error(&Broker::external("127.0.0.1:1".into()), &t).await;
         assert!(msg.starts_with("kafka.brokers (127.0.0.1:1)"), "{msg}");
         assert!(msg.contains("kafka.security"), "{msg}");
     });
