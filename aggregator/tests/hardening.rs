@@ -143,39 +143,66 @@ fn sighup_and_sigterm_stop_gracefully() {
             broker
                 .create_topics(&[(&t.input, 1), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
                 .await;
-            let port = free_port();
-            let text = config_text(
+            let (ready, status, _) = run_until_ready(
                 &broker,
                 &t,
-                "epsilon_per_device = 1.0\nhorizon = \"24h\"\nkey_env = \"FLEETDP_SIGNAL_KEY\"",
-                &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
                 "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"mean\"]",
-            );
-            let dir = std::env::temp_dir().join(unique("fleetdp-signal"));
-            std::fs::create_dir_all(&dir).unwrap();
-            let cfg = dir.join("fleetdp.toml");
-            std::fs::write(&cfg, text).unwrap();
-            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-                .args(["run", "--config"])
-                .arg(&cfg)
-                .env("FLEETDP_SIGNAL_KEY", fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            let url = format!("http://127.0.0.1:{port}/readyz");
-            let ready = wait_until(Duration::from_secs(60), || {
-                matches!(http_get(&url), Some((200, _)))
-            })
+                signal,
+            )
             .await;
-            unsafe {
-                libc::kill(child.id() as i32, signal);
-            }
-            let status = child.wait().unwrap();
             assert!(ready, "{name}: never ready");
             assert!(status.success(), "{name}: {status:?}");
-            let _ = std::fs::remove_dir_all(&dir);
         }
     });
+}
+
+/// `fleetdp run` on `t` in a child process (a fresh release key, the
+/// status page on a free port) until `/readyz` answers 200 or a minute
+/// passes, then stopped with `signal`: whether it became ready, how it
+/// exited, and what it logged.
+async fn run_until_ready(
+    broker: &Broker,
+    t: &Topics,
+    privacy: &str,
+    stream: &str,
+    signal: libc::c_int,
+) -> (bool, std::process::ExitStatus, String) {
+    let port = free_port();
+    let text = config_text(
+        broker,
+        t,
+        &format!("{privacy}\nkey_env = \"FLEETDP_CHILD_KEY\""),
+        &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+        stream,
+    );
+    let dir = std::env::temp_dir().join(unique("fleetdp-child"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cfg, log) = (dir.join("fleetdp.toml"), dir.join("run.log"));
+    std::fs::write(&cfg, text).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .env(
+            "FLEETDP_CHILD_KEY",
+            fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex(),
+        )
+        .env("NO_COLOR", "1")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let ready = wait_until(Duration::from_secs(60), || {
+        matches!(http_get(&url), Some((200, _)))
+    })
+    .await;
+    unsafe {
+        libc::kill(child.id() as i32, signal);
+    }
+    let status = child.wait().unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    (ready, status, logged)
 }
 
 /// An undecodable message of ≈ 1,000,500 bytes (under the input limit, over
@@ -361,43 +388,20 @@ fn an_output_topic_stamped_by_the_broker_is_warned_about_under_add_remove() {
                 .await
                 .unwrap();
             assert!(made.iter().all(|r| r.is_ok()), "{made:?}");
-            let port = free_port();
-            let text = config_text(
+            let (ready, status, text) = run_until_ready(
                 &broker,
                 &t,
-                "relation = \"add-remove\"\nepsilon_per_device = 1.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_STAMP_KEY\"",
-                &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
+                "relation = \"add-remove\"\nepsilon_per_device = 1.0\ndelta = 1e-6\nhorizon = \"1h\"",
                 "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow = \"10s\"\nstatistics = [\"count\"]",
-            );
-            let dir = std::env::temp_dir().join(unique("fleetdp-stamp"));
-            std::fs::create_dir_all(&dir).unwrap();
-            let (cfg, log) = (dir.join("fleetdp.toml"), dir.join("run.log"));
-            std::fs::write(&cfg, text).unwrap();
-            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-                .args(["run", "--config"])
-                .arg(&cfg)
-                .env("FLEETDP_STAMP_KEY", fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex())
-                .env("NO_COLOR", "1")
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap();
-            let url = format!("http://127.0.0.1:{port}/readyz");
-            let ready = wait_until(Duration::from_secs(60), || {
-                matches!(http_get(&url), Some((200, _)))
-            })
+                libc::SIGTERM,
+            )
             .await;
-            unsafe {
-                libc::kill(child.id() as i32, libc::SIGTERM);
-            }
-            let status = child.wait().unwrap();
-            let text = std::fs::read_to_string(&log).unwrap();
             assert!(ready && status.success(), "{stamp}: {status:?}\n{text}");
             let warned = text.contains("message.timestamp.type=LogAppendTime");
             assert_eq!(warned, stamp == "LogAppendTime", "{stamp}:\n{text}");
             if warned {
                 assert!(text.contains("kafka.output_topic") && text.contains("CreateTime"), "{text}");
             }
-            let _ = std::fs::remove_dir_all(&dir);
         }
     });
 }
