@@ -23,6 +23,23 @@ impl Drop for Fronted {
     }
 }
 
+/// A private in-memory tansu listening on `upstream` and advertising
+/// `advertised` (the proxy or front every client goes through).
+pub fn tansu_at(tansu: &std::ffi::OsStr, upstream: u16, advertised: u16) -> Child {
+    Command::new(tansu)
+        .arg("broker")
+        .env("LISTENER_URL", format!("tcp://127.0.0.1:{upstream}"))
+        .env(
+            "ADVERTISED_LISTENER_URL",
+            format!("tcp://127.0.0.1:{advertised}"),
+        )
+        .env("STORAGE_ENGINE", "memory://tansu/")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tansu (FLEETDP_TANSU)")
+}
+
 /// The Python the fronts run on.
 pub fn python() -> String {
     std::env::var("FLEETDP_PYTHON").unwrap_or_else(|_| "python3".into())
@@ -54,15 +71,7 @@ impl Fronted {
     /// makes, which prints `ready` once it listens.
     pub fn start(tansu: &std::ffi::OsStr, front: impl FnOnce(u16, u16) -> Command) -> Fronted {
         let (port, upstream) = (free_port(), free_port());
-        let tansu = Command::new(tansu)
-            .arg("broker")
-            .env("LISTENER_URL", format!("tcp://127.0.0.1:{upstream}"))
-            .env("ADVERTISED_LISTENER_URL", format!("tcp://127.0.0.1:{port}"))
-            .env("STORAGE_ENGINE", "memory://tansu/")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
+        let tansu = tansu_at(tansu, upstream, port);
         let mut front = front(port, upstream)
             .stdout(Stdio::piped())
             .spawn()

@@ -10,7 +10,7 @@ use super::{free_port, Broker};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -65,15 +65,7 @@ impl OutageBroker {
         let (pp, up) = (free_port(), free_port());
         let proxy: SocketAddr = format!("127.0.0.1:{pp}").parse().unwrap();
         let upstream: SocketAddr = format!("127.0.0.1:{up}").parse().unwrap();
-        let child = Command::new(tansu)
-            .arg("broker")
-            .env("LISTENER_URL", format!("tcp://{upstream}"))
-            .env("ADVERTISED_LISTENER_URL", format!("tcp://{proxy}"))
-            .env("STORAGE_ENGINE", "memory://tansu/")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu (FLEETDP_TANSU)");
+        let child = super::front::tansu_at(&tansu, up, pp);
         for _ in 0..100 {
             if TcpStream::connect(upstream).await.is_ok() {
                 break;
