@@ -42,6 +42,11 @@ if ! pkg-config --exists openssl 2> /dev/null; then
   apt_install pkg-config "finding OpenSSL for librdkafka"
   apt_install libssl-dev "librdkafka's TLS and SCRAM"
 fi
+# libcurl for OAUTHBEARER's OIDC flow: without its headers librdkafka is
+# built without OIDC (and a test says so).
+if ! pkg-config --exists libcurl 2> /dev/null; then
+  apt_install libcurl4-openssl-dev "librdkafka's OAUTHBEARER OIDC flow"
+fi
 # Chromium for the status-page test (headless).
 if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt_install chromium "status-page test"

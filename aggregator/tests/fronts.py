@@ -5,10 +5,15 @@ NoSharedMechanism; SCRAM users cannot be stored in memory).
 - `tls LISTEN UPSTREAM CERT KEY [CLIENT_CA]` (tests/tls.rs): terminates TLS
   and pipes to the broker in clear; with CLIENT_CA, a client certificate
   that CA signed is required (mutual TLS).
-- `sasl LISTEN UPSTREAM MECHANISM USER PASSWORD` (tests/sasl.rs): performs
-  the SASL exchange itself — PLAIN, or SCRAM-SHA-256/512 (RFC 5802/7677) —
-  and refuses wrong credentials before forwarding anything but
-  ApiVersions; an authenticated connection is piped to the broker as is.
+- `sasl LISTEN UPSTREAM MECHANISM USER PASSWORD [TOKEN_PORT]`
+  (tests/sasl.rs): performs the SASL exchange itself — PLAIN, SCRAM-SHA-256/512
+  (RFC 5802/7677) or OAUTHBEARER (RFC 7628) — and refuses wrong credentials
+  before forwarding anything but ApiVersions; an authenticated connection is
+  piped to the broker as is. With OAUTHBEARER, USER and PASSWORD are an OAuth
+  client's id and secret, and TOKEN_PORT serves the client-credentials token
+  endpoint (`POST /token`, HTTP Basic client authentication, RFC 6749 §4.4)
+  that issues HMAC-signed JWTs; the front accepts only a bearer token it
+  signed, unexpired, whose `sub` is that client.
 
 Prints `ready` once listening.
 """
@@ -16,16 +21,19 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import os
 import ssl
 import struct
 import sys
+import time
 
 MODE, LISTEN, UPSTREAM = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if MODE == "sasl":
     MECHANISM, USER, PASSWORD = sys.argv[4], sys.argv[5], sys.argv[6]
     HASH = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}.get(MECHANISM)
 SALT, ITERATIONS = os.urandom(16), 4096
+JWT_KEY = os.urandom(32)
 
 
 async def read_frame(r):
@@ -88,6 +96,66 @@ class Scram:
         return b"v=" + base64.b64encode(server_sig)
 
 
+def b64url(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+def unb64url(s):
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def jwt(sub, lifetime=3600):
+    now = int(time.time())
+    head = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    claims = {"sub": sub, "iat": now, "exp": now + lifetime, "scope": "kafka"}
+    body = head + "." + b64url(json.dumps(claims).encode())
+    return body + "." + b64url(hmac.new(JWT_KEY, body.encode(), hashlib.sha256).digest())
+
+
+def bearer_ok(data):
+    """An OAUTHBEARER client-first message (`n,,^Aauth=Bearer T^A…^A^A`)
+    carrying a token this front signed, unexpired, for USER."""
+    parts = data.decode(errors="replace").split("\x01")
+    auth = [p for p in parts if p.startswith("auth=")]
+    if not parts[0].startswith("n,") or len(auth) != 1:
+        return False
+    scheme, _, token = auth[0][len("auth="):].partition(" ")
+    pieces = token.split(".")
+    if scheme.lower() != "bearer" or len(pieces) != 3:
+        return False
+    signed = hmac.new(JWT_KEY, (pieces[0] + "." + pieces[1]).encode(), hashlib.sha256).digest()
+    try:
+        claims = json.loads(unb64url(pieces[1]))
+        good = hmac.compare_digest(unb64url(pieces[2]), signed)
+    except Exception:
+        return False
+    return good and claims.get("sub") == USER and claims.get("exp", 0) > time.time()
+
+
+async def token_handle(r, w):
+    """The OAuth token endpoint: client credentials in HTTP Basic."""
+    try:
+        head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        fields = dict(
+            (k.strip().lower(), v.strip()) for k, _, v in (h.partition(":") for h in head[1:] if h))
+        body = (await r.readexactly(int(fields.get("content-length", "0")))).decode()
+        form = dict(p.partition("=")[::2] for p in body.split("&") if p)
+        want = "Basic " + base64.b64encode(("%s:%s" % (USER, PASSWORD)).encode()).decode()
+        if head[0].startswith("POST ") and fields.get("authorization") == want \
+                and form.get("grant_type") == "client_credentials":
+            status = "200 OK"
+            out = json.dumps({"access_token": jwt(USER), "token_type": "Bearer",
+                              "expires_in": 3600}).encode()
+        else:
+            status, out = "401 Unauthorized", b'{"error":"invalid_client"}'
+        w.write(("HTTP/1.1 %s\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %d\r\nConnection: close\r\n\r\n" % (status, len(out))).encode() + out)
+        await w.drain()
+    except Exception:
+        pass
+    w.close()
+
+
 async def pipe(r, w):
     try:
         while True:
@@ -137,6 +205,8 @@ async def sasl_handle(r, w):
                     parts = data.split(b"\0")
                     ok = len(parts) == 3 and parts[1:] == [USER.encode(), PASSWORD.encode()]
                     answer, done = (b"" if ok else None), True
+                elif MECHANISM == "OAUTHBEARER":
+                    answer, done = (b"" if bearer_ok(data) else None), True
                 else:
                     answer = scram.next(data)
                     done = scram.step == 2
@@ -176,6 +246,8 @@ async def main():
         srv = await asyncio.start_server(tls_handle, "127.0.0.1", LISTEN, ssl=ctx)
     else:
         srv = await asyncio.start_server(sasl_handle, "127.0.0.1", LISTEN)
+        if MECHANISM == "OAUTHBEARER":
+            await asyncio.start_server(token_handle, "127.0.0.1", int(sys.argv[7]))
     print("ready", flush=True)
     async with srv:
         await srv.serve_forever()

@@ -1,4 +1,5 @@
-//! The pipeline with SASL SCRAM (SHA-256 and SHA-512) and PLAIN, configured
+//! The pipeline with SASL SCRAM (SHA-256 and SHA-512), PLAIN and
+//! OAUTHBEARER (OIDC client credentials), configured
 //! through `[kafka.security]` with the password from the environment
 //! (`${…}`). tansu 0.6 cannot authenticate, so a private tansu advertises a
 //! loopback front (tests/fronts.py) that performs the SASL exchange
@@ -6,7 +7,7 @@
 //!
 //! `fleetdp simulate --config` connects the same way.
 //!
-//! Controls: a wrong password is refused by the front, and the pipeline
+//! Controls: a wrong password (or client secret) is refused by the front, and the pipeline
 //! then fails at start instead of staying up without a cluster; the
 //! password never appears in the effective-configuration line.
 //!
@@ -24,7 +25,9 @@ const FRONT: &str = include_str!("fronts.py");
 const USER: &str = "fleetdp";
 const PASSWORD: &str = "correct horse battery staple";
 
-fn front(tansu: &std::ffi::OsStr, mechanism: &str) -> Fronted {
+/// The SASL front for `mechanism`; with OAUTHBEARER, `token_port` serves
+/// its token endpoint.
+fn front(tansu: &std::ffi::OsStr, mechanism: &str, token_port: Option<u16>) -> Fronted {
     Fronted::start(tansu, |port, upstream| {
         let mut c = Command::new(python());
         c.args([
@@ -35,6 +38,7 @@ fn front(tansu: &std::ffi::OsStr, mechanism: &str) -> Fronted {
             &upstream.to_string(),
         ])
         .args([mechanism, USER, PASSWORD]);
+        c.args(token_port.map(|p| p.to_string()));
         c
     })
 }
@@ -77,6 +81,57 @@ async fn simulate_with(broker: &Broker, config_text: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Release through `broker` with the security `security(var)` makes,
+/// the secret read from the environment variable `var`: the right one
+/// (`good`) releases; the wrong one (`wrong`) fails at start instead of
+/// staying up without its cluster.
+async fn authenticated_round(
+    broker: &Broker,
+    label: &str,
+    security: impl Fn(&str) -> String,
+    (good, wrong): (&str, &str),
+    simulate: bool,
+) {
+    let t = Topics::created(broker, &format!("sasl-{label}"), 1).await;
+    let plan = "epsilon_per_device = 1.0\nhorizon = \"24h\"";
+    let text = config_text(broker, &t, plan, &security(good), STREAM);
+    if simulate {
+        simulate_with(broker, &text).await;
+    }
+    let config = fleetdp::config::Config::parse(&text).unwrap();
+    let secret = std::env::var(good).unwrap();
+    assert!(!config.shown().contains(&secret), "{}", config.shown());
+    let (stop, c, h) = spawn_pipeline(config.validate().unwrap(), KEY);
+    for i in 0..5 {
+        let r = temp_reading(Some(0), &format!("sasl-{i}"), 20.0, now_ms());
+        produce(broker, &t.input, std::slice::from_ref(&r)).await;
+    }
+    let released = wait_until(Duration::from_secs(60), || count(&c.windows_released) >= 1).await;
+    stop.send(true).unwrap();
+    let _ = h.await;
+    assert!(released, "{label}: nothing released");
+    let out = tokio::task::block_in_place(|| releases(broker, &t.output));
+    assert_eq!(out.len(), 1, "{label}: releases read back");
+
+    // Control: the wrong secret is refused, and the service fails at
+    // start rather than running without its cluster.
+    let text = config_text(broker, &t.regroup(), plan, &security(wrong), STREAM);
+    let v = fleetdp::config::Config::parse(&text)
+        .unwrap()
+        .validate()
+        .unwrap();
+    let (stop, _c, h) = spawn_pipeline(v, KEY);
+    let ended = tokio::time::timeout(Duration::from_secs(40), h).await;
+    let _ = stop.send(true);
+    match ended {
+        Ok(r) => {
+            let e = format!("{:#}", r.unwrap().expect_err("a wrong secret started"));
+            assert!(e.contains("kafka.security"), "{label}: the error names the setting: {e}");
+        }
+        Err(_) => panic!("{label}: a wrong secret did not fail within 40 s"),
+    }
+}
+
 #[test]
 fn the_pipeline_authenticates_with_scram_and_plain() {
     let Some(tansu) = std::env::var_os("FLEETDP_TANSU").filter(|s| !s.is_empty()) else {
@@ -88,7 +143,7 @@ fn the_pipeline_authenticates_with_scram_and_plain() {
     let rt = runtime();
     rt.block_on(async {
         for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
-            let f = front(&tansu, mechanism);
+            let f = front(&tansu, mechanism, None);
             let mut broker = Broker::external(format!("127.0.0.1:{}", f.port));
             broker.properties = vec![
                 ("security.protocol".into(), "sasl_plaintext".into()),
@@ -101,48 +156,57 @@ fn the_pipeline_authenticates_with_scram_and_plain() {
                     "[kafka.security]\nprotocol = \"sasl_plaintext\"\nsasl_mechanism = \"{mechanism}\"\nusername = \"{USER}\"\npassword = \"${{{var}}}\""
                 )
             };
-            let t = Topics::created(&broker, &format!("sasl-{}", mechanism.to_lowercase()), 1).await;
-            let text = config_text(
+            authenticated_round(
                 &broker,
-                &t,
-                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-                &security("FLEETDP_TEST_SASL_PASSWORD"),
-                STREAM,
-            );
-            if mechanism == "SCRAM-SHA-256" {
-                simulate_with(&broker, &text).await;
-            }
-            let config = fleetdp::config::Config::parse(&text).unwrap();
-            assert!(!config.shown().contains(PASSWORD), "{}", config.shown());
-            let (stop, c, h) = spawn_pipeline(config.validate().unwrap(), KEY);
-            for i in 0..5 {
-                let r = temp_reading(Some(0), &format!("sasl-{i}"), 20.0, now_ms());
-                produce(&broker, &t.input, std::slice::from_ref(&r)).await;
-            }
-            let released = wait_until(Duration::from_secs(60), || count(&c.windows_released) >= 1).await;
-            stop.send(true).unwrap();
-            let _ = h.await;
-            assert!(released, "{mechanism}: nothing released");
-            let out = tokio::task::block_in_place(|| releases(&broker, &t.output));
-            assert_eq!(out.len(), 1, "{mechanism}: releases read back");
-
-            // Control: the wrong password is refused, and the service
-            // fails at start rather than running without its cluster.
-            let text = config_text(
-                &broker,
-                &t.regroup(),
-                "epsilon_per_device = 1.0\nhorizon = \"24h\"",
-                &security("FLEETDP_TEST_SASL_WRONG"),
-                STREAM,
-            );
-            let v = fleetdp::config::Config::parse(&text).unwrap().validate().unwrap();
-            let (stop, _c, h) = spawn_pipeline(v, KEY);
-            let ended = tokio::time::timeout(Duration::from_secs(40), h).await;
-            let _ = stop.send(true);
-            match ended {
-                Ok(r) => assert!(r.unwrap().is_err(), "{mechanism}: a wrong password started"),
-                Err(_) => panic!("{mechanism}: a wrong password did not fail within 40 s"),
-            }
+                &mechanism.to_lowercase(),
+                security,
+                ("FLEETDP_TEST_SASL_PASSWORD", "FLEETDP_TEST_SASL_WRONG"),
+                mechanism == "SCRAM-SHA-256",
+            )
+            .await;
         }
+    });
+}
+
+/// OAUTHBEARER through librdkafka's OIDC client-credentials flow: FleetDP
+/// fetches a token from the front's token endpoint with the client id and
+/// secret and presents it; the front accepts only tokens it issued. The
+/// wrong client secret gets no token (HTTP 401) and the service fails at
+/// start.
+#[test]
+fn the_pipeline_authenticates_with_oauthbearer_client_credentials() {
+    let Some(tansu) = std::env::var_os("FLEETDP_TANSU").filter(|s| !s.is_empty()) else {
+        eprintln!("FLEETDP_TANSU not set: skipped (tests/run.sh sets it)");
+        return;
+    };
+    std::env::set_var("FLEETDP_TEST_OAUTH_SECRET", PASSWORD);
+    std::env::set_var("FLEETDP_TEST_OAUTH_WRONG", "Tr0ub4dor&3");
+    let token_port = free_port();
+    let url = format!("http://127.0.0.1:{token_port}/token");
+    let rt = runtime();
+    rt.block_on(async {
+        let f = front(&tansu, "OAUTHBEARER", Some(token_port));
+        let mut broker = Broker::external(format!("127.0.0.1:{}", f.port));
+        broker.properties = vec![
+            ("security.protocol".into(), "sasl_plaintext".into()),
+            ("sasl.mechanisms".into(), "OAUTHBEARER".into()),
+            ("sasl.oauthbearer.method".into(), "oidc".into()),
+            ("sasl.oauthbearer.token.endpoint.url".into(), url.clone()),
+            ("sasl.oauthbearer.client.id".into(), USER.into()),
+            ("sasl.oauthbearer.client.secret".into(), PASSWORD.into()),
+        ];
+        let security = |var: &str| {
+            format!(
+                "[kafka.security]\nprotocol = \"sasl_plaintext\"\nsasl_mechanism = \"OAUTHBEARER\"\n[kafka.security.oauthbearer]\ntoken_endpoint_url = \"{url}\"\nclient_id = \"{USER}\"\nclient_secret = \"${{{var}}}\"\nscope = \"kafka\""
+            )
+        };
+        authenticated_round(
+            &broker,
+            "oauthbearer",
+            security,
+            ("FLEETDP_TEST_OAUTH_SECRET", "FLEETDP_TEST_OAUTH_WRONG"),
+            true,
+        )
+        .await;
     });
 }
