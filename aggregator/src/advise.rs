@@ -110,14 +110,16 @@ pub async fn run_with_rng<R: Rng + Send>(
     )?;
     // The input must be there before any spend is recorded.
     {
-        let (base, topic) = (base.clone(), k.input_topic.clone());
+        let (base, topic, brokers) = (base.clone(), k.input_topic.clone(), k.brokers.clone());
         tokio::task::spawn_blocking(move || -> Result<usize> {
             let consumer: rdkafka::consumer::BaseConsumer<kafka::Quiet> =
-                base.create_with_context(kafka::Quiet)?;
-            kafka::partition_count(&consumer, &topic, std::time::Duration::from_secs(10))
-                .with_context(|| {
-                    format!("kafka.input_topic {topic:?}: nothing to sample, nothing recorded")
-                })
+                base.create_with_context(kafka::Quiet("advise"))?;
+            kafka::partition_count(&consumer, &topic, std::time::Duration::from_secs(10)).map_err(
+                |e| {
+                    let e = kafka::explain_startup("kafka.input_topic", &topic, &brokers, e);
+                    anyhow::anyhow!("{e:#}; nothing sampled, nothing recorded")
+                },
+            )
         })
         .await??;
     }
@@ -171,7 +173,7 @@ pub async fn run_with_rng<R: Rng + Send>(
     let producer: kafka::Producer = base
         .clone()
         .set("acks", "all")
-        .create_with_context(kafka::Quiet)?;
+        .create_with_context(kafka::Quiet("advise"))?;
     let record = Spend {
         stream: opts.stream.clone(),
         horizon,

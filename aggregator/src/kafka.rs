@@ -6,7 +6,7 @@
 use anyhow::{anyhow, Context, Result};
 use prost::Message as _;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -54,6 +54,18 @@ impl LogLimiter {
         }
     }
 }
+
+/// Every kind [`error_kind`] names (the `kind` label of
+/// `fleetdp_kafka_errors_total`).
+pub(crate) const ERROR_KINDS: [&str; 7] = [
+    "authentication",
+    "tls",
+    "authorization",
+    "unknown_topic",
+    "transport",
+    "decompression",
+    "other",
+];
 
 /// What kind of client error stops progress, for the metric, the log line
 /// and `/readyz`: `(kind, the setting to check)`.
@@ -149,9 +161,14 @@ pub(crate) fn quiet_log(level: RDKafkaLogLevel, facility: &str, message: &str) {
     }
 }
 
-/// A client context whose log lines go through [`quiet_log`].
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Quiet;
+/// A client context whose log lines go through [`quiet_log`] and whose
+/// client-level errors (transport, TLS, authentication: what a producer or
+/// admin client reports outside any one request) are counted in
+/// `fleetdp_kafka_errors_total` under the client's role, e.g. `producer`.
+/// Consumers get their errors from `poll` instead, where their callers
+/// count them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quiet(pub(crate) &'static str);
 
 impl ClientContext for Quiet {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -159,6 +176,7 @@ impl ClientContext for Quiet {
     }
 
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        crate::telemetry::kafka_error(self.0, error_kind(&error).0);
         quiet_log(RDKafkaLogLevel::Error, &format!("{error}"), reason);
     }
 }
@@ -207,8 +225,9 @@ pub async fn ensure_topics(
     topics: &[(&str, i32)],
     compacted: &[&str],
 ) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().context("creating admin client")?;
+    let admin: AdminClient<Quiet> = config
+        .create_with_context(Quiet("admin"))
+        .context("creating admin client")?;
     let new: Vec<NewTopic> = topics
         .iter()
         .map(|(name, parts)| {
@@ -241,8 +260,9 @@ pub async fn topic_config(
     topic: &str,
     name: &str,
 ) -> Result<Option<String>> {
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().context("creating admin client")?;
+    let admin: AdminClient<Quiet> = config
+        .create_with_context(Quiet("admin"))
+        .context("creating admin client")?;
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
     let results = admin
         .describe_configs(&[rdkafka::admin::ResourceSpecifier::Topic(topic)], &opts)
@@ -352,7 +372,7 @@ pub fn read_topic(
     // As for the pipeline's consumer: no 1 s pauses when the local queue fills.
     c.set("fetch.queue.backoff.ms", "20");
     let consumer: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
+        .create_with_context(Quiet("reader"))
         .context("creating topic reader")?;
     let parts = partition_count(&consumer, topic, Duration::from_secs(10))?;
     let mut tpl = TopicPartitionList::new();
@@ -465,7 +485,7 @@ pub(crate) async fn produce_acked(
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) => e,
         };
-        crate::telemetry::produce_failed(topic);
+        crate::telemetry::produce_failed(topic, &e);
         if matches!(
             e.rdkafka_error_code(),
             Some(
@@ -525,6 +545,41 @@ mod tests {
             l.admit(&format!("Error/{i}"), t0);
         }
         assert!(l.last.len() <= LOG_KINDS + 1);
+    }
+
+    /// Every kind an error is counted under is one the metric starts at 0
+    /// with (an unregistered kind would be born at 1 and missed by the
+    /// alert's `increase()`).
+    #[test]
+    fn every_error_kind_is_registered_at_start() {
+        use rdkafka::error::KafkaError as K;
+        use RDKafkaErrorCode as C;
+        let codes = [
+            C::Authentication,
+            C::SaslAuthenticationFailed,
+            C::SSL,
+            C::TopicAuthorizationFailed,
+            C::GroupAuthorizationFailed,
+            C::ClusterAuthorizationFailed,
+            C::UnknownTopic,
+            C::UnknownTopicOrPartition,
+            C::BrokerTransportFailure,
+            C::AllBrokersDown,
+            C::Resolve,
+            C::BadCompression,
+            C::MessageSizeTooLarge,
+            C::RequestTimedOut,
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for c in codes {
+            for e in [K::MessageConsumption(c), K::Global(c), K::MetadataFetch(c)] {
+                let (kind, check) = error_kind(&e);
+                assert!(ERROR_KINDS.contains(&kind), "{c:?} → {kind}");
+                assert!(!check.is_empty());
+                seen.insert(kind);
+            }
+        }
+        assert_eq!(seen.len(), ERROR_KINDS.len(), "{seen:?}");
     }
 
     /// Issue: an unreachable broker was reported as `kafka.input_topic

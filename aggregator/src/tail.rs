@@ -48,11 +48,11 @@ pub fn run(v: &Validated, opts: &TailOptions, out: &mut impl Write) -> Result<u6
     let units = crate::show::units(v);
     let c = crate::kafka::reader_config(&client_config(&k.brokers, &k.properties), "fleetdp-tail");
     let consumer: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
+        .create_with_context(Quiet("tail"))
         .context("creating the tail consumer")?;
     let topic = &k.output_topic;
     let parts = partition_count(&consumer, topic, Duration::from_secs(10))
-        .with_context(|| format!("reading kafka.output_topic {topic:?}"))?;
+        .map_err(|e| crate::kafka::explain_startup("kafka.output_topic", topic, &k.brokers, e))?;
     let mut tpl = TopicPartitionList::new();
     let start = if opts.from_beginning {
         Offset::Beginning

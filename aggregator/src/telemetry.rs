@@ -195,15 +195,28 @@ pub(crate) fn commit_failed() {
     metrics::counter!(name::COMMIT_ERRORS).increment(1);
 }
 
+/// The service's consumer and producer error series, at 0 from the start
+/// (a series born at 1 shows no `increase()`, so an alert would miss the
+/// first burst of errors).
+pub(crate) fn register_kafka_errors() {
+    for client in ["consumer", "producer"] {
+        for kind in crate::kafka::ERROR_KINDS {
+            metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(0);
+        }
+    }
+}
+
 /// A Kafka client error that stops progress, by client and kind
 /// ([`crate::kafka::error_kind`]).
 pub(crate) fn kafka_error(client: &'static str, kind: &'static str) {
     metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(1);
 }
 
-/// A produce to `topic` failed.
-pub(crate) fn produce_failed(topic: &str) {
+/// A produce to `topic` failed with `e` (also counted by kind under the
+/// `producer` client).
+pub(crate) fn produce_failed(topic: &str, e: &rdkafka::error::KafkaError) {
     metrics::counter!(name::PRODUCE_ERRORS, "topic" => topic.to_string()).increment(1);
+    kafka_error("producer", crate::kafka::error_kind(e).0);
 }
 
 /// The lag probe measured `partition`.

@@ -214,6 +214,7 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         "FleetDPDeadLetterRate",
         "FleetDPStreamStalled",
         "FleetDPBudgetNearlySpent",
+        "FleetDPKafkaErrors",
     ] {
         assert!(alerts.contains(a), "alert {a} missing");
     }

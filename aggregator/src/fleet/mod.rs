@@ -83,11 +83,11 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     // after a release lands rather than after librdkafka's 500 ms.
     c.set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
+        .create_with_context(Quiet("fleet"))
         .context("creating the fleet consumer")?;
     // Reads back the releases of seqs evicted past `fleet.max_pending`.
     let refetcher: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
+        .create_with_context(Quiet("fleet"))
         .context("creating the fleet consumer")?;
     let (start, ends) = start_positions(&consumer, topic, t)?;
     consumer.assign(&start)?;

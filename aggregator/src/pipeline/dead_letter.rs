@@ -201,7 +201,7 @@ impl Consuming<'_> {
                     };
                 }
                 Err((e, _)) => {
-                    telemetry::produce_failed(&kc.dead_letter_topic);
+                    telemetry::produce_failed(&kc.dead_letter_topic, &e);
                     bail!(
                         "dead-lettering {}@{} to kafka.dead_letter_topic {}: {e}; exiting (nothing was committed past it)",
                         source.1,
@@ -244,7 +244,7 @@ impl Consuming<'_> {
                     Ok((p, o, reason))
                 }
                 _ => {
-                    telemetry::produce_failed(&topic);
+                    telemetry::produce_failed(&topic, &e);
                     Err(anyhow!(
                         "dead-lettering {p}@{o} to {topic} failed: {e}; exiting so an orchestrator can restart"
                     ))
@@ -277,7 +277,7 @@ async fn resend(
         .await
         .map(|_| ())
         .map_err(|(e, _)| {
-            telemetry::produce_failed(topic);
+            telemetry::produce_failed(topic, &e);
             anyhow!(
                 "dead-lettering {p}@{o} to {topic} failed even without its payload: {e}; exiting"
             )

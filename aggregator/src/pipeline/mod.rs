@@ -106,7 +106,7 @@ impl Pipeline {
         let mut c = self.client_config();
         c.set("group.id", "fleetdp-lag-probe");
         let md: Arc<BaseConsumer<kafka::Quiet>> = Arc::new(
-            c.create_with_context(kafka::Quiet)
+            c.create_with_context(kafka::Quiet("lag_probe"))
                 .context("creating the lag probe")?,
         );
         let (board, topic) = (self.board.clone(), self.v.config.kafka.input_topic.clone());
@@ -145,6 +145,7 @@ impl Pipeline {
         let v = &self.v;
         let kc = &v.config.kafka;
         let base = self.client_config();
+        crate::telemetry::register_kafka_errors();
 
         // Where each (stream, partition) resumes is read from the release
         // ledger whenever partitions are assigned (see `consume`).
@@ -158,7 +159,7 @@ impl Pipeline {
         let (input_partitions, output_partitions) = {
             let mut c = base.clone();
             c.set("group.id", "fleetdp-metadata");
-            let md: BaseConsumer<kafka::Quiet> = c.create_with_context(kafka::Quiet)?;
+            let md: BaseConsumer<kafka::Quiet> = c.create_with_context(kafka::Quiet("metadata"))?;
             let topics = [
                 ("kafka.input_topic", kc.input_topic.clone()),
                 ("kafka.output_topic", kc.output_topic.clone()),
@@ -199,7 +200,7 @@ impl Pipeline {
             pc.set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
         }
         let producer: kafka::Producer = pc
-            .create_with_context(kafka::Quiet)
+            .create_with_context(kafka::Quiet("producer"))
             .context("creating producer")?;
 
         // The fleet thread stops with the service, or when the consuming

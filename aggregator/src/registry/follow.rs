@@ -25,7 +25,7 @@ pub(crate) fn spawn(
     let mut c = kafka::reader_config(config, "fleetdp-registry");
     c.set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer<Quiet> = c
-        .create_with_context(Quiet)
+        .create_with_context(Quiet("registry"))
         .context("creating the registry consumer")?;
     let (tx, rx) = oneshot::channel();
     let topic = topic.to_string();
