@@ -111,3 +111,107 @@ fn input_in_every_codec_is_released_and_zstd_releases_read_back() {
         }
     });
 }
+
+/// Write one record batch that claims gzip but holds no gzip stream to
+/// partition 0 of a topic, with a raw Produce request (v3): no client
+/// library writes such a batch. Prints the partition's error code (a
+/// broker that validates batches, as Apache Kafka does, answers 2,
+/// CORRUPT_MESSAGE).
+const CORRUPT: &str = r#"
+import socket, struct, sys, time
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+def kstr(s):
+    return struct.pack(">h", len(s)) + s.encode()
+host, port = sys.argv[1].split(",")[0].rsplit(":", 1)
+now = int(time.time() * 1000)
+# attributes 1 (gzip), last offset delta 0, timestamps, no producer id,
+# one record, then a payload that is not gzip.
+body = struct.pack(">hiqqqhii", 1, 0, now, now, -1, -1, -1, 1) + b"\x1f\x8bnot gzip at all" * 4
+tail = struct.pack(">ib", 0, 2) + struct.pack(">I", crc32c(body)) + body
+batch = struct.pack(">qi", 0, len(tail)) + tail
+req = struct.pack(">hhi", 0, 3, 1) + kstr("fleetdp-test") + struct.pack(">hhi", -1, 1, 10000)
+req += struct.pack(">i", 1) + kstr(sys.argv[2]) + struct.pack(">iii", 1, 0, len(batch)) + batch
+s = socket.create_connection((host, int(port)))
+s.sendall(struct.pack(">i", len(req)) + req)
+n = struct.unpack(">i", s.recv(4))[0]
+resp = b""
+while len(resp) < n:
+    resp += s.recv(n - len(resp))
+# correlation id, topics, name, partitions, index, then the error code.
+at = 4 + 4 + 2 + len(sys.argv[2]) + 4 + 4
+print(struct.unpack(">h", resp[at:at + 2])[0])
+"#;
+
+/// A batch the consumer cannot decompress stops its partition for good:
+/// the service must not stay green. `/readyz` turns red naming the
+/// decompression error and the metric moves, while `/healthz` (the loop
+/// itself) stays live. Before, the loop retried forever with both probes
+/// at 200 and no metric.
+#[test]
+fn an_undecompressable_batch_turns_readiness_red_and_counts_the_error() {
+    let Some(py) = harness::front::python_client() else {
+        return;
+    };
+    let broker = Broker::start();
+    if !broker.is_external() {
+        // A child process cannot reach the in-process mock cluster.
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "codec-corrupt", 1).await;
+        let service = harness::child::Service::start(
+            &broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "stall_timeout = \"3s\"",
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\"]",
+        );
+        assert!(
+            service.ready_within(WAIT).await,
+            "never ready: {}",
+            service.log()
+        );
+        let out = tokio::task::block_in_place(|| {
+            Command::new(&py)
+                .args(["-c", CORRUPT, &broker.brokers, &t.input])
+                .output()
+                .unwrap()
+        });
+        let code = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if code == "2" {
+            eprintln!("the broker validates batches (CORRUPT_MESSAGE): a corrupt batch cannot reach a consumer there; skipped");
+            return;
+        }
+        assert_eq!(code, "0", "{}", String::from_utf8_lossy(&out.stderr));
+        let mut last = None;
+        let red = wait_until(WAIT, || {
+            last = service.get("/readyz");
+            last.as_ref()
+                .is_some_and(|(s, body)| *s == 503 && body.contains("decompression"))
+        })
+        .await;
+        assert!(red, "readiness stayed {last:?}; log:\n{}", service.log());
+        let (live, _) = service.get("/healthz").unwrap();
+        assert_eq!(live, 200, "the loop itself is live");
+        let (_, metrics) = service.get("/metrics").unwrap();
+        let errors: f64 = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("fleetdp_kafka_errors_total{")
+                    && l.contains("client=\"consumer\"")
+                    && l.contains("kind=\"decompression\"")
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0.0);
+        assert!(errors >= 1.0, "no decompression error counted:\n{metrics}");
+        let log = service.log();
+        assert!(log.contains("compression.type"), "the log names the setting: {log}");
+    });
+}

@@ -157,10 +157,9 @@ fn sighup_and_sigterm_stop_gracefully() {
     });
 }
 
-/// `fleetdp run` on `t` in a child process (a fresh release key, the
-/// status page on a free port) until `/readyz` answers 200 or a minute
-/// passes, then stopped with `signal`: whether it became ready, how it
-/// exited, and what it logged.
+/// `fleetdp run` on `t` in a child process until `/readyz` answers 200 or
+/// a minute passes, then stopped with `signal`: whether it became ready,
+/// how it exited, and what it logged.
 async fn run_until_ready(
     broker: &Broker,
     t: &Topics,
@@ -168,40 +167,9 @@ async fn run_until_ready(
     stream: &str,
     signal: libc::c_int,
 ) -> (bool, std::process::ExitStatus, String) {
-    let port = free_port();
-    let text = config_text(
-        broker,
-        t,
-        &format!("{privacy}\nkey_env = \"FLEETDP_CHILD_KEY\""),
-        &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
-        stream,
-    );
-    let dir = std::env::temp_dir().join(unique("fleetdp-child"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cfg, log) = (dir.join("fleetdp.toml"), dir.join("run.log"));
-    std::fs::write(&cfg, text).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .env(
-            "FLEETDP_CHILD_KEY",
-            fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex(),
-        )
-        .env("NO_COLOR", "1")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let url = format!("http://127.0.0.1:{port}/readyz");
-    let ready = wait_until(Duration::from_secs(60), || {
-        matches!(http_get(&url), Some((200, _)))
-    })
-    .await;
-    unsafe {
-        libc::kill(child.id() as i32, signal);
-    }
-    let status = child.wait().unwrap();
-    let logged = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
+    let service = harness::child::Service::start(broker, t, privacy, "", stream);
+    let ready = service.ready_within(Duration::from_secs(60)).await;
+    let (status, logged) = service.stop(signal);
     (ready, status, logged)
 }
 

@@ -13,6 +13,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+pub mod child;
 pub mod front;
 pub mod outage;
 

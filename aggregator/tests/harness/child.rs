@@ -1,0 +1,78 @@
+//! `fleetdp run` in a child process on a test's topics: a fresh release
+//! key, the status page on a free port, its log kept in a file. Dropped, it
+//! is killed and its files removed.
+
+use super::{config_text, free_port, http_get, unique, wait_until, Broker, Topics};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+pub struct Service {
+    child: Child,
+    dir: PathBuf,
+    /// The status page's port.
+    pub port: u16,
+}
+
+impl Service {
+    /// Start `fleetdp run` with the `[privacy]` lines `privacy`, extra
+    /// `[http]` lines `http` and the `[[stream]]` tables `streams`.
+    pub fn start(broker: &Broker, t: &Topics, privacy: &str, http: &str, streams: &str) -> Service {
+        let port = free_port();
+        let text = config_text(
+            broker,
+            t,
+            &format!("{privacy}\nkey_env = \"FLEETDP_CHILD_KEY\""),
+            &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{http}"),
+            streams,
+        );
+        let dir = std::env::temp_dir().join(unique("fleetdp-child"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("fleetdp.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .env(
+                "FLEETDP_CHILD_KEY",
+                fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex(),
+            )
+            .env("NO_COLOR", "1")
+            .stderr(std::fs::File::create(dir.join("run.log")).unwrap())
+            .spawn()
+            .unwrap();
+        Service { child, dir, port }
+    }
+
+    /// `path` on the status page: its HTTP status and body.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(&format!("http://127.0.0.1:{}{path}", self.port))
+    }
+
+    /// Whether `/readyz` answers 200 within `timeout`.
+    pub async fn ready_within(&self, timeout: Duration) -> bool {
+        wait_until(timeout, || matches!(self.get("/readyz"), Some((200, _)))).await
+    }
+
+    /// What it has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("run.log")).unwrap_or_default()
+    }
+
+    /// Send `signal` and wait for the exit: how it exited and its log.
+    pub fn stop(mut self, signal: libc::c_int) -> (ExitStatus, String) {
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+        let status = self.child.wait().unwrap();
+        (status, self.log())
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
