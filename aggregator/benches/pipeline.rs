@@ -19,10 +19,17 @@
 //! Targets: ≥ 1 M readings/s in process on one core; DP overhead ≤ 10%;
 //! end to end ≥ 0.8× the null consumer.
 //!
+//! After them, with a broker and FLEETDP_TANSU: the pipeline over TLS beside
+//! plaintext and on zstd input beside uncompressed (`pipeline/security.rs`;
+//! FLEETDP_BENCH_SECURITY_ONLY=1 runs only these).
+//!
 //! Each end-to-end round also runs the pipeline with the stream grouped by
 //! the simulated registry's model × region × firmware (48 groups with
 //! `other`, G = 2, the rows on a registry topic), beside the single-group
 //! pipeline of the same round (issue 18's target: ≥ 0.8×).
+
+#[path = "pipeline/security.rs"]
+mod security;
 
 use fleetdp::config::{Config, Validated};
 use fleetdp::dp::rng::ReleaseKey;
@@ -324,6 +331,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo test --benches` asks for a list
     }
+    if std::env::var("FLEETDP_BENCH_SECURITY_ONLY").is_ok() {
+        security::run(&runtime());
+        return;
+    }
     if std::env::var("FLEETDP_BENCH_E2E_ONLY").is_ok() {
         end_to_end();
         return;
@@ -414,11 +425,7 @@ fn end_to_end() {
     };
     let suffix = format!("{:08x}", rand::random::<u32>());
     let input = format!("bench-in-{suffix}");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let base = fleetdp::kafka::client_config(&brokers, &Default::default());
         let create = |topics: Vec<(String, i32)>| {
@@ -558,7 +565,18 @@ fn end_to_end() {
             best(&grouped[1]) / best(&grouped[0])
         );
     });
+    if mock.is_none() {
+        security::run(&rt);
+    }
     drop(mock);
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 /// Per way of reading the input: null consumer and pipeline readings/s,

@@ -5,6 +5,8 @@ NoSharedMechanism; SCRAM users cannot be stored in memory).
 - `tls LISTEN UPSTREAM CERT KEY [CLIENT_CA]` (tests/tls.rs): terminates TLS
   and pipes to the broker in clear; with CLIENT_CA, a client certificate
   that CA signed is required (mutual TLS).
+- `pipe LISTEN UPSTREAM` (the pipeline bench's plaintext rounds): the same
+  piping without TLS, so TLS is all that differs.
 - `sasl LISTEN UPSTREAM MECHANISM USER PASSWORD [TOKEN_PORT]`
   (tests/sasl.rs): performs the SASL exchange itself — PLAIN, SCRAM-SHA-256/512
   (RFC 5802/7677) or OAUTHBEARER (RFC 7628) — and refuses wrong credentials
@@ -170,7 +172,7 @@ async def pipe(r, w):
         w.close()
 
 
-async def tls_handle(r, w):
+async def forward(r, w):
     try:
         ur, uw = await asyncio.open_connection("127.0.0.1", UPSTREAM)
     except Exception:
@@ -243,7 +245,9 @@ async def main():
         if len(sys.argv) > 6 and sys.argv[6]:
             ctx.verify_mode = ssl.CERT_REQUIRED
             ctx.load_verify_locations(sys.argv[6])
-        srv = await asyncio.start_server(tls_handle, "127.0.0.1", LISTEN, ssl=ctx)
+        srv = await asyncio.start_server(forward, "127.0.0.1", LISTEN, ssl=ctx)
+    elif MODE == "pipe":
+        srv = await asyncio.start_server(forward, "127.0.0.1", LISTEN)
     else:
         srv = await asyncio.start_server(sasl_handle, "127.0.0.1", LISTEN)
         if MECHANISM == "OAUTHBEARER":
