@@ -547,6 +547,40 @@ mod tests {
         assert!(l.last.len() <= LOG_KINDS + 1);
     }
 
+    /// Issue: only the consumer's errors were counted; a producer that
+    /// could not authenticate or reach the cluster moved no metric. Client
+    /// errors are counted under the client's role and kind, produce
+    /// failures by kind too, and the series start at 0.
+    #[test]
+    fn producer_and_admin_errors_are_counted_by_client_and_kind() {
+        use rdkafka::error::KafkaError as K;
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            crate::telemetry::register_kafka_errors();
+            Quiet("producer").error(K::Global(RDKafkaErrorCode::SSL), "handshake failed");
+            Quiet("admin").error(K::Global(RDKafkaErrorCode::AllBrokersDown), "all down");
+            crate::telemetry::produce_failed(
+                "out",
+                &K::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
+            );
+        });
+        let text = handle.render();
+        let (errors, produce) = (
+            crate::telemetry::name::KAFKA_ERRORS,
+            crate::telemetry::name::PRODUCE_ERRORS,
+        );
+        for line in [
+            format!(r#"{errors}{{client="producer",kind="tls"}} 1"#),
+            format!(r#"{errors}{{client="admin",kind="transport"}} 1"#),
+            format!(r#"{errors}{{client="producer",kind="authorization"}} 1"#),
+            format!(r#"{errors}{{client="consumer",kind="decompression"}} 0"#),
+            format!(r#"{produce}{{topic="out"}} 1"#),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
+    }
+
     /// Every kind an error is counted under is one the metric starts at 0
     /// with (an unregistered kind would be born at 1 and missed by the
     /// alert's `increase()`).

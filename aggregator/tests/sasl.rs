@@ -15,7 +15,7 @@
 
 mod harness;
 
-use harness::front::{python, Fronted};
+use harness::front::{python, whole_pipeline, Fronted};
 use harness::*;
 use std::process::Command;
 use std::time::Duration;
@@ -81,10 +81,11 @@ async fn simulate_with(broker: &Broker, config_text: &str) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Release through `broker` with the security `security(var)` makes,
-/// the secret read from the environment variable `var`: the right one
-/// (`good`) releases; the wrong one (`wrong`) fails at start instead of
-/// staying up without its cluster.
+/// The whole pipeline through `broker` with the security `security(var)`
+/// makes, the secret read from the environment variable `var`: the right
+/// one (`good`) runs it ([`whole_pipeline`]) and never shows in the
+/// effective configuration; the wrong one (`wrong`) fails at start instead
+/// of staying up without its cluster.
 async fn authenticated_round(
     broker: &Broker,
     label: &str,
@@ -92,30 +93,32 @@ async fn authenticated_round(
     (good, wrong): (&str, &str),
     simulate: bool,
 ) {
-    let t = Topics::created(broker, &format!("sasl-{label}"), 1).await;
     let plan = "epsilon_per_device = 1.0\nhorizon = \"24h\"";
-    let text = config_text(broker, &t, plan, &security(good), STREAM);
-    if simulate {
-        simulate_with(broker, &text).await;
-    }
-    let config = fleetdp::config::Config::parse(&text).unwrap();
     let secret = std::env::var(good).unwrap();
-    assert!(!config.shown().contains(&secret), "{}", config.shown());
-    let (stop, c, h) = spawn_pipeline(config.validate().unwrap(), KEY);
-    for i in 0..5 {
-        let r = temp_reading(Some(0), &format!("sasl-{i}"), 20.0, now_ms());
-        produce(broker, &t.input, std::slice::from_ref(&r)).await;
+    let shown = fleetdp::config::Config::parse(&config_text(
+        broker,
+        &Topics::new("shown"),
+        plan,
+        &security(good),
+        STREAM,
+    ))
+    .unwrap()
+    .shown();
+    assert!(!shown.contains(&secret), "{shown}");
+    if simulate {
+        let t = Topics::new("sim");
+        simulate_with(
+            broker,
+            &config_text(broker, &t, plan, &security(good), STREAM),
+        )
+        .await;
     }
-    let released = wait_until(Duration::from_secs(60), || count(&c.windows_released) >= 1).await;
-    stop.send(true).unwrap();
-    let _ = h.await;
-    assert!(released, "{label}: nothing released");
-    let out = tokio::task::block_in_place(|| releases(broker, &t.output));
-    assert_eq!(out.len(), 1, "{label}: releases read back");
+    whole_pipeline(broker, &security(good), &format!("sasl-{label}")).await;
 
     // Control: the wrong secret is refused, and the service fails at
     // start rather than running without its cluster.
-    let text = config_text(broker, &t.regroup(), plan, &security(wrong), STREAM);
+    let t = Topics::created(broker, &format!("sasl-{label}-wrong"), 1).await;
+    let text = config_text(broker, &t, plan, &security(wrong), STREAM);
     let v = fleetdp::config::Config::parse(&text)
         .unwrap()
         .validate()
@@ -126,7 +129,10 @@ async fn authenticated_round(
     match ended {
         Ok(r) => {
             let e = format!("{:#}", r.unwrap().expect_err("a wrong secret started"));
-            assert!(e.contains("kafka.security"), "{label}: the error names the setting: {e}");
+            assert!(
+                e.contains("kafka.security"),
+                "{label}: the error names the setting: {e}"
+            );
         }
         Err(_) => panic!("{label}: a wrong secret did not fail within 40 s"),
     }

@@ -1,8 +1,12 @@
 //! A private tansu behind a front on loopback (a TLS terminator or a SASL
 //! front the test runs): tansu advertises the front's address, so every
-//! client connection goes through it. Dropped, both stop.
+//! client connection goes through it. Dropped, both stop. And the whole
+//! pipeline through such a front ([`whole_pipeline`]).
 
-use super::free_port;
+use super::{
+    config, count, dead_letter_details, fleet_releases, free_port, now_ms, produce, releases,
+    spawn_pipeline, temp_reading, wait_until, Broker, Out, Topics,
+};
 use std::io::BufRead as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -89,4 +93,65 @@ impl Fronted {
         }
         Fronted { tansu, front, port }
     }
+}
+
+/// The whole pipeline through `broker` configured with `security` (TLS,
+/// SASL): two runs on the same topics and group, stopped in between. The
+/// first releases a window and dead-letters an undecodable message; the
+/// second restores the state the first wrote and resumes at the next seq
+/// (seq 0 is not released again); fleet records of both seqs are written.
+/// Everything is read back through the same secured front.
+pub async fn whole_pipeline(broker: &Broker, security: &str, name: &str) {
+    const KEY: [u8; 32] = [5; 32];
+    let t = Topics::created(broker, name, 1).await;
+    let v = || {
+        config(
+            broker,
+            &t,
+            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            security,
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\", \"mean\"]",
+        )
+    };
+    let wait = Duration::from_secs(60);
+    for run in 0..2 {
+        let (stop, c, h) = spawn_pipeline(v(), KEY);
+        for i in 0..5 {
+            let r = temp_reading(Some(0), &format!("{name}-{run}-{i}"), 20.0, now_ms());
+            produce(broker, &t.input, std::slice::from_ref(&r)).await;
+        }
+        if run == 0 {
+            let garbage = Out {
+                partition: Some(0),
+                key: "garbage".into(),
+                payload: vec![0xff; 16],
+                content_type: Some("application/json".into()),
+            };
+            produce(broker, &t.input, &[garbage]).await;
+        }
+        let released = wait_until(wait, || count(&c.windows_released) >= 1).await;
+        let fleet = wait_until(wait, || {
+            tokio::task::block_in_place(|| fleet_releases(broker, &t.output)).len() > run
+        })
+        .await;
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(released, "{name}, run {run}: nothing released");
+        assert!(fleet, "{name}, run {run}: no fleet record");
+    }
+    let seqs: Vec<u64> = tokio::task::block_in_place(|| releases(broker, &t.output))
+        .iter()
+        .map(|r| r.window_seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        [0, 1],
+        "{name}: the second run resumed from restored state"
+    );
+    let dead = dead_letter_details(broker, &t.dlq);
+    assert_eq!(
+        dead.len(),
+        1,
+        "{name}: the undecodable message was dead-lettered"
+    );
 }
