@@ -485,7 +485,7 @@ pub(crate) async fn produce_acked(
             Ok(delivery) => return Ok((delivery.partition, delivery.offset)),
             Err((e, _)) => e,
         };
-        crate::telemetry::produce_failed(topic, &e);
+        crate::telemetry::produce_failed(topic, error_kind(&e).0);
         if matches!(
             e.rdkafka_error_code(),
             Some(
@@ -557,13 +557,11 @@ mod tests {
         let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         metrics::with_local_recorder(&recorder, || {
-            crate::telemetry::register_kafka_errors();
+            crate::telemetry::register_kafka_errors(&ERROR_KINDS);
             Quiet("producer").error(K::Global(RDKafkaErrorCode::SSL), "handshake failed");
             Quiet("admin").error(K::Global(RDKafkaErrorCode::AllBrokersDown), "all down");
-            crate::telemetry::produce_failed(
-                "out",
-                &K::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed),
-            );
+            let refused = K::MessageProduction(RDKafkaErrorCode::TopicAuthorizationFailed);
+            crate::telemetry::produce_failed("out", error_kind(&refused).0);
         });
         let text = handle.render();
         let (errors, produce) = (

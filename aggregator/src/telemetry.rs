@@ -13,6 +13,12 @@ use ingest::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod partition_gauges;
+
+pub use partition_gauges::render_partition_gauges;
+pub(crate) use partition_gauges::{forget_partition, GaugeHandle};
+use partition_gauges::{partition_gauge, partition_gauge_handle};
+
 /// Metric names (the one list; dashboards and alert rules are tested
 /// against [`METRICS`]).
 pub mod name {
@@ -195,113 +201,31 @@ pub(crate) fn commit_failed() {
     metrics::counter!(name::COMMIT_ERRORS).increment(1);
 }
 
-/// The service's consumer and producer error series, at 0 from the start
-/// (a series born at 1 shows no `increase()`, so an alert would miss the
-/// first burst of errors).
-pub(crate) fn register_kafka_errors() {
-    for client in ["consumer", "producer"] {
-        for kind in crate::kafka::ERROR_KINDS {
-            metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(0);
-        }
-    }
-}
-
 /// A Kafka client error that stops progress, by client and kind
-/// ([`crate::kafka::error_kind`]).
+/// (`kafka::error_kind`). [`register_kafka_errors`] starts the consumer's
+/// and producer's series at 0: one born at 1 shows no `increase()`.
 pub(crate) fn kafka_error(client: &'static str, kind: &'static str) {
     metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(1);
 }
 
-/// A produce to `topic` failed with `e` (also counted by kind under the
-/// `producer` client).
-pub(crate) fn produce_failed(topic: &str, e: &rdkafka::error::KafkaError) {
+pub(crate) fn register_kafka_errors(kinds: &[&'static str]) {
+    for (client, kind) in ["consumer", "producer"]
+        .iter()
+        .flat_map(|c| kinds.iter().map(move |k| (*c, *k)))
+    {
+        metrics::counter!(name::KAFKA_ERRORS, "client" => client, "kind" => kind).increment(0);
+    }
+}
+
+/// A produce to `topic` failed with an error of `kind`.
+pub(crate) fn produce_failed(topic: &str, kind: &'static str) {
     metrics::counter!(name::PRODUCE_ERRORS, "topic" => topic.to_string()).increment(1);
-    kafka_error("producer", crate::kafka::error_kind(e).0);
+    kafka_error("producer", kind);
 }
 
 /// The lag probe measured `partition`.
 pub(crate) fn lag(partition: i32, lag: i64) {
     partition_gauge(name::CONSUMER_LAG, &[], partition, lag as f64);
-}
-
-/// Gauges labelled by input partition. The `metrics` recorder cannot remove
-/// a series, and a revoked partition's lag, lane and release gauges must
-/// go (another instance reports that partition now): they live in this
-/// table shared by the consuming loop, the release tasks and the lag probe,
-/// and `/metrics` renders it after the recorder's text
-/// ([`render_partition_gauges`]). Key: (metric, rendered labels); value:
-/// the partition and the gauge (an f64's bits), which a writer that holds
-/// a [`GaugeHandle`] sets without looking the key up again.
-type PartitionGauges = dashmap::DashMap<(&'static str, String), (i32, Arc<AtomicU64>)>;
-
-/// A partition gauge's value, as held by the table and its writer.
-pub(crate) type GaugeHandle = Arc<AtomicU64>;
-
-fn partition_gauges() -> &'static PartitionGauges {
-    static TABLE: std::sync::OnceLock<PartitionGauges> = std::sync::OnceLock::new();
-    TABLE.get_or_init(Default::default)
-}
-
-fn partition_gauge(metric: &'static str, labels: &[(&str, &str)], partition: i32, value: f64) {
-    partition_gauge_handle(metric, labels, partition).store(value.to_bits(), Ordering::Relaxed);
-}
-
-/// The value cell of a partition gauge, registered if new (or again, after
-/// its partition was revoked: a handle the table no longer holds is
-/// replaced by its holder, see [`StreamMetrics::lane_devices`]).
-fn partition_gauge_handle(
-    metric: &'static str,
-    labels: &[(&str, &str)],
-    partition: i32,
-) -> GaugeHandle {
-    use std::fmt::Write;
-    let mut rendered = String::new();
-    for (k, v) in labels {
-        let v = v
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"")
-            .replace('\n', "\\n");
-        let _ = write!(rendered, "{k}=\"{v}\",");
-    }
-    let _ = write!(rendered, "partition=\"{partition}\"");
-    partition_gauges()
-        .entry((metric, rendered))
-        .or_insert_with(|| (partition, Arc::default()))
-        .1
-        .clone()
-}
-
-/// Remove every gauge of `partition` (revoked).
-pub(crate) fn forget_partition(partition: i32) {
-    partition_gauges().retain(|_, v| v.0 != partition);
-}
-
-/// The partition-labelled gauges in Prometheus' text format, by metric.
-pub fn render_partition_gauges() -> String {
-    use std::fmt::Write;
-    let mut rows: Vec<(&'static str, String, f64)> = partition_gauges()
-        .iter()
-        .map(|e| {
-            let v = f64::from_bits(e.value().1.load(Ordering::Relaxed));
-            (e.key().0, e.key().1.clone(), v)
-        })
-        .collect();
-    rows.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let mut out = String::new();
-    let mut last = "";
-    for (metric, labels, value) in rows {
-        if metric != last {
-            let _ = writeln!(out, "# TYPE {metric} gauge");
-            last = metric;
-        }
-        let value = match value {
-            v if v == f64::INFINITY => "+Inf".to_string(),
-            v if v == f64::NEG_INFINITY => "-Inf".to_string(),
-            v => v.to_string(),
-        };
-        let _ = writeln!(out, "{metric}{{{labels}}} {value}");
-    }
-    out
 }
 
 /// The build, as a constant-1 gauge with labels.

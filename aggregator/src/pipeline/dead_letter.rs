@@ -12,7 +12,7 @@
 //! and the error named (nothing is committed past the message).
 
 use super::consume::Consuming;
-use crate::kafka::Producer;
+use crate::kafka::{self, Producer};
 use crate::telemetry;
 use anyhow::{anyhow, bail, Result};
 use ingest::{Reason, Rejection};
@@ -201,7 +201,7 @@ impl Consuming<'_> {
                     };
                 }
                 Err((e, _)) => {
-                    telemetry::produce_failed(&kc.dead_letter_topic, &e);
+                    telemetry::produce_failed(&kc.dead_letter_topic, kafka::error_kind(&e).0);
                     bail!(
                         "dead-lettering {}@{} to kafka.dead_letter_topic {}: {e}; exiting (nothing was committed past it)",
                         source.1,
@@ -244,7 +244,7 @@ impl Consuming<'_> {
                     Ok((p, o, reason))
                 }
                 _ => {
-                    telemetry::produce_failed(&topic, &e);
+                    telemetry::produce_failed(&topic, kafka::error_kind(&e).0);
                     Err(anyhow!(
                         "dead-lettering {p}@{o} to {topic} failed: {e}; exiting so an orchestrator can restart"
                     ))
@@ -277,7 +277,7 @@ async fn resend(
         .await
         .map(|_| ())
         .map_err(|(e, _)| {
-            telemetry::produce_failed(topic, &e);
+            telemetry::produce_failed(topic, kafka::error_kind(&e).0);
             anyhow!(
                 "dead-lettering {p}@{o} to {topic} failed even without its payload: {e}; exiting"
             )

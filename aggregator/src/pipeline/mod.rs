@@ -145,7 +145,7 @@ impl Pipeline {
         let v = &self.v;
         let kc = &v.config.kafka;
         let base = self.client_config();
-        crate::telemetry::register_kafka_errors();
+        crate::telemetry::register_kafka_errors(&kafka::ERROR_KINDS);
 
         // Where each (stream, partition) resumes is read from the release
         // ledger whenever partitions are assigned (see `consume`).
