@@ -74,13 +74,20 @@ enum Command {
         #[arg(long)]
         allow_plan_change: bool,
     },
-    /// Show what a configuration spends and how accurate it is; exits
-    /// non-zero when the plan is over budget or invalid.
+    /// Show what a configuration spends and how accurate it is, and warn
+    /// about figures it would release mostly as noise; exits non-zero when
+    /// the plan is over budget or invalid (or, with --strict, warned about).
     Plan {
         #[arg(long, short)]
         config: PathBuf,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
+        /// Fail (exit 1) when a figure would be mostly noise: a mean's or
+        /// std's 95% half-width over 5% of the stream's range, a histogram
+        /// bin's over the count the bin expects, or any figure over its
+        /// declared target_error.
+        #[arg(long)]
+        strict: bool,
     },
     /// Produce a simulated fleet's readings to a Kafka topic (load generator).
     Simulate(SimulateArgs),
@@ -144,11 +151,14 @@ struct SimulateArgs {
     #[arg(long, required_unless_present = "config")]
     brokers: Option<String>,
     /// A service configuration whose [kafka] brokers, [kafka.security] and
-    /// properties the simulator connects with (a secured cluster).
+    /// properties the simulator connects with (a secured cluster); its
+    /// input topic and streams are the defaults of --topic and --streams.
     #[arg(long)]
     config: Option<PathBuf>,
-    #[arg(long, default_value = "readings")]
-    topic: String,
+    /// The topic to produce to (default: the --config's input_topic, else
+    /// "readings").
+    #[arg(long)]
+    topic: Option<String>,
     #[arg(long, default_value_t = 1000)]
     devices: usize,
     /// Messages per second (0: as fast as possible).
@@ -168,13 +178,10 @@ struct SimulateArgs {
     /// Payload format.
     #[arg(long, value_enum, default_value_t = SimFormat::Protobuf)]
     format: SimFormat,
-    /// Streams to simulate (cabin_temp_c, battery_v, speed_kmh).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "cabin_temp_c,battery_v,speed_kmh"
-    )]
-    streams: Vec<String>,
+    /// Streams to simulate, of cabin_temp_c, battery_v, speed_kmh (default:
+    /// those the --config declares, else all three).
+    #[arg(long, value_delimiter = ',')]
+    streams: Option<Vec<String>>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -273,7 +280,11 @@ fn main() -> ExitCode {
             init_logging(cli.log_json, "info");
             run(config, create_topics, allow_plan_change)
         }
-        Command::Plan { config, format } => plan(config, format),
+        Command::Plan {
+            config,
+            format,
+            strict,
+        } => plan(config, format, strict),
         Command::Simulate(args) => {
             init_logging(cli.log_json, "warn");
             simulate(args)
@@ -398,12 +409,19 @@ fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Re
     })
 }
 
-fn plan(path: PathBuf, format: PlanFormat) -> Result<()> {
+fn plan(path: PathBuf, format: PlanFormat, strict: bool) -> Result<()> {
     let v = Config::load(&path)?.validate()?;
     let report = PlanReport::new(&v);
     match format {
         PlanFormat::Text => print!("{}", report.to_text()),
         PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if strict && !report.warnings.is_empty() {
+        bail!(
+            "--strict: {} figure(s) of {} would be mostly noise (see the warnings above)",
+            report.warnings.len(),
+            path.display()
+        );
     }
     Ok(())
 }
@@ -428,6 +446,33 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&bad_fraction) {
         bail!("--bad-fraction must be in [0, 1]");
     }
+    let loaded = config
+        .as_ref()
+        .map(|path| Config::load(path)?.validate())
+        .transpose()?;
+    // A configuration's own streams by default: readings of a stream it
+    // does not declare would only be dead-lettered (unknown_stream).
+    let streams = match (streams, &loaded) {
+        (Some(s), _) => s,
+        (None, Some(v)) => {
+            let known: Vec<String> = v
+                .config
+                .streams
+                .iter()
+                .map(|s| s.name.clone())
+                .filter(|n| Signal::from_stream(n).is_some())
+                .collect();
+            if known.is_empty() {
+                bail!(
+                    "--config declares no stream the simulator makes (cabin_temp_c, battery_v, speed_kmh); pass --streams"
+                );
+            }
+            known
+        }
+        (None, None) => ["cabin_temp_c", "battery_v", "speed_kmh"]
+            .map(String::from)
+            .to_vec(),
+    };
     let signals = streams
         .iter()
         .map(|s| {
@@ -449,15 +494,19 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         },
         ..FleetSpec::default()
     });
-    let (brokers, properties) = match config {
-        Some(path) => {
-            let v = Config::load(&path)?.validate()?;
+    let (brokers, properties, topic) = match loaded {
+        Some(v) => {
             let k = v.config.kafka;
-            (brokers.unwrap_or(k.brokers), k.properties)
+            (
+                brokers.unwrap_or(k.brokers),
+                k.properties,
+                topic.unwrap_or(k.input_topic),
+            )
         }
         None => (
             brokers.context("--brokers or --config is required")?,
             Default::default(),
+            topic.unwrap_or_else(|| "readings".into()),
         ),
     };
     let config = fleetdp::kafka::client_config(&brokers, &properties);

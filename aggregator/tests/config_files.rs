@@ -131,3 +131,39 @@ fn even_budget_splits_are_accepted() {
     let (ok, err, _) = plan(&c);
     assert!(!ok && err.contains("add up to"), "{err}");
 }
+
+/// Every configuration the repository ships releases useful figures:
+/// `fleetdp plan --strict` passes on each (it fails when a figure would be
+/// mostly noise). Issue: the shipped `deploy/fleetdp.toml` planned a mean
+/// of ±44.9 °C for cabin temperatures, and nothing said so.
+#[test]
+fn every_shipped_configuration_passes_plan_strict() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    let mut configs: Vec<PathBuf> = ["fleetdp.toml", "fleetdp.compose.toml", "demo.toml"]
+        .iter()
+        .map(|f| root.join(f))
+        .collect();
+    // The Kubernetes ConfigMap's configuration, as a file.
+    let k8s = std::fs::read_to_string(root.join("k8s/fleetdp.yaml")).unwrap();
+    let map = serde_yaml::Deserializer::from_str(&k8s)
+        .map(|d| <serde_yaml::Value as serde::Deserialize>::deserialize(d).unwrap())
+        .find(|d| d["kind"] == "ConfigMap")
+        .expect("a ConfigMap");
+    let path = dir().join("k8s-configmap.toml");
+    std::fs::write(&path, map["data"]["fleetdp.toml"].as_str().unwrap()).unwrap();
+    configs.push(path);
+    for config in &configs {
+        let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["plan", "--strict", "--config"])
+            .arg(config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            config.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -401,16 +401,40 @@ statistics = ["mean"]
     });
 }
 
+/// A plan computed by hand: ε = 1 per device per day, windows of 1,000
+/// cabin temperatures in [−40, 85] °C at 0.1 °C, W = 24, k = 1.
+const HAND_PLAN: &str = r#"
+[kafka]
+brokers = "127.0.0.1:9092"
+input_topic = "readings"
+output_topic = "releases"
+dead_letter_topic = "readings.dlq"
+[privacy]
+epsilon_per_device = 1.0
+horizon = "24h"
+[[stream]]
+name = "cabin_temp_c"
+lower = -40.0
+upper = 85.0
+resolution = 0.1
+window_size = 1000
+max_readings_per_device = 1
+max_windows_per_device = 24
+statistics = ["mean", "std", "histogram", "quantiles"]
+histogram_edges = [-40, 0, 10, 20, 30, 40, 85]
+quantiles = [0.5, 0.9]
+adaptive_quantiles = true
+"#;
+
 #[test]
 fn plan_numbers_equal_the_hand_computed_ones() {
+    let dir = std::env::temp_dir().join(harness::unique("plan"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hand = dir.join("hand.toml");
+    std::fs::write(&hand, HAND_PLAN).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-        .args([
-            "plan",
-            "--config",
-            concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/fleetdp.toml"),
-            "--format",
-            "json",
-        ])
+        .args(["plan", "--format", "json", "--config"])
+        .arg(&hand)
         .output()
         .unwrap();
     assert!(
@@ -452,16 +476,19 @@ fn plan_numbers_equal_the_hand_computed_ones() {
     let q = stat("quantile");
     assert_eq!(q["mechanism"], "permute_and_flip");
     assert!(close(&q["sensitivity"], 1.0));
+    // This plan's mean (±44.9 °C) is mostly noise: warned about, and
+    // `--strict` fails on it.
+    assert!(r["warnings"].as_array().is_some_and(|w| !w.is_empty()));
+    let strict = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["plan", "--strict", "--config"])
+        .arg(&hand)
+        .output()
+        .unwrap();
+    assert!(!strict.status.success(), "--strict passed a plan of noise");
+    assert!(String::from_utf8_lossy(&strict.stderr).contains("--strict"));
 
     // An over-budget plan exits non-zero and names the numbers.
-    let dir = std::env::temp_dir().join(harness::unique("plan"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../deploy/fleetdp.toml"
-    ))
-    .unwrap();
-    let bad = format!("{text}\n[[stream]]\nname = \"b\"\nlower = 0.0\nupper = 1.0\nresolution = 1.0\nwindow_size = 10\nbudget_share = 0.5\nstatistics = [\"sum\"]\n");
+    let bad = format!("{HAND_PLAN}\n[[stream]]\nname = \"b\"\nlower = 0.0\nupper = 1.0\nresolution = 1.0\nwindow_size = 10\nbudget_share = 0.5\nstatistics = [\"sum\"]\n");
     let path = dir.join("over.toml");
     std::fs::write(&path, bad).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
@@ -897,5 +924,60 @@ fn read_content_type_false_decodes_every_message_as_the_declared_format() {
             assert_eq!(get(&c.readings_accepted), accepted, "read_content_type = {read}");
             assert_eq!(c.dead_letters(ingest::Reason::Undecodable), dead, "read_content_type = {read}");
         }
+    });
+}
+
+/// The README's `simulate --config deploy/fleetdp.toml` sends only the
+/// streams the configuration declares, to its input topic. Issue: it sent
+/// the three demo streams to "readings" whatever the configuration said,
+/// and the shipped one-stream configuration dead-lettered 67% of them as
+/// `unknown_stream`.
+#[test]
+fn simulate_with_a_config_sends_its_streams_to_its_input_topic() {
+    let broker = Broker::start();
+    if !broker.is_external() {
+        // A child process cannot reach the in-process mock cluster.
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "simulate-config", 1).await;
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/fleetdp.toml"
+        ))
+        .unwrap();
+        let text = shipped
+            .replace("\"127.0.0.1:9092\"", &format!("{:?}", broker.brokers))
+            .replace("\"readings\"", &format!("{:?}", t.input));
+        assert_ne!(
+            text, shipped,
+            "the test could not point the configuration at its broker"
+        );
+        let dir = std::env::temp_dir().join(unique("fleetdp-simulate-config"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("fleetdp.toml");
+        std::fs::write(&file, text).unwrap();
+        let status = tokio::task::block_in_place(|| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+                .args(["simulate", "--config"])
+                .arg(&file)
+                .args(["--devices", "50", "--messages", "30", "--rate", "0"])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .unwrap()
+        });
+        assert!(status.success());
+        let got = tokio::task::block_in_place(|| read_all(&broker, &t.input));
+        // (tansu may drop records of multi-record batches: not all 30.)
+        assert!(
+            !got.is_empty(),
+            "nothing on the configuration's input topic"
+        );
+        for m in &got {
+            let r = proto::DeviceReading::decode(m.payload.as_slice()).unwrap();
+            assert_eq!(r.stream, "cabin_temp_c", "only the configuration's stream");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     });
 }

@@ -1,6 +1,11 @@
 //! `fleetdp plan`: what a configuration will do, per stream and statistic —
 //! sensitivity, mechanism, noise scale, ε/ρ per window and per horizon, and
-//! the expected 95% interval half-width in metric units.
+//! the expected 95% interval half-width in metric units, and the figures it
+//! would release mostly as noise ([`PlanWarning`]).
+
+mod warnings;
+
+pub use warnings::{PlanWarning, USEFUL_SHARE};
 
 use crate::config::Validated;
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
@@ -24,6 +29,9 @@ pub struct PlanReport {
     pub key_selection_delta: f64,
     pub horizon_seconds: u64,
     pub streams: Vec<StreamReport>,
+    /// Figures this plan would release mostly as noise (`plan --strict`
+    /// fails on any).
+    pub warnings: Vec<PlanWarning>,
 }
 
 #[derive(Debug, Serialize)]
@@ -175,7 +183,7 @@ impl PlanReport {
         let plan = &v.plan;
         let b = &plan.privacy.budget;
         let spent = rational::to_f64(&plan.per_horizon);
-        let streams = plan
+        let streams: Vec<StreamReport> = plan
             .streams
             .iter()
             .enumerate()
@@ -249,7 +257,25 @@ impl PlanReport {
                 }
             })
             .collect();
+        let zcdp = b.measure == Measure::Zcdp;
+        let warnings = streams
+            .iter()
+            .flat_map(|r: &StreamReport| {
+                let s = plan.streams.iter().find(|s| s.declared_name() == r.name);
+                let unit = v.config.streams.iter().find(|c| c.name == r.name);
+                let declared = s.map(|s| warnings::Declared {
+                    lower: s.spec.lower,
+                    upper: s.spec.upper,
+                    unit: unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
+                    bins: s.spec.histogram_edges.len().saturating_sub(1),
+                });
+                declared
+                    .map(|d| warnings::warnings(r, &d, zcdp, b.per_horizon))
+                    .unwrap_or_default()
+            })
+            .collect();
         PlanReport {
+            warnings,
             relation: plan.privacy.relation.to_string(),
             measure: match b.measure {
                 Measure::Pure => "pure".into(),
@@ -385,6 +411,16 @@ impl PlanReport {
                         f(e.std_plain_tree)
                     );
                 }
+            }
+        }
+        if !self.warnings.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nwarnings ({} figure(s) mostly noise; `plan --strict` fails on them):",
+                self.warnings.len()
+            );
+            for w in &self.warnings {
+                let _ = writeln!(out, "  {}", w.message);
             }
         }
         out
