@@ -215,6 +215,7 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         "FleetDPStreamStalled",
         "FleetDPBudgetNearlySpent",
         "FleetDPKafkaErrors",
+        "FleetDPInputSilent",
     ] {
         assert!(alerts.contains(a), "alert {a} missing");
     }
