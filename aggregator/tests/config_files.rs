@@ -167,3 +167,66 @@ fn every_shipped_configuration_passes_plan_strict() {
         );
     }
 }
+
+/// The file-mode rule for secrets in volumes FleetDP does not own: a
+/// Kubernetes Secret volume with `fsGroup` hands the pod root-owned files
+/// readable by its group (`0440`), which FleetDP refused as group-readable
+/// — and without `fsGroup` a non-root pod cannot read them at all, so
+/// `key_file` had no working path in Kubernetes. Such a file is accepted;
+/// one others can read, one of another group, a group-writable one, or a
+/// group-readable one when FleetDP runs as root are still refused. Runs
+/// `plan` as user and group 65534 (nobody), so it needs root.
+#[test]
+fn a_root_owned_secret_readable_by_the_process_group_is_accepted() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: cannot hand files to another user; skipped");
+        return;
+    }
+    let d = dir().join("handed");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = d.join("password");
+    let config = d.join("fleetdp.toml");
+    let text = format!(
+        "[kafka]\nbrokers = \"b:9092\"\ninput_topic = \"in\"\noutput_topic = \"out\"\ndead_letter_topic = \"dlq\"\n\
+         [kafka.security]\nprotocol = \"sasl_plaintext\"\nsasl_mechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"${{file:{}}}\"\n\
+         [privacy]\nepsilon_per_device = 1.0\nhorizon = \"24h\"\n\
+         [[stream]]\nname = \"t\"\nlower = 0.0\nupper = 1.0\nresolution = 0.1\nwindow_size = 10\nstatistics = [\"count\"]\n",
+        secret.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let plan_as = |uid: u32, gid: u32, mode: u32, group: u32| {
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        std::os::unix::fs::chown(&secret, Some(0), Some(group)).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["plan", "--config"])
+            .arg(&config)
+            .uid(uid)
+            .gid(gid)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, err) = plan_as(65534, 65534, 0o440, 65534);
+    assert!(ok, "a Secret-volume file was refused: {err}");
+    for (what, uid, mode, group) in [
+        ("readable by others", 65534, 0o444, 65534),
+        ("of another group", 65534, 0o440, 0),
+        ("group-writable", 65534, 0o460, 65534),
+        ("group-readable, FleetDP as root", 0, 0o440, 65534),
+    ] {
+        let (ok, err) = plan_as(uid, uid, mode, group);
+        assert!(!ok, "a secret file {what} was accepted");
+        assert!(
+            err.contains("kafka.security.password") && err.contains("mode"),
+            "{what}: {err}"
+        );
+    }
+}

@@ -319,19 +319,71 @@ fn kubernetes_manifests_are_consistent() {
         find("ServiceMonitor")["spec"]["endpoints"][0]["path"],
         "/metrics"
     );
-    let secret = &c["env"][0]["valueFrom"]["secretKeyRef"];
-    assert_eq!(secret["name"], find("Secret")["metadata"]["name"]);
-    assert!(find("Secret")["stringData"][secret["key"].as_str().unwrap()].is_string());
+    // Reviewed: the restricted Pod Security Standard, a pinned image, no
+    // rolling update (two keys or plans side by side), the key in a file.
+    let pod = &dep["spec"]["template"]["spec"];
+    let sc = &pod["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_ne!(sc["runAsUser"], 0);
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"][0], "ALL");
+    let image = c["image"].as_str().unwrap();
+    assert!(
+        image.contains(':') && !image.ends_with(":latest"),
+        "image {image} is not pinned"
+    );
+    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate");
+    assert!(
+        c.get("env").is_none(),
+        "the key goes in as a file, not the environment"
+    );
+    let volume = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v.get("secret").is_some())
+        .expect("a Secret volume");
+    assert_eq!(
+        volume["secret"]["secretName"],
+        find("Secret")["metadata"]["name"]
+    );
+    // 0440 (YAML 1.1, as Kubernetes reads it): the pod's group reads it.
+    assert_eq!(volume["secret"]["defaultMode"].as_u64(), Some(0o440));
+    assert_eq!(sc["fsGroup"], sc["runAsGroup"]);
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .expect("the key volume is mounted");
     let labels = &dep["spec"]["selector"]["matchLabels"];
     assert_eq!(
         &find("PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
         labels
     );
     assert_eq!(&find("Service")["spec"]["selector"], labels);
-    // The ConfigMap's configuration validates and reads the key the Secret provides.
+    // The ConfigMap's configuration validates and reads the key the Secret
+    // provides, where it is mounted.
     let toml = find("ConfigMap")["data"]["fleetdp.toml"].as_str().unwrap();
     let cfg = Config::parse(toml).unwrap();
-    assert_eq!(cfg.privacy.key_env.as_deref(), c["env"][0]["name"].as_str());
+    let key = find("Secret")["stringData"]
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap();
+    assert_eq!(
+        cfg.privacy.key_file.as_deref(),
+        Some(Path::new(&format!(
+            "{}/{}",
+            mount["mountPath"].as_str().unwrap(),
+            key.as_str().unwrap()
+        )))
+    );
+    let config_mount = c["volumeMounts"][0]["mountPath"].as_str().unwrap();
+    assert!(c["args"][2].as_str().unwrap().starts_with(config_mount));
     assert_eq!(cfg.http.listen, "0.0.0.0:9898");
     cfg.validate().unwrap();
 }

@@ -56,18 +56,26 @@ pub(crate) fn read_bounded(field: &str, path: &Path, max: u64) -> Result<Vec<u8>
     Ok(bytes)
 }
 
-/// Refuse a secret file that group or others may read (the release key's
-/// rule, applied to every secret file).
+/// Refuse a secret file that others may read, or that its group may read
+/// (the release key's rule, applied to every secret file) — except a file
+/// the process does not own but was handed: owned by root, not group-
+/// writable, its group one of the process's own, the process not root.
+/// That is a Kubernetes Secret volume with `fsGroup` (files root-owned,
+/// group-readable by the pod's group, mode `0440`): only root and the
+/// pod's own group can read it, as only root and the owner can read a
+/// `0600` file.
 pub(crate) fn check_private(field: &str, path: &Path) -> Result<()> {
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         if let Ok(m) = std::fs::metadata(path) {
             let mode = m.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
+            let handed = m.uid() == 0 && mode & 0o020 == 0 && !am_root() && in_my_groups(m.gid());
+            if mode & 0o007 != 0 || (mode & 0o070 != 0 && !handed) {
                 bail!(
                     "{field}: {} has mode {mode:04o}, which lets group or others read a secret; \
-                     run `chmod 600 {}`",
+                     run `chmod 600 {}` (a root-owned file readable by the process's own group, \
+                     as a Kubernetes Secret volume with fsGroup, is accepted)",
                     path.display(),
                     path.display()
                 );
@@ -75,6 +83,27 @@ pub(crate) fn check_private(field: &str, path: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(unix)]
+fn am_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `gid` is the process's effective group or a supplementary one.
+#[cfg(unix)]
+fn in_my_groups(gid: u32) -> bool {
+    // SAFETY: getegid cannot fail; getgroups writes at most `groups.len()`
+    // entries into the buffer it is given and returns how many.
+    unsafe {
+        if libc::getegid() == gid {
+            return true;
+        }
+        let mut groups = vec![0 as libc::gid_t; 256];
+        let n = libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr());
+        n > 0 && groups[..n as usize].contains(&gid)
+    }
 }
 
 /// [`read_bounded`] as UTF-8 text.
