@@ -56,16 +56,19 @@ while got < want and time.time() < end:
 c.close()
 "#;
 
+/// The Python client and a broker other processes reach, or `None` (the
+/// test skips: the in-process mock cluster is not reachable from outside).
+fn python_and_broker() -> Option<(String, Broker)> {
+    let py = harness::front::python_client()?;
+    let broker = Broker::start();
+    broker.is_external().then_some((py, broker))
+}
+
 #[test]
 fn input_in_every_codec_is_released_and_zstd_releases_read_back() {
-    let Some(py) = harness::front::python_client() else {
+    let Some((py, broker)) = python_and_broker() else {
         return;
     };
-    let broker = Broker::start();
-    if !broker.is_external() {
-        // The Python client cannot reach the in-process mock cluster.
-        return;
-    }
     let rt = runtime();
     rt.block_on(async {
         for codec in ["gzip", "snappy", "lz4", "zstd"] {
@@ -155,14 +158,9 @@ print(struct.unpack(">h", resp[at:at + 2])[0])
 /// at 200 and no metric.
 #[test]
 fn an_undecompressable_batch_turns_readiness_red_and_counts_the_error() {
-    let Some(py) = harness::front::python_client() else {
+    let Some((py, broker)) = python_and_broker() else {
         return;
     };
-    let broker = Broker::start();
-    if !broker.is_external() {
-        // A child process cannot reach the in-process mock cluster.
-        return;
-    }
     let rt = runtime();
     rt.block_on(async {
         let t = Topics::created(&broker, "codec-corrupt", 1).await;
