@@ -310,8 +310,14 @@ pub(crate) fn merge(
         c.set(k, v);
     }
     if let Err(e) = c.create_native_config() {
-        let rdkafka::error::KafkaError::ClientConfig(_, why, key, _) = &e else {
-            bail!("kafka.properties: {e}");
+        let rdkafka::error::KafkaError::ClientConfig(_, why, key, value) = &e else {
+            bail!("kafka.properties: the client configuration was refused");
+        };
+        // librdkafka quotes the value it refuses, which may be a secret.
+        let why = if value.is_empty() {
+            why.clone()
+        } else {
+            why.replace(value.as_str(), "<value>")
         };
         let field = if from_security.contains(key) {
             "kafka.security".to_string()
@@ -423,6 +429,20 @@ statistics = ["mean"]
             .to_string();
         assert!(
             e.starts_with("kafka.properties.\"no.such.property\": librdkafka refuses"),
+            "{e}"
+        );
+        // A refused value is not repeated: it may be a secret.
+        let text = BASE.replace(
+            "SECURITY",
+            "[kafka.properties]\n\"security.protocol\" = \"hunter2-secret\"",
+        );
+        let e = Config::parse(&text)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("security.protocol") && !e.contains("hunter2"),
             "{e}"
         );
     }
