@@ -113,14 +113,19 @@ fn config(
     group: &str,
     read_content_type: bool,
 ) -> Validated {
-    let text = CONFIG
+    let text = config_text(brokers, input, output, group, read_content_type);
+    Config::parse(&text).unwrap().validate().unwrap()
+}
+
+/// [`CONFIG`] filled in.
+fn config_text(brokers: &str, input: &str, output: &str, group: &str, rct: bool) -> String {
+    CONFIG
         .replace("BROKERS", brokers)
         .replace("INPUT", input)
         .replace("OUTPUT", output)
         .replace("DLQ", &format!("{input}.dlq"))
         .replace("GROUP", group)
-        .replace("RCT", &read_content_type.to_string());
-    Config::parse(&text).unwrap().validate().unwrap()
+        .replace("RCT", &rct.to_string())
 }
 
 fn messages(n: usize) -> Vec<(String, Vec<u8>)> {

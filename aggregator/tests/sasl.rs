@@ -15,12 +15,11 @@
 
 mod harness;
 
-use harness::front::{python, whole_pipeline, Fronted};
+use harness::front::{fails_at_start, python, whole_pipeline, Fronted};
 use harness::*;
 use std::process::Command;
 use std::time::Duration;
 
-const KEY: [u8; 32] = [6; 32];
 const FRONT: &str = include_str!("fronts.py");
 const USER: &str = "fleetdp";
 const PASSWORD: &str = "correct horse battery staple";
@@ -120,25 +119,15 @@ async fn authenticated_round(
 
     // Control: the wrong secret is refused, and the service fails at
     // start rather than running without its cluster.
-    let t = Topics::created(broker, &format!("sasl-{label}-wrong"), 1).await;
-    let text = config_text(broker, &t, plan, &security(wrong), STREAM);
-    let v = fleetdp::config::Config::parse(&text)
-        .unwrap()
-        .validate()
-        .unwrap();
-    let (stop, _c, h) = spawn_pipeline(v, KEY);
-    let ended = tokio::time::timeout(Duration::from_secs(40), h).await;
-    let _ = stop.send(true);
-    match ended {
-        Ok(r) => {
-            let e = format!("{:#}", r.unwrap().expect_err("a wrong secret started"));
-            assert!(
-                e.contains("kafka.security"),
-                "{label}: the error names the setting: {e}"
-            );
-        }
-        Err(_) => panic!("{label}: a wrong secret did not fail within 40 s"),
-    }
+    let name = format!("sasl-{label}-wrong");
+    fails_at_start(
+        broker,
+        &security(wrong),
+        STREAM,
+        &name,
+        Duration::from_secs(40),
+    )
+    .await;
 }
 
 #[test]

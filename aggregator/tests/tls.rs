@@ -14,13 +14,13 @@
 
 mod harness;
 
-use harness::front::{python, whole_pipeline, Fronted};
+use harness::front::{fails_at_start, python, whole_pipeline, Fronted};
 use harness::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const KEY: [u8; 32] = [4; 32];
+const COUNT: &str = "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\"]";
 
 /// The fronts (TLS mode here).
 const FRONT: &str = include_str!("fronts.py");
@@ -153,26 +153,6 @@ if len(s.recv(64)) < 8:
         .success()
 }
 
-/// The pipeline with `security` fails at start within 30 s, its error
-/// naming `kafka.security`.
-async fn fails_at_start(broker: &Broker, security: &str, name: &str) {
-    let t = Topics::created(broker, name, 1).await;
-    let v = config(broker, &t, "epsilon_per_device = 1.0\nhorizon = \"24h\"", security, "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\"]");
-    let (stop, _c, h) = spawn_pipeline(v, KEY);
-    let ended = tokio::time::timeout(Duration::from_secs(30), h).await;
-    let _ = stop.send(true);
-    match ended {
-        Ok(r) => {
-            let e = format!("{:#}", r.unwrap().expect_err("it started"));
-            assert!(
-                e.contains("kafka.security"),
-                "{name}: the error names the setting: {e}"
-            );
-        }
-        Err(_) => panic!("{name}: did not fail within 30 s"),
-    }
-}
-
 #[test]
 fn the_pipeline_runs_over_tls_and_mutual_tls() {
     let Some(tansu) = std::env::var_os("FLEETDP_TANSU").filter(|s| !s.is_empty()) else {
@@ -214,7 +194,7 @@ fn the_pipeline_runs_over_tls_and_mutual_tls() {
             "[kafka.security]\nprotocol = \"ssl\"\nca_file = \"{}\"",
             dir.join("other-ca.pem").display()
         );
-        fails_at_start(&broker, &other, "tls-wrong-ca").await;
+        fails_at_start(&broker, &other, COUNT, "tls-wrong-ca", Duration::from_secs(30)).await;
         drop(front);
 
         // Mutual TLS: the front requires a certificate our CA signed.
@@ -233,7 +213,7 @@ fn the_pipeline_runs_over_tls_and_mutual_tls() {
         // Control: without its certificate FleetDP is refused and says
         // which setting to check.
         let no_cert = format!("[kafka.security]\nprotocol = \"ssl\"\nca_file = \"{}\"", ca.display());
-        fails_at_start(&broker, &no_cert, "mtls-no-cert").await;
+        fails_at_start(&broker, &no_cert, COUNT, "mtls-no-cert", Duration::from_secs(30)).await;
         drop(front);
     });
     let _ = std::fs::remove_dir_all(&dir);

@@ -76,13 +76,7 @@ fn front(port: u16, upstream: u16, tls: Option<&Path>) -> Child {
 }
 
 fn config(brokers: &str, input: &str, output: &str, group: &str, security: &str) -> Validated {
-    let text = super::CONFIG
-        .replace("BROKERS", brokers)
-        .replace("INPUT", input)
-        .replace("OUTPUT", output)
-        .replace("DLQ", &format!("{input}.dlq"))
-        .replace("GROUP", group)
-        .replace("RCT", "false");
+    let text = super::config_text(brokers, input, output, group, false);
     Config::parse(&format!("{text}{security}"))
         .unwrap()
         .validate()

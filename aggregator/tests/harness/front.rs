@@ -155,3 +155,37 @@ pub async fn whole_pipeline(broker: &Broker, security: &str, name: &str) {
         "{name}: the undecodable message was dead-lettered"
     );
 }
+
+/// A pipeline configured with `security` (the `[kafka.security]` lines) and
+/// `stream` fails at start within `wait`, its error naming
+/// `kafka.security`: a wrong CA, password or secret, a missing client
+/// certificate.
+pub async fn fails_at_start(
+    broker: &Broker,
+    security: &str,
+    stream: &str,
+    name: &str,
+    wait: Duration,
+) {
+    let t = Topics::created(broker, name, 1).await;
+    let v = config(
+        broker,
+        &t,
+        "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+        security,
+        stream,
+    );
+    let (stop, _c, h) = spawn_pipeline(v, [5; 32]);
+    let ended = tokio::time::timeout(wait, h).await;
+    let _ = stop.send(true);
+    match ended {
+        Ok(r) => {
+            let e = format!("{:#}", r.unwrap().expect_err("it started"));
+            assert!(
+                e.contains("kafka.security"),
+                "{name}: the error names the setting: {e}"
+            );
+        }
+        Err(_) => panic!("{name}: did not fail within {wait:?}"),
+    }
+}
