@@ -50,6 +50,7 @@ pub fn recorder() -> Result<PrometheusHandle> {
         .context("latency buckets")?
         .install_recorder()
         .context("installing the Prometheus recorder")?;
+    telemetry::describe_all();
     telemetry::build_info();
     // Upkeep drains histogram samples even when nobody scrapes.
     let upkeep = h.clone();
@@ -246,6 +247,7 @@ fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<F
     }
     match path {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
+            telemetry::before_scrape(st.board.ready().is_ok());
             let mut text = st.metrics.render();
             text.push_str(&crate::telemetry::render_partition_gauges());
             if st.config.config.http.hide_exact_counts {

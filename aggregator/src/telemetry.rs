@@ -13,7 +13,10 @@ use ingest::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod describe;
 mod partition_gauges;
+
+pub(crate) use describe::describe_all;
 
 pub use partition_gauges::render_partition_gauges;
 pub(crate) use partition_gauges::{forget_partition, GaugeHandle};
@@ -52,6 +55,7 @@ pub mod name {
     pub const REGISTRY_REJECTED: &str = "fleetdp_registry_rejected_total";
     pub const KEY_VALUES_REFUSED: &str = "fleetdp_key_values_refused_total";
     pub const KAFKA_ERRORS: &str = "fleetdp_kafka_errors_total";
+    pub const READY: &str = "fleetdp_ready";
 }
 
 /// Every metric the service exports.
@@ -86,6 +90,7 @@ pub const METRICS: &[&str] = &[
     name::REGISTRY_REJECTED,
     name::KEY_VALUES_REFUSED,
     name::KAFKA_ERRORS,
+    name::READY,
 ];
 
 /// Metric families that count the input exactly (per message, reading,
@@ -112,7 +117,9 @@ pub(crate) const LATENCY_BUCKETS: &[f64] = &[
 ];
 
 /// A Prometheus text exposition without the [`EXACT_COUNT_METRICS`]
-/// families (their samples, `# HELP` and `# TYPE` lines).
+/// families (their samples, `# HELP` and `# TYPE` lines) and without the
+/// `process_*` ones: CPU time, memory and descriptors grow with the input's
+/// volume, so they too are operator-internal under add-remove.
 pub fn without_exact_counts(text: &str) -> String {
     text.lines()
         .filter(|line| {
@@ -121,10 +128,11 @@ pub fn without_exact_counts(text: &str) -> String {
                 .or_else(|| line.strip_prefix("# TYPE "))
                 .unwrap_or(line);
             let name = name.split(['{', ' ']).next().unwrap_or("");
-            !EXACT_COUNT_METRICS.iter().any(|m| {
-                name.strip_prefix(m)
-                    .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
-            })
+            !name.starts_with("process_")
+                && !EXACT_COUNT_METRICS.iter().any(|m| {
+                    name.strip_prefix(m)
+                        .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
+                })
         })
         .flat_map(|l| [l, "\n"])
         .collect()
@@ -228,6 +236,33 @@ pub(crate) fn lag(partition: i32, lag: i64) {
     partition_gauge(name::CONSUMER_LAG, &[], partition, lag as f64);
 }
 
+/// Before a scrape: what `/readyz` answers now, as a gauge (the one
+/// readiness signal left when `hide_exact_counts` removes the lag series;
+/// it says no more than `/readyz` itself), and the process metrics
+/// (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, `process_start_time_seconds`, …).
+pub(crate) fn before_scrape(ready: bool) {
+    static PROCESS: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    PROCESS
+        .get_or_init(|| {
+            let c = metrics_process::Collector::default();
+            c.describe();
+            c
+        })
+        .collect();
+    metrics::gauge!(name::READY).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// `x` to 12 significant digits: plan figures and released values without
+/// the float dust of their arithmetic (`24 × 0.2` is `4.800000000000001`).
+pub(crate) fn tidy(x: f64) -> f64 {
+    if x.is_finite() {
+        format!("{x:.11e}").parse().unwrap_or(x)
+    } else {
+        x
+    }
+}
+
 /// The build, as a constant-1 gauge with labels.
 pub(crate) fn build_info() {
     metrics::gauge!(
@@ -289,9 +324,9 @@ pub(crate) fn fleet_value(stream: &str, label: &str, value: f64, half_width: Opt
         .chain(group_labels(stream))
         .map(|(k, v)| metrics::Label::new(k, v.to_string()))
         .collect();
-    metrics::gauge!(name::FLEET_VALUE, labels.clone()).set(value);
+    metrics::gauge!(name::FLEET_VALUE, labels.clone()).set(tidy(value));
     if let Some(h) = half_width {
-        metrics::gauge!(name::FLEET_HALF_WIDTH, labels).set(h);
+        metrics::gauge!(name::FLEET_HALF_WIDTH, labels).set(tidy(h));
     }
 }
 
@@ -342,12 +377,20 @@ pub fn budget_gauges(v: &Validated) {
         let declared = budget * s.spec.budget_share;
         let spent = rational::to_f64(&s.per_horizon());
         let stream = s.spec.name.clone();
-        metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(declared);
-        metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone())
+        metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(tidy(declared));
+        // The unit as a label, for dashboards (a Grafana variable).
+        let unit = v
+            .config
+            .streams
+            .iter()
+            .find(|c| c.name == s.declared_name())
+            .and_then(|c| c.unit.clone())
+            .unwrap_or_default();
+        metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone(), "unit" => unit)
             .set(s.spec.window_size as f64);
-        metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(spent);
+        metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(tidy(spent));
         metrics::gauge!(name::BUDGET_REMAINING, "stream" => stream)
-            .set((declared - spent).max(0.0));
+            .set(tidy((declared - spent).max(0.0)));
     }
 }
 
@@ -559,11 +602,13 @@ mod tests {
 fleetdp_readings_dropped_total{stream=\"a\",reason=\"late\"} 3\n\
 fleetdp_release_latency_seconds_bucket{le=\"0.1\"} 4\nfleetdp_release_latency_seconds_sum 0.2\nfleetdp_release_latency_seconds_count 4\n\
 fleetdp_consumer_lag{partition=\"0\"} 7\n\
+# HELP process_resident_memory_bytes Resident memory.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes 1e8\n\
+fleetdp_ready 1\n\
 # TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\n\
 fleetdp_messages_total_other 1\n";
         assert_eq!(
             without_exact_counts(text),
-            "# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
+            "fleetdp_ready 1\n# TYPE fleetdp_windows_released_total counter\nfleetdp_windows_released_total{stream=\"a\"} 5\nfleetdp_messages_total_other 1\n"
         );
     }
 
@@ -601,6 +646,19 @@ fleetdp_messages_total_other 1\n";
             text.contains("fleetdp_lane_devices{stream=\"gauge-test\",partition=\"9002\"} 8\n"),
             "{text}"
         );
+    }
+
+    /// Issue 35: `/metrics` showed `4.800000000000001` for ε = 24 × 0.2.
+    #[test]
+    fn float_dust_is_rounded_away() {
+        assert_eq!(tidy(24.0 * 0.2).to_string(), "4.8");
+        assert_eq!(tidy(1.7504840000000002).to_string(), "1.750484");
+        assert_eq!(tidy(-0.1 - 0.2).to_string(), "-0.3");
+        assert_eq!(tidy(123_456_789.123_456_7), 123_456_789.123);
+        assert_eq!(tidy(1e-300 * 3.0), 3e-300);
+        assert!(tidy(f64::NAN).is_nan());
+        assert_eq!(tidy(f64::NEG_INFINITY), f64::NEG_INFINITY);
+        assert_eq!(tidy(0.0), 0.0);
     }
 
     #[test]

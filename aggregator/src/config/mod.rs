@@ -215,7 +215,8 @@ pub struct HttpConfig {
     pub ready_max_lag: i64,
     /// Leave out of `/metrics` every figure that counts input exactly
     /// (messages, bytes, readings accepted or dropped, dead letters, lag,
-    /// windows opened, release latency): under add-remove those reveal
+    /// windows opened, release latency) and the `process_*` metrics (which
+    /// follow the input's volume): under add-remove those reveal
     /// presence, so set this where the listener is reachable by anyone who
     /// must not learn it. `/api/status` never shows them under add-remove.
     #[serde(default)]

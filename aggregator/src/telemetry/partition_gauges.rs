@@ -72,13 +72,14 @@ pub fn render_partition_gauges() -> String {
     let mut last = "";
     for (metric, labels, value) in rows {
         if metric != last {
+            let _ = writeln!(out, "# HELP {metric} {}", super::describe::help(metric));
             let _ = writeln!(out, "# TYPE {metric} gauge");
             last = metric;
         }
         let value = match value {
             v if v == f64::INFINITY => "+Inf".to_string(),
             v if v == f64::NEG_INFINITY => "-Inf".to_string(),
-            v => v.to_string(),
+            v => super::tidy(v).to_string(),
         };
         let _ = writeln!(out, "{metric}{{{labels}}} {value}");
     }
