@@ -39,9 +39,14 @@ pub struct Status {
     /// Exact input counts: `null` under add-remove or `hide_exact_counts`.
     pub messages: Option<u64>,
     pub dead_letters: Option<BTreeMap<&'static str, u64>>,
+    /// Readings dropped by reason (caps, time windows, the device limit):
+    /// exact counts, `null` like `messages`.
+    pub dropped: Option<BTreeMap<&'static str, u64>>,
     pub assigned: Vec<i32>,
     pub lag: Option<BTreeMap<i32, i64>>,
     pub ready: bool,
+    /// Why not ready (what `/readyz` answers), `null` when ready.
+    pub not_ready: Option<String>,
     pub streams: Vec<StreamStatus>,
 }
 
@@ -57,14 +62,23 @@ pub struct StreamStatus {
     pub max_groups_per_device: u32,
     pub window_size: u64,
     pub window_seconds: Option<f64>,
+    /// This stream's budget per device per horizon (ε, or ρ under zCDP):
+    /// `budget_share` × the service's budget.
+    pub budget_per_horizon: f64,
+    /// The stream's share of the service's budget (0 to 1).
     pub budget_share: f64,
+    /// What its plan spends per device per horizon (≤ `budget_per_horizon`).
     pub spent_per_horizon: f64,
     /// ε or ρ per window, and the most windows a device joins per horizon.
     pub spent_per_window: f64,
     pub max_windows_per_device: u32,
     /// The readings' unit (`unit` setting; empty if none).
     pub unit: String,
-    /// Statistic label → recent released points, per partition.
+    /// The histogram's bin edges (empty without a histogram): bin `i` of
+    /// `histogram[i]` and `running_histogram[i]` is `[edges[i], edges[i+1])`.
+    pub histogram_edges: Vec<f64>,
+    /// Statistic label → recent released points, per partition (running
+    /// totals as `running_sum`, `running_histogram[i]`).
     pub series: BTreeMap<String, Vec<Point>>,
     /// Statistic label → recent fleet-wide points (`partition` is the
     /// number of partitions combined).
@@ -217,6 +231,15 @@ impl StatusBoard {
                     format!("running_{}", t.name)
                 };
                 telemetry::release_value(&r.stream, part, &label, *v, Some(1.96 * t.std));
+                let q = b.series.entry((r.stream.clone(), label)).or_default();
+                let point = Point {
+                    partition: r.partition,
+                    window_seq: r.window_seq,
+                    released_at_ms: r.released_at_ms,
+                    value: *v,
+                    half_width: Some(1.96 * t.std),
+                };
+                push(q, point);
             }
         }
     }
@@ -410,9 +433,10 @@ impl StatusBoard {
                 max_groups_per_device: s.group.as_ref().map_or(1, |g| g.max_groups_per_device),
                 window_size: s.spec.window_size,
                 window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
-                budget_share: s.spec.budget_share * budget,
-                spent_per_horizon: rational::to_f64(&s.per_horizon()),
-                spent_per_window: rational::to_f64(&s.per_window),
+                budget_per_horizon: telemetry::tidy(s.spec.budget_share * budget),
+                budget_share: s.spec.budget_share,
+                spent_per_horizon: telemetry::tidy(rational::to_f64(&s.per_horizon())),
+                spent_per_window: telemetry::tidy(rational::to_f64(&s.per_window)),
                 max_windows_per_device: s.spec.max_windows_per_device,
                 unit: v
                     .config
@@ -421,6 +445,7 @@ impl StatusBoard {
                     .find(|c| c.name == s.declared_name())
                     .and_then(|c| c.unit.clone())
                     .unwrap_or_default(),
+                histogram_edges: s.spec.histogram_edges.clone(),
                 series: of_stream(&b.series, &s.spec.name),
                 fleet: of_stream(&b.fleet, &s.spec.name),
             })
@@ -429,10 +454,11 @@ impl StatusBoard {
         // page and its JSON never carry them (null).
         let exact = v.plan.privacy.relation == crate::dp::relation::Relation::ChangeOne
             && !v.config.http.hide_exact_counts;
+        let ready = self.ready_locked(&b);
         Status {
             relation: v.plan.privacy.relation.to_string(),
             budget_per_horizon: budget,
-            spent_per_horizon: rational::to_f64(&v.plan.per_horizon),
+            spent_per_horizon: telemetry::tidy(rational::to_f64(&v.plan.per_horizon)),
             measure: format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
             horizon_seconds: v.horizon.as_secs(),
             windows_released: crate::telemetry::Counters::get(&counters.windows_released),
@@ -443,9 +469,19 @@ impl StatusBoard {
                     .map(|r| (r.as_str(), counters.dead_letters(*r)))
                     .collect()
             }),
+            dropped: exact.then(|| {
+                use crate::telemetry::Counters as C;
+                BTreeMap::from([
+                    ("per_window_cap", C::get(&counters.dropped_window_cap)),
+                    ("per_horizon_cap", C::get(&counters.dropped_horizon_cap)),
+                    ("time_window", C::get(&counters.dropped_time_window)),
+                    ("device_limit", C::get(&counters.dropped_device_limit)),
+                ])
+            }),
             assigned: b.assigned.clone(),
             lag: exact.then(|| b.lag.clone()),
-            ready: self.ready_locked(&b).is_ok(),
+            ready: ready.is_ok(),
+            not_ready: ready.err(),
             streams,
         }
     }

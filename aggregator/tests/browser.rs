@@ -65,6 +65,88 @@ fn text_of(dom: &str, id: &str) -> Option<String> {
     Some(dom[open..close].trim().to_string())
 }
 
+/// Issue 35, item 9: the page was a data owner's view. On-call's row
+/// comes first (readiness and its reason, lag per partition, the age of
+/// each stream's last release, dead letters and drops by reason); every
+/// configured statistic is drawn — histograms as bars over their edges,
+/// running totals —; a band only where the release has an interval; tick
+/// labels distinct, the time axis names its zone.
+fn health_first(dom: &str) {
+    let health = dom.find("id=\"health\"").expect("no health card");
+    let streams = dom.find("data-stream=").unwrap();
+    assert!(health < streams, "the health card comes after the streams");
+    let ready = text_of(dom, "ready").unwrap();
+    assert!(
+        ready == "yes" || ready.starts_with("no: "),
+        "ready: {ready:?}"
+    );
+    let lag = text_of(dom, "lag").unwrap();
+    assert!(lag.contains("partition 0: "), "lag: {lag:?}");
+    let ages = text_of(dom, "ages").unwrap();
+    for stream in ["cabin_temp_c", "battery_v", "speed_kmh"] {
+        assert!(
+            ages.contains(&format!("{stream}: ")) && !ages.contains(&format!("{stream}: none")),
+            "no release age of {stream}: {ages:?}"
+        );
+    }
+    assert!(ages.contains(" s ago"), "{ages:?}");
+    for reason in ["dead letter: undecodable", "dropped: per_window_cap"] {
+        assert!(dom.contains(&format!(">{reason}<")), "no row {reason}");
+    }
+    // Histograms as bars with their edges (the cabin's: -20 … 60, 6 bins).
+    let cabin = &dom[dom.find("data-stream=\"cabin_temp_c\"").unwrap()..];
+    let cabin = &cabin[..cabin[1..]
+        .find("data-stream=")
+        .map_or(cabin.len(), |i| i + 1)];
+    assert!(cabin.contains("class=\"bars\""), "no histogram bars");
+    let first_bars = &cabin[cabin.find("class=\"bars\"").unwrap()..];
+    let first_bars = &first_bars[..first_bars.find("</svg>").unwrap()];
+    assert_eq!(
+        first_bars.matches("class=\"hbar\"").count(),
+        6,
+        "{first_bars}"
+    );
+    for edge in ["-20", "0", "10", "20", "30", "40", "60"] {
+        assert!(
+            first_bars.contains(&format!("class=\"x-edge\">{edge}<")),
+            "edge {edge} not shown"
+        );
+    }
+    // Running totals (the cabin stream's running sum and histogram).
+    assert!(cabin.contains("running_sum"), "running sum not drawn");
+    assert!(
+        cabin.contains("running_histogram"),
+        "running histogram not drawn"
+    );
+    // Quantiles carry no interval: no band, and the legend says so.
+    assert!(
+        cabin.contains("no 95% interval for this statistic"),
+        "quantiles claim a band"
+    );
+    assert!(
+        cabin.contains("shaded: 95% interval"),
+        "the mean lost its band"
+    );
+    // Every chart's tick labels are distinct; the time axis names its zone.
+    for svg in dom.split("<svg").skip(1) {
+        let svg = &svg[..svg.find("</svg>").unwrap_or(svg.len())];
+        let ticks: Vec<&str> = svg
+            .split("class=\"y-tick\">")
+            .skip(1)
+            .map(|t| &t[..t.find('<').unwrap()])
+            .collect();
+        let distinct: std::collections::BTreeSet<&&str> = ticks.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            ticks.len(),
+            "repeated tick labels {ticks:?}"
+        );
+        if svg.contains("class=\"plot\"") {
+            assert!(svg.contains("release time ("), "no time zone on the axis");
+        }
+    }
+}
+
 #[test]
 fn status_page_loads_shows_the_streams_and_updates() {
     let Some(chrome) = chromium() else {
@@ -157,6 +239,7 @@ fn status_page_loads_shows_the_streams_and_updates() {
         "no comparison of the groups:\n{battery}"
     );
     assert!(first.contains("per window, at most"), "no budget line");
+    health_first(&first);
     assert!(
         first.contains("aria-label=\"horizon elapsed\""),
         "no horizon progress"
