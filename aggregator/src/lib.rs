@@ -31,7 +31,8 @@
 //!
 //! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
 //! topics), [`report`] (`fleetdp plan`), [`sim`] and [`demo`], [`faults`]
-//! (crash points for the crash test).
+//! (crash points for the crash test), [`logs`] (the command's log
+//! format and exit codes).
 //!
 //! # Glossary
 //!
@@ -65,6 +66,7 @@ pub mod fleet;
 pub mod http;
 pub mod kafka;
 pub mod keys;
+pub mod logs;
 pub mod pipeline;
 pub mod registry;
 pub mod report;

@@ -203,16 +203,12 @@ enum SimFormat {
 }
 
 fn init_logging(json: bool, default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
+    fleetdp::logs::init(json, default);
+}
+
+/// A configuration (or its key) refused: exit code 78, not 1.
+fn configuration<T>(r: Result<T>) -> Result<T> {
+    r.map_err(fleetdp::logs::configuration)
 }
 
 fn shutdown_on_signals() -> watch::Receiver<bool> {
@@ -247,6 +243,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let log_json = cli.log_json;
     let result = match cli.command {
         Command::Demo {
             duration,
@@ -330,17 +327,11 @@ fn main() -> ExitCode {
             advise(config, &opts)
         }
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fleetdp: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    fleetdp::logs::finish(result, log_json)
 }
 
 fn advise(path: PathBuf, opts: &fleetdp::advise::AdviseOptions) -> Result<()> {
-    let v = Config::load(&path)?.validate()?;
+    let v = configuration(Config::load(&path).and_then(Config::validate))?;
     runtime()?.block_on(fleetdp::advise::run(
         &v,
         opts,
@@ -349,18 +340,17 @@ fn advise(path: PathBuf, opts: &fleetdp::advise::AdviseOptions) -> Result<()> {
 }
 
 fn tail(path: PathBuf, opts: &fleetdp::tail::TailOptions) -> Result<()> {
-    let v = Config::load(&path)?.validate()?;
+    let v = configuration(Config::load(&path).and_then(Config::validate))?;
     fleetdp::tail::run(&v, opts, &mut std::io::stdout().lock())?;
     Ok(())
 }
 
 fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Result<()> {
-    let config = Config::load(&path)?;
-    let key = config.release_key()?;
-    let v = config.validate()?;
-    // Secrets never appear: the key is not in the configuration, and
-    // client properties show their names only.
-    tracing::info!(version = fleetdp::VERSION, config = %v.config.shown(), "starting");
+    let (key, v) = configuration(Config::load(&path).and_then(|config| {
+        let key = config.release_key()?;
+        Ok((key, config.validate()?))
+    }))?;
+    fleetdp::logs::effective_configuration(&v);
     runtime()?.block_on(async move {
         if let Some(p) = create_topics {
             if p < 1 {
@@ -410,18 +400,18 @@ fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Re
 }
 
 fn plan(path: PathBuf, format: PlanFormat, strict: bool) -> Result<()> {
-    let v = Config::load(&path)?.validate()?;
+    let v = configuration(Config::load(&path).and_then(Config::validate))?;
     let report = PlanReport::new(&v);
     match format {
         PlanFormat::Text => print!("{}", report.to_text()),
         PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
     }
     if strict && !report.warnings.is_empty() {
-        bail!(
+        return configuration(Err(anyhow::anyhow!(
             "--strict: {} figure(s) of {} would be mostly noise (see the warnings above)",
             report.warnings.len(),
             path.display()
-        );
+        )));
     }
     Ok(())
 }
@@ -448,7 +438,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     }
     let loaded = config
         .as_ref()
-        .map(|path| Config::load(path)?.validate())
+        .map(|path| configuration(Config::load(path).and_then(Config::validate)))
         .transpose()?;
     // A configuration's own streams by default: readings of a stream it
     // does not declare would only be dead-lettered (unknown_stream).
