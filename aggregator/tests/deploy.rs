@@ -40,6 +40,8 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
 
 fn exprs_in_json(v: &serde_json::Value, out: &mut Vec<String>) {
     match v {
+        // A datasource variable's query names a plugin, not PromQL.
+        serde_json::Value::Object(m) if m.get("type").is_some_and(|t| t == "datasource") => {}
         serde_json::Value::Object(m) => {
             for (k, x) in m {
                 match (k.as_str(), x) {
@@ -53,9 +55,25 @@ fn exprs_in_json(v: &serde_json::Value, out: &mut Vec<String>) {
     }
 }
 
+/// What [`scrape`] read from a running pipeline.
+struct Scrape {
+    /// Sample names on `/metrics`.
+    names: BTreeSet<String>,
+    /// The `/metrics` text.
+    text: String,
+    /// `/api/status`.
+    status: serde_json::Value,
+}
+
+/// One scrape per test binary (a pipeline run each is slow).
+fn scraped() -> &'static Scrape {
+    static ONCE: std::sync::OnceLock<Scrape> = std::sync::OnceLock::new();
+    ONCE.get_or_init(scrape)
+}
+
 /// A scrape of a pipeline that released windows, dead-lettered bad input
 /// and measured its lag; also checks the other endpoints.
-fn scrape() -> BTreeSet<String> {
+fn scrape() -> Scrape {
     let broker = Broker::start();
     let rt = runtime();
     rt.block_on(async {
@@ -75,11 +93,13 @@ statistics = ["mean", "histogram", "quantiles"]
 histogram_edges = [-20, 0, 20, 40, 60]
 quantiles = [0.5]
 running_share = 0.2
+budget_share = 0.5
+unit = "°C"
 "#;
         let v = config(
             &broker,
             &t,
-            "epsilon_per_device = 1.0\nhorizon = \"24h\"",
+            "epsilon_per_device = 2.4\nhorizon = \"24h\"",
             "",
             stream,
         );
@@ -156,12 +176,16 @@ running_share = 0.2
         assert!(s["streams"][0]["series"]["mean"]
             .as_array()
             .is_some_and(|a| !a.is_empty()));
-        metrics
-            .1
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.is_empty())
-            .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
-            .collect()
+        Scrape {
+            names: metrics
+                .1
+                .lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+                .collect(),
+            text: metrics.1,
+            status: s,
+        }
     })
 }
 
@@ -176,7 +200,7 @@ fn family(name: &str) -> &str {
 
 #[test]
 fn dashboard_and_alert_rules_name_only_exported_metrics() {
-    let exported = scrape();
+    let exported = &scraped().names;
     for must in [
         "fleetdp_release_value",
         "fleetdp_consumer_lag",
@@ -213,9 +237,10 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         "FleetDPConsumerLag",
         "FleetDPDeadLetterRate",
         "FleetDPStreamStalled",
-        "FleetDPBudgetNearlySpent",
+        "FleetDPBudgetExhausted",
         "FleetDPKafkaErrors",
         "FleetDPInputSilent",
+        "FleetDPNotReady",
     ] {
         assert!(alerts.contains(a), "alert {a} missing");
     }
@@ -232,12 +257,189 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         }
     }
     // What the service exports is what its one list names.
-    for name in &exported {
+    for name in exported {
         let family = family(name);
         assert!(
             !family.starts_with("fleetdp_") || fleetdp::telemetry::METRICS.contains(&family),
             "{name} is exported but not in telemetry::METRICS"
         );
+    }
+}
+
+/// Issue 35: no family on `/metrics` had `# HELP`, there were no process
+/// metrics, and plan figures showed float dust (`4.800000000000001`).
+#[test]
+fn metrics_follow_the_exposition_conventions() {
+    let text = &scraped().text;
+    let mut helped = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (family, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            assert!(!help.trim().is_empty(), "empty help: {line}");
+            helped.insert(family.to_string());
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let family = rest.split(' ').next().unwrap();
+            assert!(
+                helped.contains(family),
+                "{family} has no # HELP before its # TYPE"
+            );
+        }
+    }
+    for process in [
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(
+            scraped().names.contains(process),
+            "{process} is not exported"
+        );
+    }
+    // Caught up at the scrape: the readiness gauge says so.
+    assert!(text.contains("\nfleetdp_ready 1\n"), "{text}");
+    // No value carries float dust: 15 or more significant digits (a
+    // millisecond timestamp in seconds has 13; sums of latencies are the
+    // recorder's own and left alone).
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap();
+        if name.ends_with("_sum") || name.starts_with("process_") {
+            continue;
+        }
+        let value = line.rsplit(' ').next().unwrap();
+        let digits = value
+            .split(['e', 'E'])
+            .next()
+            .unwrap()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect::<String>();
+        let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+        assert!(significant <= 14, "float dust: {line}");
+    }
+}
+
+/// `/api/status` is what its shipped JSON Schema describes, and the schema
+/// refuses a field it does not name; `budget_share` is the share, not ε.
+#[test]
+fn api_status_matches_its_schema() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../proto/schema/status.schema.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a valid JSON Schema");
+    let status = &scraped().status;
+    let errors: Vec<String> = validator
+        .iter_errors(status)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?} in {status}");
+    let stream = &status["streams"][0];
+    assert_eq!(stream["budget_share"], 0.5, "{stream}");
+    // 2.4 × 0.5, without float dust.
+    assert_eq!(stream["budget_per_horizon"], 1.2, "{stream}");
+    assert_eq!(status["ready"], true);
+    assert_eq!(status["not_ready"], serde_json::Value::Null);
+    let mut drifted = status.clone();
+    drifted["streams"][0]["epsilon"] = 1.into();
+    assert!(!validator.is_valid(&drifted));
+}
+
+/// Issue 35: the dashboard named a datasource uid (an import into a
+/// Grafana whose Prometheus has another uid broke every panel), its band
+/// fill targeted a refId where Grafana matches a display name, windows/s
+/// lay flat at 0 on the messages/s axis, and no value panel said its unit.
+#[test]
+fn the_dashboard_imports_anywhere_and_reads_right() {
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy().join("grafana/fleetdp.json")).unwrap(),
+    )
+    .unwrap();
+    let vars = dash["templating"]["list"].as_array().unwrap();
+    assert!(
+        vars.iter().any(|v| v["name"] == "datasource"
+            && v["type"] == "datasource"
+            && v["query"] == "prometheus"),
+        "no datasource variable"
+    );
+    fn datasources(v: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| {
+                if k == "datasource" {
+                    out.push(x.clone());
+                } else {
+                    datasources(x, out);
+                }
+            }),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| datasources(x, out)),
+            _ => {}
+        }
+    }
+    let mut used = Vec::new();
+    datasources(&dash, &mut used);
+    assert!(!used.is_empty());
+    for ds in &used {
+        assert_eq!(ds["uid"], "${datasource}", "a fixed datasource: {ds}");
+    }
+    // The unit variable reads a label the service exports.
+    let unit = vars
+        .iter()
+        .find(|v| v["name"] == "unit")
+        .expect("a unit variable");
+    assert!(unit["query"]
+        .as_str()
+        .unwrap()
+        .contains("fleetdp_window_size"));
+    assert!(
+        scraped()
+            .text
+            .lines()
+            .any(|l| l.starts_with("fleetdp_window_size{") && l.contains("unit=\"°C\"")),
+        "fleetdp_window_size carries no unit label"
+    );
+    for p in dash["panels"].as_array().unwrap() {
+        let title = p["title"].as_str().unwrap();
+        let targets = p["targets"].as_array().unwrap();
+        let exprs: Vec<&str> = targets
+            .iter()
+            .map(|t| t["expr"].as_str().unwrap())
+            .collect();
+        // One quantity per axis: windows and messages never share a panel.
+        assert!(
+            !(exprs.iter().any(|e| e.contains("windows_released"))
+                && exprs.iter().any(|e| e.contains("messages_total"))),
+            "{title}: windows/s and messages/s on one axis"
+        );
+        // A released value of $stream says its unit.
+        if exprs
+            .iter()
+            .any(|e| e.contains("release_value{stream=\"$stream\""))
+        {
+            assert!(title.contains("($unit)"), "{title}: no unit");
+        }
+        // A band fills to a series Grafana can find: a display name of the
+        // panel (a legend without per-series templating).
+        let names: Vec<&str> = targets
+            .iter()
+            .filter_map(|t| t["legendFormat"].as_str())
+            .collect();
+        for o in p["fieldConfig"]["overrides"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            for prop in o["properties"].as_array().unwrap() {
+                if prop["id"] == "custom.fillBelowTo" {
+                    let to = prop["value"].as_str().unwrap();
+                    assert!(
+                        names.contains(&to) && !to.contains("{{"),
+                        "{title}: fills below {to:?}, not a display name of {names:?}"
+                    );
+                }
+            }
+        }
     }
 }
 
