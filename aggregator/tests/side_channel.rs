@@ -147,6 +147,13 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
                 .to_string();
             if let Some(i) = l.find("latency_ms=") {
                 let end = l[i..].find(' ').map_or(l.len(), |e| i + e);
+                // Milliseconds to the microsecond, without float dust.
+                let ms = &l[i + "latency_ms=".len()..end];
+                let decimals = ms.split_once('.').map_or(0, |(_, d)| d.len());
+                assert!(
+                    ms.parse::<f64>().is_ok() && decimals <= 3,
+                    "latency_ms={ms}"
+                );
                 l.replace_range(i..end, "latency_ms=_");
             }
             for (from, to) in names {

@@ -238,7 +238,8 @@ impl Consuming<'_> {
             window_seq = r.window_seq,
             n = r.n,
             padded = done.padded,
-            latency_ms = latency.as_secs_f64() * 1e3,
+            // Whole microseconds: no float dust (1.7504840000000002).
+            latency_ms = latency.as_micros() as f64 / 1e3,
             "window released"
         );
         if let Some(tx) = &self.opts.events {
