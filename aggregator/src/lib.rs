@@ -32,7 +32,7 @@
 //! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
 //! topics), [`report`] (`fleetdp plan`), [`sim`] and [`demo`], [`faults`]
 //! (crash points for the crash test), [`logs`] (the command's log
-//! format and exit codes).
+//! format and exit codes), [`dashboard`] (`fleetdp dashboard`).
 //!
 //! # Glossary
 //!
@@ -60,6 +60,7 @@ pub const VERSION: &str = concat!(
 
 pub mod advise;
 pub mod config;
+pub mod dashboard;
 pub mod demo;
 pub mod faults;
 pub mod fleet;

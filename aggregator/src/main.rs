@@ -143,6 +143,13 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Print the Grafana dashboard for a configuration: the shipped fleet
+    /// view plus a row per stream with its unit on the axes (import it, or
+    /// put it in Grafana's provisioning folder).
+    Dashboard {
+        #[arg(long)]
+        config: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -308,6 +315,15 @@ fn main() -> ExitCode {
             tail(config, &opts)
         }
         Command::Keygen { out } => keygen(out),
+        Command::Dashboard { config } => {
+            configuration(Config::load(&config).and_then(Config::validate)).and_then(|v| {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&fleetdp::dashboard::generate(&v))?
+                );
+                Ok(())
+            })
+        }
         Command::Advise {
             config,
             stream,

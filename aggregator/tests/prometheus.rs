@@ -141,6 +141,48 @@ fn wait_for(timeout: Duration, mut ok: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// The queries (and variable queries) of a Grafana dashboard.
+fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        // A datasource variable's query names a plugin, not PromQL.
+        serde_json::Value::Object(m) if m.get("type").is_some_and(|t| t == "datasource") => {}
+        serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| match (k.as_str(), x) {
+            ("expr" | "query", serde_json::Value::String(s)) => out.push(s.clone()),
+            _ => walk(x, out),
+        }),
+        serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+        _ => {}
+    }
+}
+
+/// The per-stream panels' queries of `fleetdp dashboard --config
+/// deploy/demo.toml` (the rows it adds to the shipped dashboard).
+fn generated_queries() -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["dashboard", "--config"])
+        .arg(deploy().join("demo.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dash: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut all = Vec::new();
+    walk(&dash["panels"], &mut all);
+    let mut shipped = Vec::new();
+    walk(
+        &serde_json::from_str::<serde_json::Value>(
+            &std::fs::read_to_string(deploy().join("grafana/fleetdp.json")).unwrap(),
+        )
+        .unwrap()["panels"],
+        &mut shipped,
+    );
+    all.retain(|q| !shipped.contains(q));
+    all
+}
+
 /// Every query of the Grafana dashboard (`$stream` set to a demo stream,
 /// `$declared` to its grouped stream, `$group` and `$dim1`…`$dim4` to all;
 /// Grafana's `label_values(m, l)` as the PromQL it stands for) and every
@@ -151,18 +193,6 @@ fn queries() -> (Vec<String>, Vec<String>) {
     )
     .unwrap();
     let mut dashboard = Vec::new();
-    fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
-        match v {
-            // A datasource variable's query names a plugin, not PromQL.
-            serde_json::Value::Object(m) if m.get("type").is_some_and(|t| t == "datasource") => {}
-            serde_json::Value::Object(m) => m.iter().for_each(|(k, x)| match (k.as_str(), x) {
-                ("expr" | "query", serde_json::Value::String(s)) => out.push(s.clone()),
-                _ => walk(x, out),
-            }),
-            serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
-            _ => {}
-        }
-    }
     walk(&dash, &mut dashboard);
     let dashboard = dashboard
         .into_iter()
@@ -282,6 +312,16 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
     for q in &dashboard {
         if q.contains("release_value") || q.contains("fleetdp_budget") {
             assert!(!query(&prom, q).unwrap().is_empty(), "{q:?} is empty");
+        }
+    }
+    // The generated dashboard's stream panels evaluate, and the demo's
+    // cabin temperature (released first) has data in each.
+    let generated = generated_queries();
+    assert!(generated.len() >= 10, "{generated:?}");
+    for q in &generated {
+        let r = query(&prom, q).unwrap_or_else(|e| panic!("{q:?} does not evaluate: {e}"));
+        if q.contains("cabin_temp_c") {
+            assert!(!r.is_empty(), "{q:?} is empty");
         }
     }
     // Every alert rule evaluates without error (health "ok").
