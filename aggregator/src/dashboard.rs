@@ -6,6 +6,7 @@
 
 use crate::config::{StreamConfig, Validated};
 use crate::dp::release::StatKind;
+use crate::telemetry::name;
 use serde_json::{json, Value};
 
 const TEMPLATE: &str = include_str!("../../deploy/grafana/fleetdp.json");
@@ -86,8 +87,8 @@ fn timeseries(title: String, unit: String, targets: Vec<Value>, overrides: Vec<V
 fn stream_panels(s: &StreamConfig, unit: &str) -> Vec<Value> {
     let grouped = !s.group_by.is_empty();
     let legend = if grouped { "{{group}}" } else { "fleet" };
-    let value = |stat: &str| selector(s, "fleetdp_fleet_release_value", stat);
-    let half = |stat: &str| selector(s, "fleetdp_fleet_release_half_width", stat);
+    let value = |stat: &str| selector(s, name::FLEET_VALUE, stat);
+    let half = |stat: &str| selector(s, name::FLEET_HALF_WIDTH, stat);
     let mut out = Vec::new();
     let has = |k: StatKind| s.statistics.contains(&k);
     for (kind, stat, u) in [
