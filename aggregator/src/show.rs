@@ -81,10 +81,12 @@ fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
     let name = r.label();
     if r.name == "histogram" {
         let v: Vec<String> = r.values.iter().map(|x| format!("{x:.0}")).collect();
-        let t: Vec<String> = truth
-            .map(|t| t.values.iter().map(|x| format!("{x:.0}")).collect())
-            .unwrap_or_default();
-        return format!("hist [{}] (true [{}])", v.join(" "), t.join(" "));
+        // The truth only where it is known (the demo), never "(true [])".
+        let t = truth.map_or(String::new(), |t| {
+            let t: Vec<String> = t.values.iter().map(|x| format!("{x:.0}")).collect();
+            format!(" (true [{}])", t.join(" "))
+        });
+        return format!("hist [{}]{t}", v.join(" "));
     }
     let v = r.values.first().copied().unwrap_or(f64::NAN);
     let hw = r
@@ -306,6 +308,26 @@ mod tests {
             spent: 0.0,
             half_width: None,
         }
+    }
+
+    /// Issue 36: `tail` (which knows no truth) ended every histogram line
+    /// with a stray "(true [])".
+    #[test]
+    fn a_histogram_shows_its_truth_only_when_known() {
+        let r = proto::WindowRelease {
+            stream: "temp".into(),
+            statistics: vec![stat("histogram", None, vec![3.0, 5.0], Some(2.0))],
+            ..Default::default()
+        };
+        let units = BTreeMap::new();
+        let line = release("[t]", &r, None, &units);
+        assert!(
+            line.contains("hist [3 5]") && !line.contains("true"),
+            "{line}"
+        );
+        let t = [truth("histogram", vec![4.0, 4.0])];
+        let line = release("[t]", &r, Some(&t), &units);
+        assert!(line.contains("hist [3 5] (true [4 4])"), "{line}");
     }
 
     #[test]

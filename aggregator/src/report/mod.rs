@@ -106,6 +106,15 @@ pub struct RunningError {
 }
 
 /// The comparison rows of `fleetdp plan`.
+/// `x` to 6 significant digits, without trailing zeros (`24`, `2.7`,
+/// `0.0123457`): a budget reads as written, not as `24.000000`.
+pub(crate) fn sig(x: f64) -> String {
+    if !x.is_finite() || x == 0.0 {
+        return x.to_string();
+    }
+    format!("{x:.5e}").parse::<f64>().unwrap_or(x).to_string()
+}
+
 fn running_report(s: &crate::dp::release::StreamPlan) -> Vec<RunningReport> {
     use crate::dp::continual::{baseline::tree_levels, RunningNoise};
     let Some(r) = &s.running else {
@@ -298,12 +307,12 @@ impl PlanReport {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "relation {} · {} DP · budget {unit} = {} per device per {}s · plan spends {unit} = {:.6}{}{}",
+            "relation {} · {} DP · budget {unit} = {} per device per {} · plan spends {unit} = {}{}{}",
             self.relation,
             self.measure,
-            self.budget_per_horizon,
-            self.horizon_seconds,
-            self.spent_per_horizon,
+            sig(self.budget_per_horizon),
+            humantime::format_duration(std::time::Duration::from_secs(self.horizon_seconds)),
+            sig(self.spent_per_horizon),
             self.epsilon_at_delta
                 .map(|e| format!(" (≈ ε = {e:.4} at δ = {})", self.delta))
                 .unwrap_or_default(),
@@ -316,7 +325,7 @@ impl PlanReport {
         for s in &self.streams {
             let _ = writeln!(
                 out,
-                "\nstream {}: {}, k = {}, W = {}; {unit} per window {:.6}, per horizon {:.6}",
+                "\nstream {}: {}, k = {}, W = {}; {unit} per window {}, per horizon {}",
                 s.name,
                 match s.window_seconds {
                     Some(t) => format!("time windows of {t} s (size private, counted with noise)"),
@@ -324,8 +333,8 @@ impl PlanReport {
                 },
                 s.max_readings_per_device,
                 s.max_windows_per_device,
-                s.spent_per_window,
-                s.spent_per_horizon
+                sig(s.spent_per_window),
+                sig(s.spent_per_horizon)
             );
             if let Some(g) = &s.groups {
                 let _ = writeln!(
@@ -338,13 +347,13 @@ impl PlanReport {
                 if let Some(k) = &g.private_keys {
                     let _ = writeln!(
                         out,
-                        "  private keys of {}: at most {} released (#1…#{}, bound when selected); selection {unit} = {:.6} per horizon, δ = {:e}; \
+                        "  private keys of {}: at most {} released (#1…#{}, bound when selected); selection {unit} = {} per horizon, δ = {:e}; \
                          a key needs {} devices in a horizon (on its partition) to be released with 50% probability, {} with 99% (noisy count ≥ {}); \
                          released from two horizons after its selection",
                         k.dimension,
                         k.max_keys,
                         k.max_keys,
-                        k.spent_per_horizon,
+                        sig(k.spent_per_horizon),
                         k.delta,
                         k.devices_for_50_percent,
                         k.devices_for_99_percent,
@@ -392,8 +401,8 @@ impl PlanReport {
             for r in &s.running {
                 let _ = writeln!(
                     out,
-                    "  running {} ({}, {unit}/horizon {:.6}, tuned for {} windows): std of the noise after",
-                    r.name, r.mechanism, r.spent_per_horizon, r.lifetime_windows
+                    "  running {} ({}, {unit}/horizon {}, tuned for {} windows): std of the noise after",
+                    r.name, r.mechanism, sig(r.spent_per_horizon), r.lifetime_windows
                 );
                 let _ = writeln!(
                     out,
@@ -424,5 +433,32 @@ impl PlanReport {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 36: the demo's plan read "per device per 3600s" and budgets
+    /// with six decimals ("24.000000") where the configuration says `1h`
+    /// and 24.
+    #[test]
+    fn the_plan_reads_as_the_configuration_is_written() {
+        assert_eq!(sig(24.0), "24");
+        assert_eq!(sig(2.7), "2.7");
+        assert_eq!(sig(24.0 * 0.2), "4.8");
+        assert_eq!(sig(0.012345678), "0.0123457");
+        assert_eq!(sig(0.0), "0");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
+        let v = crate::config::Config::load(&path)
+            .unwrap()
+            .validate()
+            .unwrap();
+        let text = PlanReport::new(&v).to_text();
+        let first = text.lines().next().unwrap();
+        assert!(first.contains("ε = 24 per device per 1h"), "{first}");
+        assert!(first.contains("plan spends ε = 24"), "{first}");
+        assert!(text.contains("per window 2.7, per horizon 14.4"), "{text}");
     }
 }
