@@ -44,6 +44,43 @@ pub struct DemoOptions {
 /// ε per device per horizon of `fleetdp demo --tight`.
 pub const TIGHT_EPSILON: f64 = 2.0;
 
+/// What the run's budget means for one device, in plain words (the demo
+/// runs at a budget no deployment should use, and says so).
+pub(crate) fn budget_statement(v: &Validated) -> String {
+    use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
+    let b = &v.plan.privacy.budget;
+    let horizon = humantime::format_duration(v.horizon);
+    let (declared, eps) = match b.measure {
+        Measure::Pure => (
+            format!("ε = {}", crate::report::sig(b.per_horizon)),
+            b.per_horizon,
+        ),
+        Measure::Zcdp => {
+            let e = zcdp_to_approx_dp(b.per_horizon, b.delta);
+            (
+                format!(
+                    "ρ = {} (≈ ε = {} at δ = {:e})",
+                    crate::report::sig(b.per_horizon),
+                    crate::report::sig(e),
+                    b.delta
+                ),
+                e,
+            )
+        }
+    };
+    let strength = match eps {
+        e if e <= 1.0 => "strong protection",
+        e if e <= 4.0 => "moderate protection",
+        e if e <= 10.0 => "weak protection",
+        _ => "no meaningful protection: a demonstration budget, so that a minute of a simulated fleet shows figures worth reading (a deployment spends far less: deploy/fleetdp.toml spends ε = 4 per device per day)",
+    };
+    format!(
+        "Budget: {declared} per device per {horizon}. Whatever is released, the odds of any guess about one \
+         device's readings in a {horizon} change by at most a factor e^ε ≈ {:.2e}: {strength}.",
+        eps.exp()
+    )
+}
+
 /// What a demo run showed.
 #[derive(Debug, Clone)]
 pub struct DemoOutcome {
@@ -167,6 +204,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
             crate::sim::DOCUMENT_MAPPING.replace("\n[streams]", "\n[input.streams]").replace('\n', "\n    ")
         );
     }
+    println!("{}", budget_statement(&v));
     let report = crate::report::PlanReport::new(&v).to_text();
     let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
     // Firmware 4.2 rolls out halfway through: its registry rows change then.
@@ -298,7 +336,8 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
                 fleet_landed(f, &truths);
             }
             _ = progress.tick() => println!(
-                "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by caps, {} windows released",
+                "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by the per-device caps \
+                 (readings past a device's k per window or W windows per horizon: what bounds its influence), {} windows released",
                 started.elapsed().as_secs_f64(),
                 c.messages.load(Ordering::Relaxed),
                 c.readings_accepted.load(Ordering::Relaxed),
@@ -353,4 +392,25 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
             .collect(),
         windows_released: c.windows_released.load(Ordering::Relaxed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 36: the demo ran at ε = 24 per device per hour and never said
+    /// what that means; `--tight`'s ε = 2 is moderate, not nominal.
+    #[test]
+    fn the_demo_states_what_its_budget_buys() {
+        let v = demo_config("127.0.0.1:9", false, false).unwrap();
+        let s = budget_statement(&v);
+        assert!(s.contains("ε = 24 per device per 1h"), "{s}");
+        assert!(s.contains("e^ε ≈ 2.65e10"), "{s}");
+        assert!(s.contains("no meaningful protection"), "{s}");
+        let s = budget_statement(&demo_config("127.0.0.1:9", true, false).unwrap());
+        assert!(
+            s.contains("ε = 2 per device per 1h") && s.contains("moderate protection"),
+            "{s}"
+        );
+    }
 }
