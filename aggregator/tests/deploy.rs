@@ -632,18 +632,13 @@ fn image_and_compose_pass_review() {
 /// said 1.80 while the locked dependencies needed 1.89.
 #[test]
 fn the_rust_version_covers_the_locked_dependencies() {
-    let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
-        .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
-        .current_dir(deploy().join(".."))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        std::process::Command::new(env!("CARGO"))
+            .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+            .args(["--filter-platform", "x86_64-unknown-linux-gnu"])
+            .current_dir(deploy().join("..")),
     );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let version = |v: &str| -> Vec<u64> {
         let mut v: Vec<u64> = v.split('.').map(|x| x.parse().unwrap()).collect();
         v.resize(3, 0);

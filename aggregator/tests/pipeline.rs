@@ -432,17 +432,12 @@ fn plan_numbers_equal_the_hand_computed_ones() {
     std::fs::create_dir_all(&dir).unwrap();
     let hand = dir.join("hand.toml");
     std::fs::write(&hand, HAND_PLAN).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-        .args(["plan", "--format", "json", "--config"])
-        .arg(&hand)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = harness::stdout_of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["plan", "--format", "json", "--config"])
+            .arg(&hand),
     );
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out).unwrap();
     // ε = 1 per day, W = 24, 5 measurements (centred sum, sum of squares,
     // histogram, 2 quantiles): ε per measurement = 1/24/5 = 1/120.
     let s = &r["streams"][0];
@@ -942,18 +937,7 @@ fn simulate_with_a_config_sends_its_streams_to_its_input_topic() {
     let rt = runtime();
     rt.block_on(async {
         let t = Topics::created(&broker, "simulate-config", 1).await;
-        let shipped = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../deploy/fleetdp.toml"
-        ))
-        .unwrap();
-        let text = shipped
-            .replace("\"127.0.0.1:9092\"", &format!("{:?}", broker.brokers))
-            .replace("\"readings\"", &format!("{:?}", t.input));
-        assert_ne!(
-            text, shipped,
-            "the test could not point the configuration at its broker"
-        );
+        let text = shipped_config(&broker, &t);
         let dir = std::env::temp_dir().join(unique("fleetdp-simulate-config"));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("fleetdp.toml");

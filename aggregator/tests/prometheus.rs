@@ -158,17 +158,12 @@ fn walk(v: &serde_json::Value, out: &mut Vec<String>) {
 /// The per-stream panels' queries of `fleetdp dashboard --config
 /// deploy/demo.toml` (the rows it adds to the shipped dashboard).
 fn generated_queries() -> Vec<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-        .args(["dashboard", "--config"])
-        .arg(deploy().join("demo.toml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = harness::stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["dashboard", "--config"])
+            .arg(deploy().join("demo.toml")),
     );
-    let dash: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dash: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let mut all = Vec::new();
     walk(&dash["panels"], &mut all);
     let mut shipped = Vec::new();

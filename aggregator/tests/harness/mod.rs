@@ -467,6 +467,53 @@ pub fn assert_contiguous_and_tiling(
     by
 }
 
+/// Run `cmd` to its end and return its stdout; panics with the command
+/// and its stderr when it fails.
+pub fn stdout_of(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// `deploy/fleetdp.toml` pointed at `broker` and the topics and group of
+/// `t` (panics if the file's broker or input topic moved, so a test
+/// cannot silently run against the shipped values).
+pub fn shipped_config(broker: &Broker, t: &Topics) -> String {
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/fleetdp.toml"
+    ))
+    .unwrap();
+    for from in [
+        "\"127.0.0.1:9092\"",
+        "\"readings\"",
+        "\"releases\"",
+        "group_id = \"fleetdp\"",
+    ] {
+        assert!(
+            shipped.contains(from),
+            "deploy/fleetdp.toml no longer has {from}"
+        );
+    }
+    shipped
+        .replace("\"127.0.0.1:9092\"", &format!("{:?}", broker.brokers))
+        .replace("\"readings\"", &format!("{:?}", t.input))
+        .replace("\"releases\"", &format!("{:?}", t.output))
+        .replace("\"readings.dlq\"", &format!("{:?}", t.dlq))
+        .replace(
+            "group_id = \"fleetdp\"",
+            &format!(
+                "group_id = {:?}\nstate_topic = {:?}\nconsumer_properties = {{ \"session.timeout.ms\" = \"6000\", \"heartbeat.interval.ms\" = \"500\" }}",
+                t.group, t.state
+            ),
+        )
+}
+
 /// A free TCP port on the loopback interface.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
