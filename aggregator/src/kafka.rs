@@ -357,8 +357,8 @@ pub(crate) fn drop_passed<C: rdkafka::consumer::ConsumerContext>(
 
 /// Read a topic up to its current high watermarks, each partition from
 /// `start(partition, low watermark)` (`None`: skip it), calling `f` on every
-/// message. Fails after [`READ_STALL`] without progress (however long the
-/// whole read takes), and with [`Stopped`] soon after `stop` turns true.
+/// message. Fails after `READ_STALL` without progress (however long the
+/// whole read takes), and with `Stopped` soon after `stop` turns true.
 /// Blocking; call from a blocking context.
 pub fn read_topic(
     config: &ClientConfig,

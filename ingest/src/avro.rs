@@ -189,7 +189,7 @@ impl crate::Decoder {
     }
 
     /// Read Avro payloads as the fleet's own record (its writer's schema),
-    /// through the mapping of [`Decoder::with_mapping`].
+    /// through the mapping of `Decoder::with_mapping`.
     pub fn with_avro(mut self, schema: AvroSchema) -> Self {
         self.avro = Some(schema);
         self

@@ -58,7 +58,7 @@ pub struct Config {
     pub registry: Option<dimensions::RegistryConfig>,
     #[serde(rename = "stream")]
     pub streams: Vec<StreamConfig>,
-    /// Values expanded from `${ENV}` / `${file:…}` ([`secrets`]), blanked
+    /// Values expanded from `${ENV}` / `${file:…}` (`secrets`), blanked
     /// wherever the configuration is shown ([`Config::shown`]).
     #[serde(skip)]
     pub secrets: secrets::Expanded,
@@ -380,7 +380,7 @@ fn nonempty(field: &str, v: &str) -> Result<()> {
 
 impl Config {
     /// Parse TOML text (errors name the line and field), then expand
-    /// `${ENV}` and `${file:/path}` in its strings ([`secrets`]).
+    /// `${ENV}` and `${file:/path}` in its strings (`secrets`).
     pub fn parse(text: &str) -> Result<Config> {
         let config: Config = toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))?;
         if !text.contains("${") {

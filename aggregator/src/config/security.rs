@@ -8,7 +8,7 @@
 //! anything else; setting the same property both ways is refused.
 //!
 //! Secrets (`password`, `key_password`, `oauthbearer.client_secret`) are
-//! usually `${ENV}` or `${file:/path}` ([`super::secrets`]); `Debug` never
+//! usually `${ENV}` or `${file:/path}` (`super::secrets`); `Debug` never
 //! shows them.
 
 use super::files;

@@ -172,7 +172,7 @@ impl Combiner {
         self
     }
 
-    /// The look-back is read: decide every waiting seq as [`Combiner::offer`]
+    /// The look-back is read: decide every waiting seq as `Combiner::offer`
     /// would have, knowing every record already on the topic.
     pub(crate) fn caught_up(&mut self) -> Vec<proto::FleetRelease> {
         self.catching_up = false;

@@ -1,6 +1,6 @@
 //! Fleet-wide releases: a task that reads the output topic (every
 //! instance's partition releases), combines each window seq's partitions
-//! ([`combiner`], the arithmetic in [`crate::dp::release::FleetStatistic`])
+//! (`combiner`, the arithmetic in [`crate::dp::release::FleetStatistic`])
 //! and publishes the result on the same topic as its own record kind
 //! (key `<stream>/fleet/<seq>`, header `fleetdp-record: fleet`, output
 //! partition 0). docs/DESIGN.md §6.

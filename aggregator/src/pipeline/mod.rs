@@ -6,11 +6,11 @@
 //! topic with its original bytes and a reason header before its offset can
 //! be committed. Logs carry counts, offsets and latencies, never values.
 //!
-//! Files by role: this one sets up the clients; [`consume`] is the
-//! consuming loop; [`offsets`] the commit rule; [`rebalance`] the ordered
-//! rebalance events; [`release`] building, encoding and publishing a
+//! Files by role: this one sets up the clients; `consume` is the
+//! consuming loop; `offsets` the commit rule; `rebalance` the ordered
+//! rebalance events; `release` building, encoding and publishing a
 //! window's release (through [`crate::state`]'s write protocol);
-//! [`dead_letter`] the dead-letter topic.
+//! `dead_letter` the dead-letter topic.
 
 mod assign;
 mod consume;

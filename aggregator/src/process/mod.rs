@@ -558,7 +558,7 @@ impl Processor {
 
     /// [`Processor::flush_counters`] while messages keep coming (the
     /// pipeline calls it every 64 messages): message counts are flushed,
-    /// streams' counts every [`STREAM_FLUSH_EVERY`]th call — a grouped
+    /// streams' counts every `STREAM_FLUSH_EVERY`th call — a grouped
     /// stream has hundreds of planned streams, and flushing each (counters,
     /// Prometheus handles, lane gauges) every 64 messages cost ≈ 3% of a
     /// reading's time. Streams' counts are thus at most 1,024 messages

@@ -1,7 +1,7 @@
 //! The device registry: a compacted Kafka topic keyed by device id whose
 //! value holds the device's attributes (`{"model": "m2", "firmware":
 //! "4.2", "region": "eu"}`), read in full before the first reading is
-//! processed and followed live ([`follow`]), like a Kafka Streams table.
+//! processed and followed live (`follow`), like a Kafka Streams table.
 //! The table is shared between the follower thread and the consuming loop
 //! (a [`DashMap`]); grouped streams look a device's dimension values up in
 //! it when a reading does not carry them as labels.
@@ -296,7 +296,7 @@ impl Registry {
         f(row.as_ref().map(|r| &r[..]))
     }
 
-    /// The group of `device` in `grouping`: [`group_in`] with the device's
+    /// The group of `device` in `grouping`: `group_in` with the device's
     /// row in this table.
     pub fn group_of(
         &self,

@@ -18,7 +18,7 @@
 //! 3. the ledger entry and tombstones of retired windows (bookkeeping that
 //!    only saves work on restore; not awaited).
 //!
-//! Restore ([`restore`]) reads both topics back: a crash between any two
+//! Restore ([`restore()`]) reads both topics back: a crash between any two
 //! steps resumes at the last released window and replays the rest.
 
 mod distinct;

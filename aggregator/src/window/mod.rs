@@ -405,7 +405,7 @@ impl Windower {
     /// Replace a lane's device counts with restored ones (a grouped lane's
     /// device groups are added to its stream's table). Panics if entries of
     /// its grouped stream on `partition` are in replica slots: the caller
-    /// moves them back first ([`Windower::evict`]).
+    /// moves them back first (`Windower::evict`).
     pub fn install_restored(&mut self, stream: usize, partition: i32, r: RestoredLane) {
         self.check_nothing_hosted(stream, partition);
         if let (Some(g), Some((_, t))) = (self.rules[stream].group, &r.groups) {

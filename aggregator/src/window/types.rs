@@ -77,7 +77,7 @@ pub enum Admission {
     /// A new device in a lane already counting `limits.max_devices_per_lane`
     /// devices (a memory bound; see the README's privacy notes).
     DroppedDeviceLimit,
-    /// Time windows: the window holds [`MAX_TIME_WINDOW_READINGS`].
+    /// Time windows: the window holds `MAX_TIME_WINDOW_READINGS`.
     DroppedWindowFull,
     /// Grouped streams: the device already counts in `G` other groups of
     /// the stream in this horizon.
@@ -116,7 +116,7 @@ pub struct ClosedWindow {
     /// state records can be deleted (compaction tombstones).
     pub retired: Vec<u64>,
     /// How many state records hold the charges of each retired window (same
-    /// order as `retired`; see [`charge_records`]).
+    /// order as `retired`; see `charge_records`).
     pub retired_records: Vec<u32>,
 }
 

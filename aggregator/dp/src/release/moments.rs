@@ -8,7 +8,7 @@
 //! With `c = 2x − L − U` (half units), noisy `S₁ = Σc + e₁`, `S₂ = Σc² + e₂`
 //! and `m̂ = S₁/n`, the estimate `S₂/n − m̂²` of the centred variance has
 //! error `e₂/n − 2m·e₁/n − e₁²/n²` with `m` the true centred mean, so its
-//! bias is `−Var(e₁)/n²` ([`bias`]; not corrected: under heavy noise the
+//! bias is `−Var(e₁)/n²` (`bias`; not corrected: under heavy noise the
 //! correction alone exceeds the universe's largest variance and the clamp
 //! would erase the data). `|m| ≤ |m̂| + |e₁|/n` (clamping `S₁` into
 //! `[−nΔ, nΔ]`, which holds the truth, only moves it closer). With `h₁`,

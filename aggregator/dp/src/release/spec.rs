@@ -90,14 +90,14 @@ pub struct StreamSpec {
     pub quantile_candidates: Option<Vec<f64>>,
     /// Draw each window's quantile candidates from the lane's earlier
     /// releases (a band around them and a coarse escape grid) rather than
-    /// every declared candidate: see [`super::adaptive`].
+    /// every declared candidate: see `super::adaptive`.
     pub adaptive_quantiles: bool,
     /// Release every quantile level by one joint selection (change-one,
     /// 2–4 levels: [`crate::joint`]) instead of splitting the budget.
     pub joint_quantiles: bool,
     /// Accuracy targets: a statistic's 95% half-width (stream units; the
     /// histogram per bin, `clamped` as a share, `variance` in units²). The
-    /// budget is split so each is met ([`super::targets`]); empty: evenly.
+    /// budget is split so each is met (`super::targets`); empty: evenly.
     pub target_error: Vec<(StatKind, f64)>,
     /// Count windows: close a window that has waited this long (ms of event
     /// time) by padding it to `n` with the midpoint; `None`: wait for `n`.
@@ -110,7 +110,7 @@ pub struct StreamSpec {
     /// tree stops there. Rounded up to a power of two.
     pub running_lifetime: u64,
     /// `group_by`: released per group of a public key set (one planned
-    /// stream per group, [`super::grouped`]); `None`: one release.
+    /// stream per group, `super::grouped`); `None`: one release.
     pub groups: Option<GroupSpec>,
 }
 
