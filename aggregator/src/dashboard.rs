@@ -42,7 +42,9 @@ pub fn generate(v: &Validated) -> Value {
             "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}),
         );
         y += 1;
-        for (i, mut p) in stream_panels(s, &unit).into_iter().enumerate() {
+        let row = stream_panels(s, &unit);
+        let n = row.len() as u64;
+        for (i, mut p) in row.into_iter().enumerate() {
             id += 1;
             let i = i as u64;
             p["id"] = id.into();
@@ -50,7 +52,6 @@ pub fn generate(v: &Validated) -> Value {
             p["gridPos"] = json!({"x": (i % 2) * PANEL_W, "y": y + (i / 2) * PANEL_H, "w": PANEL_W, "h": PANEL_H});
             panels.push(p);
         }
-        let n = stream_panels(s, &unit).len() as u64;
         y += n.div_ceil(2) * PANEL_H;
     }
     dash["uid"] = "fleetdp-generated".into();

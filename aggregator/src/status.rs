@@ -438,13 +438,7 @@ impl StatusBoard {
                 spent_per_horizon: telemetry::tidy(rational::to_f64(&s.per_horizon())),
                 spent_per_window: telemetry::tidy(rational::to_f64(&s.per_window)),
                 max_windows_per_device: s.spec.max_windows_per_device,
-                unit: v
-                    .config
-                    .streams
-                    .iter()
-                    .find(|c| c.name == s.declared_name())
-                    .and_then(|c| c.unit.clone())
-                    .unwrap_or_default(),
+                unit: v.unit_of(s.declared_name()),
                 histogram_edges: s.spec.histogram_edges.clone(),
                 series: of_stream(&b.series, &s.spec.name),
                 fleet: of_stream(&b.fleet, &s.spec.name),

@@ -379,13 +379,7 @@ pub fn budget_gauges(v: &Validated) {
         let stream = s.spec.name.clone();
         metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(tidy(declared));
         // The unit as a label, for dashboards (a Grafana variable).
-        let unit = v
-            .config
-            .streams
-            .iter()
-            .find(|c| c.name == s.declared_name())
-            .and_then(|c| c.unit.clone())
-            .unwrap_or_default();
+        let unit = v.unit_of(s.declared_name());
         metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone(), "unit" => unit)
             .set(s.spec.window_size as f64);
         metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(tidy(spent));

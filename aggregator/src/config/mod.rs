@@ -286,6 +286,12 @@ pub struct Validated {
 }
 
 impl Validated {
+    /// The `unit` of the declared stream `declared` (`""` if none).
+    pub fn unit_of(&self, declared: &str) -> String {
+        let c = self.config.streams.iter().find(|c| c.name == declared);
+        c.and_then(|c| c.unit.clone()).unwrap_or_default()
+    }
+
     /// The plan identity of planned stream `stream` (its declared stream's).
     pub fn identity(&self, stream: usize) -> &PlanIdentity {
         &self.identities[self.plan.streams[stream].declared_name()]
