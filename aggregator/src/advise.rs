@@ -3,7 +3,7 @@
 //! ([`crate::dp::advise`], where the privacy argument is).
 //!
 //! The spend is the operator's to count against the horizon's budget
-//! (README, "Choosing bounds"): it is printed before anything is read and
+//! (docs/configuration.md, "Choosing bounds"): it is printed before anything is read and
 //! recorded in the state topic (kind [`ADVISE`], key
 //! `advise/<stream>/<horizon>/<run>`) before the sample is read, so a run
 //! that fails half-way is still counted; a run that would take the

@@ -496,7 +496,7 @@ pub(crate) async fn produce_acked(
         ) {
             return Err(anyhow!(
                 "producing a record of {} bytes to {topic}: {e}; it is larger than the producer's \
-                 message.max.bytes or the topic's max.message.bytes allows (raise them, see the README's limits)",
+                 message.max.bytes or the topic's max.message.bytes allows (raise them, see docs/configuration.md, limits)",
                 r.payload.map_or(0, <[u8]>::len)
             ));
         }

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Most distinct values counted per (stream, partition, horizon): a memory
-/// guard (README, Limits); values beyond it are not counted that horizon.
+/// guard (docs/configuration.md, limits); values beyond it are not counted that horizon.
 pub const MAX_CANDIDATE_KEYS: usize = 100_000;
 
 /// A slot's binding: its value, and the first horizon it routes.

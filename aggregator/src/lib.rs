@@ -3,9 +3,9 @@
 //! The crate is split into a pure privacy core ([`dp`], its own crate
 //! `aggregator/dp`, no Kafka, tokio or I/O) and the service around it.
 //!
-//! # Layout
+//! # The path of a reading
 //!
-//! The path of a reading, file by file (docs/DESIGN.md §2 and §9):
+//! File by file (docs/DESIGN.md §2; the table of every module is §9):
 //!
 //! 1. `pipeline/consume.rs` receives a Kafka message; `process/`
 //!    ([`Processor`]) decodes it (`ingest`), validates it, top-codes each

@@ -7,7 +7,7 @@ use crate::config::Validated;
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
-/// Exit codes (the README's "Exit codes"): 0 done, [`EXIT_RUNTIME`] a
+/// Exit codes (docs/troubleshooting.md, "Exit codes"): 0 done, [`EXIT_RUNTIME`] a
 /// failure while running (Kafka, I/O: an orchestrator's restart may help),
 /// [`EXIT_USAGE`] a bad command line, [`EXIT_CONFIG`] a configuration or
 /// key FleetDP refuses (a restart cannot help until it is changed).

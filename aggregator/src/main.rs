@@ -70,7 +70,7 @@ enum Command {
         /// Accept state written under another plan (horizon, W, k, n, budget,
         /// time windows or the input's partition count). Only at a horizon
         /// boundary: the old plan's charges are dropped, so a change within a
-        /// horizon would give devices fresh caps (see the README's playbook).
+        /// horizon would give devices fresh caps (see docs/operations.md, Operator's playbook).
         #[arg(long)]
         allow_plan_change: bool,
     },

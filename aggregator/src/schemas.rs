@@ -3,7 +3,7 @@
 //! the schema its frame names is fetched once (`GET /schemas/ids/{id}`) and
 //! held by the decoder for the rest of the run.
 //!
-//! Bounds (README, Limits): at most [`MAX_SCHEMAS`] ids are held (found or
+//! Bounds (docs/configuration.md, limits): at most [`MAX_SCHEMAS`] ids are held (found or
 //! refused); a response is at most [`MAX_SCHEMA_BYTES`]; a request times out
 //! after [`FETCH_TIMEOUT`]. Every definite answer that cannot be used — an
 //! id the registry does not have (404), another 4xx, an answer larger than

@@ -529,7 +529,7 @@ impl StreamMetrics {
                     stream = %self.stream,
                     "a lane of this stream counts limits.max_devices_per_lane devices: readings of \
                      further devices are dropped (reason device_limit) until its horizon is swept; \
-                     raise the limit or add input partitions (see the README, Limits)"
+                     raise the limit or add input partitions (see docs/configuration.md, limits)"
                 );
             }
         }
@@ -667,19 +667,21 @@ fleetdp_messages_total_other 1\n";
         }
     }
 
-    /// Every metric is in the README's list (operators read it there).
+    /// Every metric is in the metrics reference (operators read it there;
+    /// its table is generated, see `describe::tests`).
     #[test]
     fn every_metric_is_documented() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let page =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))
+                .unwrap();
         let missing: Vec<&str> = METRICS
             .iter()
             .copied()
-            .filter(|m| !readme.contains(&format!("`{m}")))
+            .filter(|m| !page.contains(&format!("`{m}`")))
             .collect();
         assert!(
             missing.is_empty(),
-            "metrics missing from the README: {missing:?}"
+            "metrics missing from docs/metrics.md: {missing:?}"
         );
     }
 

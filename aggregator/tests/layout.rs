@@ -1,7 +1,7 @@
-//! The codebase keeps the shape docs/DESIGN.md §9 and the crate's Layout
-//! section describe: small single-purpose files, and service modules whose
-//! dependencies form no cycle (so each can be read, tested and replaced on
-//! its own). The privacy core's own boundary is `aggregator/dp/tests/boundary.rs`.
+//! The codebase keeps the shape docs/DESIGN.md §9 describes: small
+//! single-purpose files, a layout table that lists every module, and
+//! service modules whose dependencies form no cycle (so each can be read,
+//! tested and replaced on its own). The privacy core's own boundary is `aggregator/dp/tests/boundary.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -269,4 +269,47 @@ fn the_crash_hook_is_behind_its_feature() {
             );
         }
     }
+}
+
+/// The one layout table (docs/DESIGN.md §9) lists every service module —
+/// each file and folder of `aggregator/src` — and nothing that does not
+/// exist, so the description cannot drift from the code.
+#[test]
+fn the_layout_table_lists_every_module() {
+    let design = std::fs::read_to_string(root().join("docs/DESIGN.md")).unwrap();
+    let at = design.find("## 9. Layout").expect("DESIGN §9");
+    let section = &design[at..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut listed = BTreeSet::new();
+    for row in section.lines().filter(|l| l.starts_with("| `")) {
+        let first = row.split('|').nth(1).unwrap();
+        for entry in first.split(',') {
+            listed.insert(entry.trim().trim_matches('`').to_string());
+        }
+    }
+    assert!(listed.len() >= 20, "the table: {listed:?}");
+    let src = root().join("aggregator/src");
+    for entry in &listed {
+        assert!(
+            src.join(entry.trim_end_matches('/')).exists(),
+            "DESIGN §9 lists `{entry}`, which aggregator/src does not have"
+        );
+    }
+    let mut unlisted = Vec::new();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().to_string();
+        let name = if e.path().is_dir() {
+            format!("{name}/")
+        } else {
+            name
+        };
+        if !listed.contains(&name) {
+            unlisted.push(name);
+        }
+    }
+    assert!(
+        unlisted.is_empty(),
+        "modules DESIGN §9 does not list: {unlisted:?}"
+    );
 }

@@ -1,4 +1,4 @@
-//! The README's Python consumer (confluent-kafka), run as written against
+//! The manual's Python consumer (`docs/output.md`, confluent-kafka), run as written against
 //! the broker: it prints the fleet-wide releases of a two-partition stream,
 //! one line per seq covering both partitions, and nothing else.
 //!
@@ -14,12 +14,12 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The README's block after "A consumer in Python".
+/// The output page's block after "A consumer in Python".
 fn readme_snippet() -> String {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/output.md");
     let from = readme
         .find("A consumer in Python")
-        .expect("the README shows a Python consumer");
+        .expect("docs/output.md shows a Python consumer");
     let rest = &readme[from..];
     let start = rest.find("```python\n").expect("a python block") + "```python\n".len();
     let len = rest[start..].find("```").expect("the block ends");

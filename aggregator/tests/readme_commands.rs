@@ -48,7 +48,7 @@ fn the_readme_commands_run_against_the_shipped_configuration() {
         eprintln!("SKIPPED: needs a broker a child process can reach (FLEETDP_TEST_BROKERS)");
         return;
     }
-    let commands = readme_commands("Against a real cluster:");
+    let commands = readme_commands("## Against a real cluster");
     // A command this test does not run would go untested.
     for c in &commands {
         let sub = c.split_whitespace().nth(1).unwrap();

@@ -5,7 +5,7 @@
 //! is the only per-reading step that differs between shapes (validation,
 //! top-coding, windows and releases are the same after it).
 //!
-//! The fleet's own Protobuf message through its descriptor set (the README's
+//! The fleet's own Protobuf message through its descriptor set (the manual's
 //! `acme.v1.Telemetry`, two mapped readings per message), framed by Schema
 //! Registry, is measured too.
 //!
@@ -140,7 +140,7 @@ fn main() {
             .unwrap(),
         )
         .with_framing(fleetdp_ingest::Framing::Confluent);
-    // The README's Avro record, framed: two mapped readings per message.
+    // The manual's Avro record, framed: two mapped readings per message.
     let avro: Vec<Vec<u8>> = (0..MESSAGES / 2)
         .map(|i| {
             let body = fleetdp_ingest::example_avro(

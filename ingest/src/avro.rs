@@ -270,7 +270,7 @@ fn convert(v: Av, depth: usize) -> Result<Value, Rejection> {
     })
 }
 
-/// The worked example's schema (README "Bring your own topic"): what a
+/// The worked example's schema (docs/input.md, "Bring your own topic"): what a
 /// fleet's telematics unit might publish, for tests and benches.
 pub const EXAMPLE_AVRO_SCHEMA: &str = r#"{
   "type": "record", "name": "Telemetry", "namespace": "acme.v1",

@@ -7,7 +7,7 @@
 //! Why not `apache_avro::from_avro_datum` per message: it resolves the
 //! schema's named types on every call and builds a generic value with a
 //! `String` per field name, which a JSON value is then made from — 0.58×
-//! the protobuf path in process (README, Performance). The acceptance rules
+//! the protobuf path in process (docs/performance.md). The acceptance rules
 //! are apache-avro 0.17's, as FleetDP applies them (`crate::avro`): varints
 //! of at most 10 bytes, ints within 32 bits, lengths and block counts at
 //! most [`MAX_AVRO_ALLOCATION`], booleans 0 or 1, strings UTF-8, enum and

@@ -240,7 +240,7 @@ pub(crate) fn float(x: f64) -> Value {
     }
 }
 
-/// The descriptor set of the README's worked example, `acme.v1.Telemetry`
+/// The descriptor set of the manual's worked example (docs/input.md), `acme.v1.Telemetry`
 /// (`examples/telemetry.proto`): `string vin = 1; int64 ts = 2;
 /// Cabin cabin = 3 { double temp = 1; } repeated double tyres = 4;
 /// string firmware = 5;` and a second message `acme.v1.Ping`. Tests and

@@ -6,7 +6,7 @@
 //!
 //! Why not `prost_reflect::DynamicMessage`: it stores every field of every
 //! message as a dynamic value, which a JSON value is then made from — 0.18×
-//! the `DeviceReading` path decoding alone (README, Performance). The
+//! the `DeviceReading` path decoding alone (docs/performance.md). The
 //! result is the same as decoding the message with prost-reflect and
 //! converting it as `crate::described` does: the same wire-format checks
 //! (prost's `merge` per kind, packed and unpacked lists, map entries,

@@ -1,6 +1,6 @@
 //! Seed 002's way of choosing bounds, kept beside the advisor's
 //! AboveThreshold scans ([`crate::advise`]) so the two can be compared on
-//! the same samples (`benches/utility`, README "Choosing bounds"): noisy
+//! the same samples (`benches/utility`, docs/performance.md, "The bounds advisor"): noisy
 //! clipped sums over growing, log-spaced bounds, taking the bound where the
 //! curve stops rising.
 //!

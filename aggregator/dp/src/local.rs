@@ -23,8 +23,8 @@
 //! (2ε, δ)-DP. Noise is discrete Laplace on the integer grid (exact).
 //!
 //! Where these stand: `benches/utility` compares PTR's median with the
-//! default exponential-mechanism quantile on the same data; the README
-//! records why FleetDP does not default to it. Neither is a
+//! default exponential-mechanism quantile on the same data;
+//! docs/performance.md records why FleetDP does not default to it. Neither is a
 //! `quantile_mechanism` option of the service.
 
 use crate::sampler::DiscreteLaplace;

@@ -35,8 +35,8 @@
 //! definition and its smoothness between every pair of neighbours on small
 //! universes, the sampler's distribution, and audits the release. Where it
 //! stands: `benches/utility` compares it with the default; it is not a
-//! `quantile_mechanism` option (README, "Why FleetDP does not default to
-//! propose-test-release").
+//! `quantile_mechanism` option (docs/performance.md, "Why not
+//! propose-test-release or smooth sensitivity").
 
 use crate::local::{ls_at_distance, median_index};
 use crate::rational::{exact, parts};

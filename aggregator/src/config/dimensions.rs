@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-/// `[registry]`: the device registry topic (see the README).
+/// `[registry]`: the device registry topic (see docs/group-by.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegistryConfig {

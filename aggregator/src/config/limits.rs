@@ -1,5 +1,5 @@
 //! `[limits]`: the sizes, counts and durations the service holds itself
-//! to, each bounded and checked at start (README, Configuration).
+//! to, each bounded and checked at start (docs/configuration.md).
 
 use anyhow::{bail, Result};
 use serde::Deserialize;

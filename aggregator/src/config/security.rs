@@ -215,7 +215,7 @@ impl SecurityConfig {
         let mech = mech.to_ascii_uppercase();
         if mech == "GSSAPI" {
             bail!(
-                "{f}.sasl_mechanism: GSSAPI (Kerberos) is not built into FleetDP; use SCRAM-SHA-512 or OAUTHBEARER (see the manual's Security chapter)"
+                "{f}.sasl_mechanism: GSSAPI (Kerberos) is not built into FleetDP; use SCRAM-SHA-512 or OAUTHBEARER (see docs/security.md)"
             );
         }
         if !MECHANISMS.contains(&mech.as_str()) {
@@ -551,19 +551,19 @@ statistics = ["mean"]
 }
 
 #[cfg(test)]
-mod readme {
+mod documented {
     use crate::config::Config;
 
-    /// Every `[kafka.security]` block of the README's "Connecting to a
-    /// secured cluster" parses and validates (with the files and variables
-    /// it names made up).
+    /// Every `[kafka.security]` block of the manual's "Connecting to a
+    /// secured cluster" (`docs/security.md`) parses and validates (with the
+    /// files and variables it names made up).
     #[test]
-    fn the_readme_blocks_validate() {
-        let readme = include_str!("../../../README.md");
-        let from = readme
+    fn the_documented_blocks_validate() {
+        let page = include_str!("../../../docs/security.md");
+        let from = page
             .find("## Connecting to a secured cluster")
-            .expect("the README has the section");
-        let section = &readme[from..from + readme[from..].find("\n## Operations").unwrap()];
+            .expect("docs/security.md has the section");
+        let section = &page[from..from + page[from + 3..].find("\n## ").unwrap() + 3];
         let dir = std::env::temp_dir().join(format!("fleetdp-readme-sec-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for (name, mode) in [

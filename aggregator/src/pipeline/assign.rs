@@ -19,7 +19,7 @@ use std::time::Duration;
 /// What every plan-change refusal tells the operator to do.
 const PLAN_CHANGE_FIX: &str =
     "restore the previous settings, or, at a horizon boundary, restart with \
-     `fleetdp run --allow-plan-change` (see the README's playbook: changing the plan)";
+     `fleetdp run --allow-plan-change` (see docs/operations.md, Operator's playbook: changing the plan)";
 
 /// A shared [`crate::kafka::ReadProgress`] callback.
 type Progress = std::sync::Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
@@ -149,7 +149,7 @@ impl Consuming<'_> {
                     })?,
                     None => anyhow::bail!(
                         "the state topic has no record of {stream}/{partition}#{}: its running totals cannot continue \
-                         without re-noising released steps (see the README's playbook: state topic lost)",
+                         without re-noising released steps (see docs/operations.md, Operator's playbook: state topic deleted)",
                         r.last_seq
                     ),
                 };

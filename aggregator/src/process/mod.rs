@@ -41,7 +41,7 @@ struct Staged {
 /// read of the loop's replica, which is then started two messages before
 /// it is needed (measured, 10⁶ devices and 504 groups: ≈ 1.1× the
 /// readings/s of one ahead in the registry case, ≈ 1.0× ungrouped, in
-/// runs alternating in one process; README, Benchmarks). Deeper gave no
+/// runs alternating in one process; docs/performance.md). Deeper gave no
 /// more.
 pub const PREPARE_AHEAD: usize = 2;
 

@@ -52,7 +52,7 @@ impl Default for Slot {
 
 /// Most dimensions a registry may keep for a replica to hold its rows (four
 /// two-byte digits in eight bytes); with more, lookups go to the shared
-/// table (README, Limits).
+/// table (docs/configuration.md, limits).
 pub const MAX_DIMENSIONS: usize = 4;
 
 /// Every digit [`ABSENT`]: no row.

@@ -180,7 +180,7 @@ pub fn restore(
                     if c.device_key_scheme != DEVICE_KEY_SCHEME {
                         return Err(anyhow!(
                             "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
-                             they cannot be matched to devices (see the README's playbook: state topic lost)",
+                             they cannot be matched to devices (see docs/operations.md, Operator's playbook: state topic deleted)",
                             at(),
                             c.device_key_scheme,
                             DEVICE_KEY_SCHEME

@@ -70,6 +70,55 @@ pub(crate) fn describe_all() {
 mod tests {
     use super::*;
 
+    /// The metrics reference's table, one row per family in [`FAMILIES`]
+    /// order: name, type, whether `hide_exact_counts` leaves it out, help.
+    fn reference_table() -> String {
+        let mut out = String::from(
+            "| metric | type | with `hide_exact_counts` | what it says |\n|---|---|---|---|\n",
+        );
+        for &(n, kind, help) in FAMILIES {
+            let kind = match kind {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+                Kind::Histogram => "histogram",
+            };
+            let hidden = if super::super::EXACT_COUNT_METRICS.contains(&n) {
+                "left out"
+            } else {
+                "kept"
+            };
+            out.push_str(&format!("| `{n}` | {kind} | {hidden} | {help} |\n"));
+        }
+        out
+    }
+
+    /// `docs/metrics.md` holds the table generated from [`FAMILIES`]
+    /// between its markers, so the reference cannot drift from what
+    /// `/metrics` serves. `FLEETDP_BLESS=1` rewrites it.
+    #[test]
+    fn the_metrics_reference_is_generated_from_here() {
+        const START: &str = "<!-- generated from aggregator/src/telemetry/describe.rs -->\n";
+        const END: &str = "<!-- end of generated table -->";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md");
+        let page = std::fs::read_to_string(path).unwrap();
+        let from = page
+            .find(START)
+            .expect("docs/metrics.md has the start marker")
+            + START.len();
+        let to = from + page[from..].find(END).expect("and the end marker");
+        let table = reference_table();
+        if std::env::var_os("FLEETDP_BLESS").is_some() {
+            let updated = format!("{}{table}{}", &page[..from], &page[to..]);
+            std::fs::write(path, updated).unwrap();
+            return;
+        }
+        assert_eq!(
+            page[from..to],
+            table,
+            "docs/metrics.md is out of date: FLEETDP_BLESS=1 cargo test -p fleetdp --lib the_metrics_reference"
+        );
+    }
+
     /// Every exported family has one help line, and nothing else does.
     #[test]
     fn every_family_has_help_text() {

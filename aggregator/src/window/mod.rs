@@ -764,8 +764,8 @@ impl Windower {
     /// group's lane, in its stream's group table (a hint for a coming
     /// [`Windower::admit`]; the group table is read only at a device's first
     /// reading in a lane and horizon, but fetched a message ahead its miss
-    /// costs less than it does in the middle of `admit`: README, "Where the
-    /// time goes").
+    /// costs less than it does in the middle of `admit`: docs/performance.md,
+    /// group-by).
     #[inline]
     pub fn prefetch(&self, stream: usize, partition: i32, device: u64) {
         if let Some(lane) = self.lanes.get(&(stream, partition)) {

@@ -75,7 +75,7 @@ pub enum Admission {
     /// Time windows: its device already has readings in a later window.
     DroppedOutOfOrder,
     /// A new device in a lane already counting `limits.max_devices_per_lane`
-    /// devices (a memory bound; see the README's privacy notes).
+    /// devices (a memory bound; see docs/configuration.md, limits).
     DroppedDeviceLimit,
     /// Time windows: the window holds `MAX_TIME_WINDOW_READINGS`.
     DroppedWindowFull,

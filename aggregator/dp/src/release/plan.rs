@@ -268,7 +268,7 @@ pub(super) fn measurements_for(
                     spec,
                     "joint_quantiles",
                     "only under relation = \"change-one\" (under add-remove the per-level split, \
-                     with its tighter sensitivity, is as accurate: see the README's accuracy tables)",
+                     with its tighter sensitivity, is as accurate: see docs/performance.md, accuracy beside OpenDP)",
                 ));
             }
             if spec.window_timeout_ms.is_some() {
