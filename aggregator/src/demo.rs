@@ -84,8 +84,9 @@ pub(crate) fn budget_statement(v: &Validated) -> String {
 /// What a demo run showed.
 #[derive(Debug, Clone)]
 pub struct DemoOutcome {
-    /// Partitions' scalar figures (every statistic but histogram bins)
-    /// within 10% of the truth or inside their 95% interval, and all.
+    /// Partitions' figures (histogram bins each) within their stream's
+    /// `target_error` or the bound `fleetdp plan` warns at (`crate::judge`),
+    /// and all.
     pub useful: (u64, u64),
     /// The same for the fleet-wide figures.
     pub fleet_useful: (u64, u64),
@@ -286,11 +287,11 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     tokio::pin!(deadline);
     let c = pipeline.counters.clone();
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
-    let mut summary = show::Summary::default();
-    let mut fleet_summary = show::Summary::default();
     let mut truths = FleetTruth::default();
     let mut fleet_releases = 0u64;
     let v = pipeline.config();
+    let mut summary = show::Summary::new(&v);
+    let mut fleet_summary = show::Summary::new(&v);
     let mut landed = |e: ReleaseEvent, truths: &mut FleetTruth| {
         if opts.partitions {
             let line = show::release(&at(started), &e.release, e.truth.as_deref(), &units);

@@ -79,6 +79,7 @@ pub mod telemetry;
 
 mod clock;
 mod devices;
+mod judge;
 mod partitioner;
 mod process;
 mod show;

@@ -47,6 +47,7 @@ pub(crate) struct View<'a> {
     values: &'a [f64],
     half_width: Option<f64>,
     spent: f64,
+    bin_edges: &'a [f64],
 }
 
 /// Both statistic messages have these fields under the same names.
@@ -60,6 +61,7 @@ macro_rules! view_from {
                     values: &s.values,
                     half_width: s.half_width,
                     spent: s.spent,
+                    bin_edges: &s.bin_edges,
                 }
             }
         }
@@ -80,13 +82,28 @@ impl View<'_> {
 fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
     let name = r.label();
     if r.name == "histogram" {
-        let v: Vec<String> = r.values.iter().map(|x| format!("{x:.0}")).collect();
+        // Each bin after its edges, `[a,b)` (the last closed).
+        let bins = r.values.len();
+        let v: Vec<String> = r
+            .values
+            .iter()
+            .enumerate()
+            .map(
+                |(i, x)| match (r.bin_edges.get(i), r.bin_edges.get(i + 1)) {
+                    (Some(a), Some(b)) => {
+                        let close = if i + 1 == bins { ']' } else { ')' };
+                        format!("[{a},{b}{close}:{x:.0}")
+                    }
+                    _ => format!("{x:.0}"),
+                },
+            )
+            .collect();
         // The truth only where it is known (the demo), never "(true [])".
         let t = truth.map_or(String::new(), |t| {
             let t: Vec<String> = t.values.iter().map(|x| format!("{x:.0}")).collect();
-            format!(" (true [{}])", t.join(" "))
+            format!(" (true {})", t.join(" "))
         });
-        return format!("hist [{}]{t}", v.join(" "));
+        return format!("hist {}{t}", v.join(" "));
     }
     let v = r.values.first().copied().unwrap_or(f64::NAN);
     let hw = r
@@ -186,6 +203,9 @@ pub(crate) fn release(
 #[derive(Debug, Default)]
 pub(crate) struct Summary {
     rows: std::collections::BTreeMap<(String, String), Row>,
+    /// What each planned stream declares a useful figure to be.
+    tolerances: BTreeMap<String, crate::judge::Tolerance>,
+    units: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default)]
@@ -193,36 +213,56 @@ struct Row {
     values: u64,
     with_interval: u64,
     covered: u64,
-    /// Within 10% of the truth, or inside the interval.
+    /// Within the stream's target or the plan's bound (`crate::judge`).
     useful: u64,
     errors: Vec<f64>,
     spent: f64,
+    /// The bound, as text.
+    bound: String,
 }
 
 impl Summary {
+    /// An empty summary judging figures by `v`'s streams (`crate::judge`).
+    pub fn new(v: &Validated) -> Self {
+        Self {
+            tolerances: crate::judge::tolerances(v),
+            units: units(v),
+            ..Self::default()
+        }
+    }
+
     /// Count one release against its noise-free statistics.
     pub fn add(&mut self, r: &proto::WindowRelease, truth: &[ReleasedStatistic]) {
-        self.add_views(&r.stream, r.statistics.iter().map(View::from), truth);
+        let stats = r.statistics.iter().map(View::from);
+        self.add_views(&r.stream, (r.n, 1), stats, truth);
     }
 
     /// Count one fleet-wide release against the truth of its partitions'
     /// windows together.
     pub fn add_fleet(&mut self, f: &proto::FleetRelease, truth: &[ReleasedStatistic]) {
-        self.add_views(&f.stream, f.statistics.iter().map(View::from), truth);
+        let stats = f.statistics.iter().map(View::from);
+        self.add_views(&f.stream, (f.n, f.partitions.len()), stats, truth);
     }
 
+    /// `(n, partitions)`: the release's readings and how many partitions
+    /// it combines.
     fn add_views<'a>(
         &mut self,
         stream: &str,
+        (n, partitions): (u64, usize),
         stats: impl Iterator<Item = View<'a>>,
         truth: &[ReleasedStatistic],
     ) {
+        let tolerance = self.tolerances.get(stream).cloned().unwrap_or_default();
+        let unit = self.units.get(stream).map_or("", String::as_str);
         for (s, t) in stats.zip(truth) {
+            let bound = tolerance.bound(s.name, n, partitions);
             let row = self
                 .rows
                 .entry((stream.to_string(), s.label()))
                 .or_default();
             row.spent = s.spent;
+            row.bound = tolerance.describe(s.name, n, partitions, unit);
             // Histograms: every bin counts as a value.
             for (v, tv) in s.values.iter().zip(&t.values) {
                 let err = (v - tv).abs();
@@ -233,26 +273,26 @@ impl Summary {
                     row.with_interval += 1;
                     row.covered += u64::from(inside);
                 }
-                row.useful += u64::from(inside || err <= 0.1 * tv.abs() + 1e-9);
+                row.useful += u64::from(err <= bound + 1e-9);
             }
         }
     }
 
-    /// Scalar figures (all but histogram bins) within 10% of the truth or
-    /// inside their interval, and all scalar figures.
+    /// Figures (histogram bins each) within their stream's target or the
+    /// plan's bound, and all figures.
     pub fn useful(&self) -> (u64, u64) {
         self.rows
-            .iter()
-            .filter(|((_, stat), _)| stat != "histogram")
-            .fold((0, 0), |(u, n), (_, r)| (u + r.useful, n + r.values))
+            .values()
+            .fold((0, 0), |(u, n), r| (u + r.useful, n + r.values))
     }
 
     /// The summary as text under `title`, one line per stream and statistic.
     pub fn to_text(&self, title: &str) -> String {
-        let (useful, scalars) = self.useful();
+        let (useful, all) = self.useful();
         let mut out = format!(
-            "{title} (every released value against the truth the demo knows): {useful} of {scalars} scalar figures \
-             within 10% of the truth or inside their 95% interval\n"
+            "{title} (every released value against the truth the demo knows): {useful} of {all} figures useful: \
+             within the stream's target_error, or else the bound `fleetdp plan` warns at (5% of the range; \
+             a histogram bin: the readings it expects)\n"
         );
         for ((stream, stat), row) in &self.rows {
             let mut errors = row.errors.clone();
@@ -269,8 +309,8 @@ impl Summary {
                 "no interval".into()
             };
             out += &format!(
-                "  {stream:<13} {stat:<10} {:>5} values · {coverage} · median |error| {median:.2} · spent {:.4} per window\n",
-                row.values, row.spent
+                "  {stream:<13} {stat:<10} {:>5} values · {coverage} · median |error| {median:.2} · useful {}/{} within {} · spent {:.4} per window\n",
+                row.values, row.useful, row.values, row.bound, row.spent
             );
         }
         out
@@ -310,24 +350,29 @@ mod tests {
         }
     }
 
-    /// Issue 36: `tail` (which knows no truth) ended every histogram line
-    /// with a stray "(true [])".
+    /// `tail` (which knows no truth) ended every histogram line with a
+    /// stray "(true [])"; bins were printed without their edges.
     #[test]
-    fn a_histogram_shows_its_truth_only_when_known() {
+    fn a_histogram_shows_its_edges_and_its_truth_only_when_known() {
+        let mut h = stat("histogram", None, vec![3.0, 5.0], Some(2.0));
+        h.bin_edges = vec![-20.0, 0.0, 12.5];
         let r = proto::WindowRelease {
             stream: "temp".into(),
-            statistics: vec![stat("histogram", None, vec![3.0, 5.0], Some(2.0))],
+            statistics: vec![h],
             ..Default::default()
         };
         let units = BTreeMap::new();
         let line = release("[t]", &r, None, &units);
         assert!(
-            line.contains("hist [3 5]") && !line.contains("true"),
+            line.contains("hist [-20,0):3 [0,12.5]:5") && !line.contains("true"),
             "{line}"
         );
         let t = [truth("histogram", vec![4.0, 4.0])];
         let line = release("[t]", &r, Some(&t), &units);
-        assert!(line.contains("hist [3 5] (true [4 4])"), "{line}");
+        assert!(
+            line.contains("hist [-20,0):3 [0,12.5]:5 (true 4 4)"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -362,6 +407,8 @@ mod tests {
     #[test]
     fn the_summary_counts_coverage_and_median_errors() {
         let mut s = Summary::default();
+        // Without a declared stream every figure's bound is 0: none is
+        // useful unless exact (the demo's streams are always declared).
         for (v, h) in [(20.5, 1.0), (22.0, 1.0), (19.9, 0.05)] {
             let r = proto::WindowRelease {
                 stream: "temp".into(),
@@ -392,5 +439,6 @@ mod tests {
             text.contains("histogram      6 values · interval held the truth 6/6 (100%)"),
             "{text}"
         );
+        assert_eq!(s.useful(), (0, 12), "an undeclared stream has no bound");
     }
 }

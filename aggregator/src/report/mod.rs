@@ -3,7 +3,7 @@
 //! the expected 95% interval half-width in metric units, and the figures it
 //! would release mostly as noise ([`PlanWarning`]).
 
-mod warnings;
+pub(crate) mod warnings;
 
 pub use warnings::{PlanWarning, USEFUL_SHARE};
 
