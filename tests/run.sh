@@ -90,6 +90,14 @@ if [ "${CI:-}" = "true" ]; then
   export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261126}"
 fi
 
+# Formatting and lints are part of the verdict: rustfmt's layout, and
+# clippy with warnings as errors over every target (the workspace's own
+# lints are in Cargo.toml's [workspace.lints]).
+echo "== cargo fmt --check and clippy (warnings are errors)"
+cargo fmt --all --check
+cargo clippy --release --all-targets --workspace --locked --features fleetdp/crash-points \
+  --quiet -- -D warnings
+
 # The API and internals docs build without a warning (a broken or
 # ambiguous intra-doc link, a stray HTML tag from a .proto comment).
 echo "== rustdoc (warnings are errors)"
@@ -116,7 +124,8 @@ cargo test "${test_args[@]}" "${slow_tests[@]}" > "$tools/slow-tests.log" 2>&1 &
 slow_pid=$!
 echo "== running every other test"
 rest=0
-cargo test "${test_args[@]}" -- "${skip[@]}" || rest=$?
+# --no-fail-fast: one failing test binary must not hide the others' verdicts.
+cargo test "${test_args[@]}" --no-fail-fast -- "${skip[@]}" || rest=$?
 slow=0
 wait "$slow_pid" || slow=$?
 echo "== the crash and outage tests"

@@ -43,18 +43,22 @@ static LIVE: AtomicIsize = AtomicIsize::new(0);
 
 struct Counting;
 
+// SAFETY: forwards every call to the system allocator; only counts bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
-        System.alloc(l)
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
-        System.dealloc(p, l)
+        // SAFETY: `p` came from `alloc` with layout `l` (the caller's contract).
+        unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
         LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
-        System.realloc(p, l, new)
+        // SAFETY: the caller's contract for `realloc`, passed on unchanged.
+        unsafe { System.realloc(p, l, new) }
     }
 }
 

@@ -77,6 +77,7 @@ fn fifo(name: &str) -> PathBuf {
     let p = dir().join(name);
     let _ = std::fs::remove_file(&p);
     let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(2) reads a valid NUL-terminated path and nothing else.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     p
 }
@@ -180,6 +181,7 @@ fn every_shipped_configuration_passes_plan_strict() {
 fn a_root_owned_secret_readable_by_the_process_group_is_accepted() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("not root: cannot hand files to another user; skipped");
         return;

@@ -381,6 +381,7 @@ fn killed_instances_release_every_window_exactly_once() {
         };
         for inst in &mut instances {
             let mut c = inst.child.take().unwrap();
+            // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
             unsafe {
                 libc::kill(c.id() as i32, libc::SIGTERM);
             }

@@ -284,6 +284,7 @@ fn a_probe_answers_while_hostile_connections_exhaust_the_descriptors() {
         }
         assert!(closed > 0, "no hostile connection was shed");
     });
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }

@@ -160,6 +160,7 @@ fn the_readme_commands_run_against_the_shipped_configuration() {
     assert!(advice.contains("\nlower = "), "{advice}");
 
     // SIGTERM: finish, commit, exit 0.
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
     unsafe { libc::kill(service.id() as i32, libc::SIGTERM) };
     let start = Instant::now();
     let status = loop {

@@ -83,6 +83,7 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
         }
         previous = released;
     }
+    // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
     unsafe {
         libc::kill(child.id() as i32, libc::SIGTERM);
     }

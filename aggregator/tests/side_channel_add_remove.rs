@@ -311,6 +311,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         let scrape = |p: &Proc| http_get(&format!("{}/metrics", p.base)).unwrap().1;
         let (ma, mb) = (scrape(&a), scrape(&b));
         for p in [&mut a, &mut b] {
+            // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
             unsafe {
                 libc::kill(p.child.id() as i32, libc::SIGTERM);
             }

@@ -16,11 +16,13 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         let live = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
         PEAK.fetch_max(live, Ordering::Relaxed);
-        System.alloc(l)
+        // SAFETY: the caller's contract for `alloc`, passed on unchanged.
+        unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
         LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        System.dealloc(p, l)
+        // SAFETY: `p` came from `alloc` with layout `l` (the caller's contract).
+        unsafe { System.dealloc(p, l) }
     }
 }
 

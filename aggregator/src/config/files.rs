@@ -179,6 +179,7 @@ mod tests {
             let fifo = dir().join("fifo");
             let _ = std::fs::remove_file(&fifo);
             let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+            // SAFETY: mkfifo(2) reads a valid NUL-terminated path and nothing else.
             assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
             let e = read_bounded("input.protobuf_descriptor_set", &fifo, 1 << 20)
                 .unwrap_err()

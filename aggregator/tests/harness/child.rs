@@ -61,6 +61,7 @@ impl Service {
 
     /// Send `signal` and wait for the exit: how it exited and its log.
     pub fn stop(mut self, signal: libc::c_int) -> (ExitStatus, String) {
+        // SAFETY: kill(2) on a child we spawned has no memory-safety preconditions.
         unsafe {
             libc::kill(self.child.id() as i32, signal);
         }
