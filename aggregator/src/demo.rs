@@ -4,7 +4,7 @@
 //! data); `--partitions` adds every partition's release. Stops by itself.
 
 use crate::config::{Config, Validated};
-use crate::dp::release::ReleasedStatistic;
+use crate::dp::release::{ReleasedStatistic, StatKind};
 use crate::dp::rng::ReleaseKey;
 use crate::kafka;
 use crate::pipeline::{Options, Pipeline, ReleaseEvent};
@@ -29,7 +29,7 @@ pub struct DemoOptions {
     pub round_seconds: f64,
     pub listen: Option<String>,
     pub seed: u64,
-    /// The same fleet at [`TIGHT_EPSILON`] per device per hour, the budget
+    /// The same fleet at [`TIGHT_EPSILON`] per device per day, the budget
     /// split evenly (its targets cannot be met there).
     pub tight: bool,
     /// The release key (default: a fresh one per run).
@@ -42,7 +42,15 @@ pub struct DemoOptions {
 }
 
 /// ε per device per horizon of `fleetdp demo --tight`.
-pub const TIGHT_EPSILON: f64 = 2.0;
+pub const TIGHT_EPSILON: f64 = 0.2;
+
+/// The fleet `deploy/demo.toml`'s window sizes are written for; other
+/// fleets get them scaled (a window holds about an hour of the fleet's
+/// readings on a partition).
+pub const DEMO_DEVICES: usize = 100_000;
+
+/// Each simulated device reports in this many rounds (hours) of a day.
+pub const ACTIVE_HOURS: u32 = 2;
 
 /// What the run's budget means for one device, in plain words (the demo
 /// runs at a budget no deployment should use, and says so).
@@ -76,7 +84,8 @@ pub(crate) fn budget_statement(v: &Validated) -> String {
     };
     format!(
         "Budget: {declared} per device per {horizon}. Whatever is released, the odds of any guess about one \
-         device's readings in a {horizon} change by at most a factor e^ε ≈ {:.2e}: {strength}.",
+         device's readings in a {horizon} change by at most a factor e^ε ≈ {:.2e}: {strength} \
+         (ε ≤ 1 strong, ≤ 4 moderate, ≤ 10 weak; above that, nothing a privacy review would sign).",
         eps.exp()
     )
 }
@@ -99,11 +108,32 @@ pub struct DemoOutcome {
     pub windows_released: u64,
 }
 
-/// The demo configuration pointed at `brokers` (tight, documents: see
-/// [`DemoOptions`]).
-pub fn demo_config(brokers: &str, tight: bool, documents: bool) -> Result<Validated> {
+/// The demo configuration pointed at `brokers`, its window sizes scaled
+/// to `devices` (tight, documents: see [`DemoOptions`]).
+pub fn demo_config(
+    brokers: &str,
+    tight: bool,
+    documents: bool,
+    devices: usize,
+) -> Result<Validated> {
     let mut c = Config::parse(DEMO_CONFIG).context("embedded demo config")?;
     c.kafka.brokers = brokers.to_string();
+    // Windows hold about an hour of the fleet's readings, whatever its
+    // size; a mean's noise scales as 1/n, so its target does too (a
+    // histogram bin's noise does not depend on n).
+    let scale = devices.max(1) as f64 / DEMO_DEVICES as f64;
+    for s in &mut c.streams {
+        if s.window_size > 0 {
+            let n = ((s.window_size as f64 * scale).round() as u64).max(1);
+            let actual = n as f64 / s.window_size as f64;
+            s.window_size = n;
+            for (kind, target) in s.target_error.iter_mut() {
+                if !matches!(kind, StatKind::Histogram | StatKind::Count) {
+                    *target /= actual;
+                }
+            }
+        }
+    }
     if documents {
         c.input =
             Some(toml::from_str(crate::sim::DOCUMENT_MAPPING).context("the documents' mapping")?);
@@ -163,7 +193,7 @@ pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     // The mock cluster is not Send: it lives on this thread for the whole run.
     let mock = MockCluster::new(1).context("starting the in-process Kafka cluster")?;
     let brokers = mock.bootstrap_servers();
-    let v = demo_config(&brokers, opts.tight, opts.documents)?;
+    let v = demo_config(&brokers, opts.tight, opts.documents, opts.devices)?;
     let k = &v.config.kafka;
     mock.create_topic(&k.input_topic, 2, 1)?;
     mock.create_topic(&k.output_topic, 2, 1)?;
@@ -190,7 +220,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     );
     if opts.tight {
         println!(
-            "--tight: the same fleet at ε = {TIGHT_EPSILON} per device per hour, split evenly: compare with the default."
+            "--tight: the same fleet at ε = {TIGHT_EPSILON} per device per day, split evenly: compare with the default."
         );
     } else {
         println!(
@@ -212,6 +242,9 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
     let rollout = ((opts.duration.as_secs_f64() / opts.round_seconds) / 2.0).max(1.0) as i64;
     let spec = FleetSpec {
         devices: opts.devices,
+        // Hourly rounds; each device reports in ACTIVE_HOURS of them a day.
+        interval_ms: 3_600_000,
+        duty: Some((ACTIVE_HOURS, 24)),
         seed: opts.seed,
         documents: opts.documents,
         rollout_round: Some(rollout),
@@ -223,7 +256,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         crate::sim::produce_rows(&base, topic, &rows).await?;
         println!(
             "Device registry: {} rows on `{topic}` (model, region, firmware; 4.2 on a fifth of the fleet, \
-             three fifths after the rollout at round {rollout}, ≈ {:.0} s in). battery_v is released per \
+             three fifths after the rollout at hour {rollout}, ≈ {:.0} s in). battery_v is released per \
              firmware: the simulated 4.2 drains batteries by {} V — watch the two groups part.",
             rows.len(),
             rollout as f64 * opts.round_seconds,
@@ -275,7 +308,7 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         .await
     });
     let mut fleet = Fleet::new(spec);
-    let rate = fleet.round_len() as f64 / opts.round_seconds;
+    let rate = fleet.messages_per_round() / opts.round_seconds;
     let sim_rx = stop_rx.clone();
     let producer = tokio::spawn(async move {
         crate::sim::produce_fleet(&base, &input, &mut fleet, rate, None, None, sim_rx, |_| {}).await
@@ -399,18 +432,35 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
 mod tests {
     use super::*;
 
-    /// Issue 36: the demo ran at ε = 24 per device per hour and never said
-    /// what that means; `--tight`'s ε = 2 is moderate, not nominal.
+    /// Any fleet size plans: the windows and the mean targets scale with
+    /// it (a small fleet's figures are noisier, never refused), for both
+    /// budgets and both input shapes.
+    #[test]
+    fn every_fleet_size_plans() {
+        for devices in [1, 200, 1_000, 20_000, DEMO_DEVICES, 1_000_000] {
+            for (tight, documents) in [(false, false), (true, false), (false, true)] {
+                let v = demo_config("127.0.0.1:9", tight, documents, devices)
+                    .unwrap_or_else(|e| panic!("{devices} devices, tight {tight}: {e:#}"));
+                let cabin = &v.config.streams[0];
+                assert!(cabin.window_size >= 1, "{devices}");
+            }
+        }
+        let small = demo_config("127.0.0.1:9", false, false, 1_000).unwrap();
+        assert_eq!(small.config.streams[0].window_size, 38);
+    }
+
+    /// The demo says what its budget means: its ε = 2 per device per day
+    /// is moderate protection, `--tight`'s 0.2 strong.
     #[test]
     fn the_demo_states_what_its_budget_buys() {
-        let v = demo_config("127.0.0.1:9", false, false).unwrap();
+        let v = demo_config("127.0.0.1:9", false, false, DEMO_DEVICES).unwrap();
         let s = budget_statement(&v);
-        assert!(s.contains("ε = 24 per device per 1h"), "{s}");
-        assert!(s.contains("e^ε ≈ 2.65e10"), "{s}");
-        assert!(s.contains("no meaningful protection"), "{s}");
-        let s = budget_statement(&demo_config("127.0.0.1:9", true, false).unwrap());
+        assert!(s.contains("ε = 2 per device per 1day"), "{s}");
+        assert!(s.contains("e^ε ≈ 7.39e0"), "{s}");
+        assert!(s.contains("moderate protection"), "{s}");
+        let s = budget_statement(&demo_config("127.0.0.1:9", true, false, DEMO_DEVICES).unwrap());
         assert!(
-            s.contains("ε = 2 per device per 1h") && s.contains("moderate protection"),
+            s.contains("ε = 0.2 per device per 1day") && s.contains("strong protection"),
             "{s}"
         );
     }

@@ -32,11 +32,12 @@ enum Command {
         /// How long to run.
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         duration: Duration,
-        /// Simulated devices.
-        #[arg(long, default_value_t = 2000)]
+        /// Simulated devices (each reports in two hours of the simulated day;
+        /// the windows scale with the fleet, and so does their accuracy).
+        #[arg(long, default_value_t = fleetdp::demo::DEMO_DEVICES)]
         devices: usize,
-        /// Real seconds per simulated round (each device reports each stream once; 15 simulated minutes).
-        #[arg(long, default_value_t = 5.0)]
+        /// Real seconds per simulated hour (2.5: a day per minute).
+        #[arg(long, default_value_t = 2.5)]
         round_seconds: f64,
         /// Where to serve /metrics ("" to disable).
         #[arg(long, default_value = "127.0.0.1:9898")]
@@ -44,7 +45,7 @@ enum Command {
         /// Seed of the simulated fleet.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Show the same fleet at a tight budget (ε = 2 per device per hour,
+        /// Show the same fleet at a tight budget (ε = 0.2 per device per day,
         /// split evenly) to see what the default's budget buys.
         #[arg(long)]
         tight: bool,

@@ -241,6 +241,8 @@ fn a_real_prometheus_scrapes_the_demo_and_evaluates_every_query() {
                 "300s",
                 "--round-seconds",
                 "1",
+                "--devices",
+                "10000",
                 "--listen",
             ])
             .arg(format!("127.0.0.1:{demo_port}"))

@@ -65,6 +65,10 @@ pub struct FleetSpec {
     pub rollout_round: Option<i64>,
     /// Where [`produce_fleet`] publishes the rollout's registry updates.
     pub registry_topic: Option<String>,
+    /// `(active, cycle)`: each device reports only in `active` consecutive
+    /// rounds of every `cycle` (a car driven two hours a day: `(2, 24)` with
+    /// hourly rounds), starting at its own offset; `None`: every round.
+    pub duty: Option<(u32, u32)>,
 }
 
 /// Where the simulated documents keep each field, as an `[input]` table:
@@ -94,6 +98,7 @@ impl Default for FleetSpec {
             documents: false,
             rollout_round: None,
             registry_topic: None,
+            duty: None,
         }
     }
 }
@@ -171,6 +176,60 @@ impl Fleet {
             cursor: 0,
             bad_counter: 0,
             updates: Vec::new(),
+        }
+    }
+
+    /// Messages a round holds on average: [`Fleet::round_len`] times the
+    /// share of devices active in a round.
+    pub fn messages_per_round(&self) -> f64 {
+        let share = self.spec.duty.map_or(1.0, |(active, cycle)| {
+            f64::from(active.min(cycle)) / f64::from(cycle.max(1))
+        });
+        self.round_len() as f64 * share
+    }
+
+    /// Whether device `d` reports in `round` (its duty cycle starts at an
+    /// offset spread over the cycle by its index).
+    fn is_active(&self, d: usize, round: i64) -> bool {
+        let Some((active, cycle)) = self.spec.duty else {
+            return true;
+        };
+        let cycle = i64::from(cycle.max(1));
+        let offset = ((d as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as i64 % cycle;
+        (round + offset).rem_euclid(cycle) < i64::from(active)
+    }
+
+    /// Move the cursor past devices that do not report this round (whole
+    /// rounds too); a device is checked at its first message only.
+    fn skip_inactive(&mut self) {
+        if self.spec.duty.is_none() {
+            return;
+        }
+        let per_device = if self.spec.documents {
+            1
+        } else {
+            self.spec.signals.len().max(1)
+        };
+        // At most a whole cycle of rounds without an active device.
+        let mut left = self.devices.len() * (1 + self.spec.duty.map_or(1, |(_, c)| c as usize));
+        while self.cursor % per_device == 0 && !self.is_active(self.cursor / per_device, self.round)
+        {
+            self.cursor += per_device;
+            if self.cursor >= self.round_len() {
+                self.cursor = 0;
+                self.next_round();
+            }
+            left -= 1;
+            if left == 0 {
+                return;
+            }
+        }
+    }
+
+    fn next_round(&mut self) {
+        self.round += 1;
+        if self.spec.rollout_round == Some(self.round) {
+            self.roll_out();
         }
     }
 
@@ -265,16 +324,14 @@ impl Fleet {
         self.cursor += 1;
         if self.cursor == self.round_len() {
             self.cursor = 0;
-            self.round += 1;
-            if self.spec.rollout_round == Some(self.round) {
-                self.roll_out();
-            }
+            self.next_round();
         }
         t
     }
 
     /// The next message.
     pub fn next_message(&mut self) -> SimMessage {
+        self.skip_inactive();
         if self.spec.documents {
             return self.next_document();
         }
@@ -487,6 +544,49 @@ mod tests {
         assert_eq!(
             a.round_start_ms(),
             FleetSpec::default().start_ms + 2 * 15 * 60 * 1000
+        );
+    }
+
+    /// A duty cycle of 2 rounds in 24: every device reports in exactly
+    /// two consecutive rounds of each cycle, so never more than twice a
+    /// day per stream with hourly rounds (the demo's W = 2), and the rounds
+    /// hold the fleet's messages evenly.
+    #[test]
+    fn a_duty_cycle_has_each_device_report_two_rounds_a_day() {
+        let spec = FleetSpec {
+            devices: 240,
+            bad_fraction: 0.0,
+            interval_ms: 3_600_000,
+            duty: Some((2, 24)),
+            ..FleetSpec::default()
+        };
+        let start = spec.start_ms;
+        let mut f = Fleet::new(spec);
+        assert_eq!(f.messages_per_round(), 60.0);
+        let mut per: std::collections::BTreeMap<(String, i64), Vec<i64>> = Default::default();
+        // Two days: 2 rounds × 240 devices × 3 signals each day.
+        for _ in 0..2 * 2 * 240 * 3 {
+            let m = f.next_message();
+            let (signal, _) = m.reading.unwrap();
+            if signal == Signal::CabinTemp {
+                let r = proto::DeviceReading::decode(m.payload.as_slice()).unwrap();
+                let round = (r.event_time_ms.unwrap() - start) / 3_600_000;
+                per.entry((m.key, round / 24)).or_default().push(round);
+            }
+        }
+        assert!(f.round <= 48, "past two days: round {}", f.round);
+        for ((dev, day), rounds) in &per {
+            assert!(rounds.len() <= 2, "{dev} day {day}: {rounds:?}");
+        }
+        let per_device: usize = per.values().map(Vec::len).sum();
+        assert_eq!(per_device, 240 * 4, "every device twice a day");
+        let mut rounds: std::collections::BTreeMap<i64, usize> = Default::default();
+        for r in per.values().flatten() {
+            *rounds.entry(*r).or_default() += 1;
+        }
+        assert!(
+            rounds.values().all(|&n| (10..=30).contains(&n)),
+            "{rounds:?}"
         );
     }
 
