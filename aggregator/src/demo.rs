@@ -200,7 +200,10 @@ pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     mock.create_topic(&k.dead_letter_topic, 1, 1)?;
     mock.create_topic(&k.state_topic(), 2, 1)?;
     if let Some(r) = &v.config.registry {
-        mock.create_topic(&r.topic, 1, 1)?;
+        // The mock cluster keeps about 5 MiB per partition and drops what
+        // is older: the default fleet's 100,000 rows (≈ 13 MB) on one
+        // partition lost a seventh of the fleet to `firmware=other`.
+        mock.create_topic(&r.topic, 8, 1)?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

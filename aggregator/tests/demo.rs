@@ -71,6 +71,13 @@ fn the_default_demo_releases_figures_a_newcomer_can_trust() {
         "{}",
         out.summary
     );
+    // Every simulated device has a registry row with a declared firmware:
+    // none may land in `other` (rows lost by the mock cluster did).
+    assert!(
+        !out.group_means.keys().any(|(_, g)| g == "firmware=other"),
+        "devices without their registry row: {:?}",
+        out.group_means
+    );
 }
 
 /// The control: the same fleet at `--tight`'s ε = 0.2 per device per day
