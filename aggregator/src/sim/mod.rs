@@ -212,7 +212,8 @@ impl Fleet {
         };
         // At most a whole cycle of rounds without an active device.
         let mut left = self.devices.len() * (1 + self.spec.duty.map_or(1, |(_, c)| c as usize));
-        while self.cursor % per_device == 0 && !self.is_active(self.cursor / per_device, self.round)
+        while self.cursor.is_multiple_of(per_device)
+            && !self.is_active(self.cursor / per_device, self.round)
         {
             self.cursor += per_device;
             if self.cursor >= self.round_len() {
