@@ -57,7 +57,7 @@ pub const ACTIVE_HOURS: u32 = 2;
 pub(crate) fn budget_statement(v: &Validated) -> String {
     use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
     let b = &v.plan.privacy.budget;
-    let horizon = humantime::format_duration(v.horizon);
+    let horizon = v.horizon_text();
     let (declared, eps) = match b.measure {
         Measure::Pure => (
             format!("ε = {}", crate::report::sig(b.per_horizon)),
@@ -458,12 +458,12 @@ mod tests {
     fn the_demo_states_what_its_budget_buys() {
         let v = demo_config("127.0.0.1:9", false, false, DEMO_DEVICES).unwrap();
         let s = budget_statement(&v);
-        assert!(s.contains("ε = 2 per device per 1day"), "{s}");
+        assert!(s.contains("ε = 2 per device per 24h"), "{s}");
         assert!(s.contains("e^ε ≈ 7.39e0"), "{s}");
         assert!(s.contains("moderate protection"), "{s}");
         let s = budget_statement(&demo_config("127.0.0.1:9", true, false, DEMO_DEVICES).unwrap());
         assert!(
-            s.contains("ε = 0.2 per device per 1day") && s.contains("strong protection"),
+            s.contains("ε = 0.2 per device per 24h") && s.contains("strong protection"),
             "{s}"
         );
     }

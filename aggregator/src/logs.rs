@@ -110,7 +110,7 @@ pub fn effective_configuration(v: &Validated) {
         relation = %p.relation,
         measure = ?p.budget.measure,
         budget_per_horizon = p.budget.per_horizon,
-        horizon = %humantime::format_duration(v.horizon),
+        horizon = v.horizon_text(),
         http_listen = %c.http.listen,
         hide_exact_counts = c.http.hide_exact_counts,
         streams = v.plan.streams.len(),

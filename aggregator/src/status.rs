@@ -35,6 +35,8 @@ pub struct Status {
     pub spent_per_horizon: f64,
     pub measure: String,
     pub horizon_seconds: u64,
+    /// `privacy.horizon` as the configuration writes it (`"24h"`).
+    pub horizon: String,
     pub windows_released: u64,
     /// Exact input counts: `null` under add-remove or `hide_exact_counts`.
     pub messages: Option<u64>,
@@ -455,6 +457,7 @@ impl StatusBoard {
             spent_per_horizon: telemetry::tidy(rational::to_f64(&v.plan.per_horizon)),
             measure: format!("{:?}", v.plan.privacy.budget.measure).to_lowercase(),
             horizon_seconds: v.horizon.as_secs(),
+            horizon: v.horizon_text().to_string(),
             windows_released: crate::telemetry::Counters::get(&counters.windows_released),
             messages: exact.then(|| crate::telemetry::Counters::get(&counters.messages)),
             dead_letters: exact.then(|| {

@@ -239,6 +239,11 @@ fn status_page_loads_shows_the_streams_and_updates() {
         "no comparison of the groups:\n{battery}"
     );
     assert!(first.contains("per window, at most"), "no budget line");
+    // The horizon as deploy/demo.toml writes it, not in seconds.
+    assert!(
+        first.contains("per device per 24h "),
+        "no horizon as written"
+    );
     health_first(&first);
     assert!(
         first.contains("aria-label=\"horizon elapsed\""),

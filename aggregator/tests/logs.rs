@@ -94,7 +94,7 @@ fn the_effective_configuration_is_logged_as_fields() {
     assert_eq!(f["input_topic"], "in");
     assert_eq!(f["relation"], "change-one", "{f}");
     assert_eq!(f["budget_per_horizon"], 1.0);
-    assert_eq!(f["horizon"], "1day", "{f}");
+    assert_eq!(f["horizon"], "24h", "{f}");
     let stream = lines
         .iter()
         .find(|l| l["fields"]["message"] == "stream planned")

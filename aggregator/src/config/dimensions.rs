@@ -167,7 +167,7 @@ pub fn check_private_timing(
     groupings: &[Option<Grouping>],
     streams: &[super::StreamConfig],
     lateness_and_skew: std::time::Duration,
-    horizon: std::time::Duration,
+    (horizon, horizon_text): (std::time::Duration, &str),
 ) -> Result<()> {
     let private = groupings
         .iter()
@@ -177,8 +177,9 @@ pub fn check_private_timing(
         if lateness_and_skew > horizon {
             bail!(
                 "stream '{}': group_by with private keys needs limits.max_lateness + limits.max_clock_skew \
-                 ({lateness_and_skew:?}) at most privacy.horizon ({horizon:?})",
-                s.name
+                 ({}) at most privacy.horizon ({horizon_text:?})",
+                s.name,
+                humantime::format_duration(lateness_and_skew)
             );
         }
     }

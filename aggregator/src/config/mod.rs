@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod dimensions;
+mod duration;
 mod files;
 mod fleet;
 mod identity;
@@ -26,6 +27,8 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use duration::duration;
+pub use duration::{MAX_DURATION, MIN_DURATION};
 pub use files::MAX_CONFIG_BYTES;
 pub use fleet::{Fleet, FleetConfig, MAX_FLEET_DURATION, MAX_PENDING};
 pub(crate) use identity::changed as changed_settings;
@@ -286,6 +289,12 @@ pub struct Validated {
 }
 
 impl Validated {
+    /// `privacy.horizon` as the configuration writes it (`"24h"`, not
+    /// `"1day"`): messages and reports quote the operator's own words.
+    pub fn horizon_text(&self) -> &str {
+        self.config.privacy.horizon.trim()
+    }
+
     /// The `unit` of the declared stream `declared` (`""` if none).
     pub fn unit_of(&self, declared: &str) -> String {
         let c = self.config.streams.iter().find(|c| c.name == declared);
@@ -360,21 +369,6 @@ impl Validated {
             max_groups_per_device: stream.group.as_ref().map_or(1, |g| g.max_groups_per_device),
         }
     }
-}
-
-/// Every duration setting lies in [1 ms, 10 years]: shorter ones are below
-/// the service's clock resolution, longer ones overflow millisecond
-/// arithmetic on event times.
-pub const MIN_DURATION: Duration = Duration::from_millis(1);
-pub const MAX_DURATION: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
-
-pub(crate) fn duration(field: &str, text: &str) -> Result<Duration> {
-    let d = humantime::parse_duration(text)
-        .map_err(|e| anyhow!("{field}: {text:?} is not a duration ({e}); e.g. \"24h\", \"5m\""))?;
-    if d < MIN_DURATION || d > MAX_DURATION {
-        bail!("{field}: {text:?} must be between 1ms and 10 years");
-    }
-    Ok(d)
 }
 
 fn nonempty(field: &str, v: &str) -> Result<()> {
@@ -507,7 +501,7 @@ impl Config {
         let specs = self
             .streams
             .iter()
-            .map(|s| s.to_spec(horizon, &self.dimensions))
+            .map(|s| s.to_spec(horizon, self.privacy.horizon.trim(), &self.dimensions))
             .collect::<Result<Vec<_>>>()?;
         let groupings = self
             .streams
@@ -521,7 +515,7 @@ impl Config {
             &groupings,
             &self.streams,
             max_lateness + max_clock_skew,
-            horizon,
+            (horizon, self.privacy.horizon.trim()),
         )?;
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
         let identities = specs

@@ -97,10 +97,12 @@ fn default_running_lifetime() -> u64 {
 
 impl StreamConfig {
     /// The core's spec: durations parsed (errors name the stream and the
-    /// field), time windows checked to divide `horizon`.
+    /// field), time windows checked to divide `horizon` (`horizon_text`
+    /// as the configuration writes it, for the message).
     pub fn to_spec(
         &self,
         horizon: Duration,
+        horizon_text: &str,
         dimensions: &BTreeMap<String, Dimension>,
     ) -> Result<StreamSpec> {
         let field = |f: &str| format!("stream '{}': {f}", self.name);
@@ -163,7 +165,7 @@ impl StreamConfig {
                 if !horizon.as_millis().is_multiple_of(d.as_millis()) {
                     bail!(
                         "{}: {t:?} must be a whole number of milliseconds that divides privacy.horizon \
-                         ({horizon:?}), so that no window straddles a horizon boundary",
+                         ({horizon_text:?}), so that no window straddles a horizon boundary",
                         field("window")
                     );
                 }

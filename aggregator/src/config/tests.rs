@@ -96,6 +96,8 @@ fn add_remove_needs_time_windows_that_divide_the_horizon() {
             .unwrap_err()
     );
     assert!(err.contains("divides privacy.horizon"), "{err}");
+    // Durations read as the operator wrote them, not as `86400s` or `1day`.
+    assert!(err.contains("privacy.horizon (\"24h\")"), "{err}");
     for (from, to, field) in [
         ("\"5m\"", "\"often\"", "stream 'cabin_temp_c': window"),
         ("\"5m\"", "\"0s\"", "stream 'cabin_temp_c': window"),
@@ -401,7 +403,7 @@ fn groups_are_validated_and_planned() {
                     "firmware = { private = true, max_keys = 2 }",
                 )
                 .replace("horizon = \"24h\"", "horizon = \"30m\""),
-            "max_lateness + limits.max_clock_skew",
+            "at most privacy.horizon (\"30m\")",
         ),
         (
             grouped.replace("max_groups_per_device = 2", "key_selection_share = 0.2"),

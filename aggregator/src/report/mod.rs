@@ -28,6 +28,8 @@ pub struct PlanReport {
     /// δ the private-key selections add on top (0: none).
     pub key_selection_delta: f64,
     pub horizon_seconds: u64,
+    /// `privacy.horizon` as written in the configuration.
+    pub horizon: String,
     pub streams: Vec<StreamReport>,
     /// Figures this plan would release mostly as noise (`plan --strict`
     /// fails on any).
@@ -42,6 +44,9 @@ pub struct StreamReport {
     /// Time windows: their length in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<f64>,
+    /// Time windows: their length as written in the configuration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
     pub max_readings_per_device: u32,
     pub max_windows_per_device: u32,
     pub spent_per_window: f64,
@@ -227,6 +232,13 @@ impl PlanReport {
                     }),
                     window_size: s.spec.window_size,
                     window_seconds: v.plan.streams[i].spec.window_ms.map(|ms| ms as f64 / 1e3),
+                    window: v
+                        .config
+                        .streams
+                        .iter()
+                        .find(|c| c.name == s.declared_name())
+                        .and_then(|c| c.window.as_deref())
+                        .map(|w| w.trim().to_string()),
                     max_readings_per_device: s.spec.max_readings_per_device,
                     max_windows_per_device: s.spec.max_windows_per_device,
                     spent_per_window: rational::to_f64(&s.per_window),
@@ -297,6 +309,7 @@ impl PlanReport {
                 .then(|| zcdp_to_approx_dp(spent, b.delta)),
             key_selection_delta: v.key_selection_delta(),
             horizon_seconds: v.horizon.as_secs(),
+            horizon: v.horizon_text().to_string(),
             streams,
         }
     }
@@ -311,10 +324,10 @@ impl PlanReport {
             self.relation,
             self.measure,
             sig(self.budget_per_horizon),
-            humantime::format_duration(std::time::Duration::from_secs(self.horizon_seconds)),
+            self.horizon,
             sig(self.spent_per_horizon),
             self.epsilon_at_delta
-                .map(|e| format!(" (≈ ε = {e:.4} at δ = {})", self.delta))
+                .map(|e| format!(" (≈ ε = {} at δ = {:e})", sig(e), self.delta))
                 .unwrap_or_default(),
             if self.key_selection_delta > 0.0 {
                 format!(" + δ = {:e} for private key selection", self.key_selection_delta)
@@ -327,8 +340,8 @@ impl PlanReport {
                 out,
                 "\nstream {}: {}, k = {}, W = {}; {unit} per window {}, per horizon {}",
                 s.name,
-                match s.window_seconds {
-                    Some(t) => format!("time windows of {t} s (size private, counted with noise)"),
+                match &s.window {
+                    Some(t) => format!("time windows of {t} (size private, counted with noise)"),
                     None => format!("n = {}", s.window_size),
                 },
                 s.max_readings_per_device,
@@ -457,7 +470,7 @@ mod tests {
             .unwrap();
         let text = PlanReport::new(&v).to_text();
         let first = text.lines().next().unwrap();
-        assert!(first.contains("ε = 2 per device per"), "{first}");
+        assert!(first.contains("ε = 2 per device per 24h ·"), "{first}");
         assert!(first.contains("plan spends ε = 2"), "{first}");
         assert!(text.contains("per window 0.36, per horizon 0.8"), "{text}");
     }
