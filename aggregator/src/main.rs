@@ -6,7 +6,7 @@ use fleetdp::config::Config;
 use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::pipeline::{Options, Pipeline};
 use fleetdp::report::PlanReport;
-use fleetdp::sim::{Fleet, FleetSpec, Signal};
+use fleetdp::sim::command::{Prepared, SimulateArgs};
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -153,45 +153,6 @@ enum Command {
     },
 }
 
-#[derive(clap::Args)]
-struct SimulateArgs {
-    /// Bootstrap servers, e.g. 127.0.0.1:9092 (default: the --config's).
-    #[arg(long, required_unless_present = "config")]
-    brokers: Option<String>,
-    /// A service configuration whose [kafka] brokers, [kafka.security] and
-    /// properties the simulator connects with (a secured cluster); its
-    /// input topic and streams are the defaults of --topic and --streams.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// The topic to produce to (default: the --config's input_topic, else
-    /// "readings").
-    #[arg(long)]
-    topic: Option<String>,
-    #[arg(long, default_value_t = 1000)]
-    devices: usize,
-    /// Messages per second (0: as fast as possible).
-    #[arg(long, default_value_t = 1000.0)]
-    rate: f64,
-    /// How long to produce.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-    duration: Duration,
-    /// Stop after this many messages.
-    #[arg(long)]
-    messages: Option<u64>,
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Fraction of malformed messages.
-    #[arg(long, default_value_t = 0.0)]
-    bad_fraction: f64,
-    /// Payload format.
-    #[arg(long, value_enum, default_value_t = SimFormat::Protobuf)]
-    format: SimFormat,
-    /// Streams to simulate, of cabin_temp_c, battery_v, speed_kmh (default:
-    /// those the --config declares, else all three).
-    #[arg(long, value_delimiter = ',')]
-    streams: Option<Vec<String>>,
-}
-
 #[derive(Clone, Copy, ValueEnum)]
 enum TailFormatArg {
     Table,
@@ -201,12 +162,6 @@ enum TailFormatArg {
 #[derive(Clone, Copy, ValueEnum)]
 enum PlanFormat {
     Text,
-    Json,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum SimFormat {
-    Protobuf,
     Json,
 }
 
@@ -434,88 +389,13 @@ fn plan(path: PathBuf, format: PlanFormat, strict: bool) -> Result<()> {
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {
-    let SimulateArgs {
+    let Prepared {
+        mut fleet,
         brokers,
-        config,
+        properties,
         topic,
-        devices,
-        rate,
-        duration,
-        messages,
-        seed,
-        bad_fraction,
-        format,
-        streams,
-    } = args;
-    if devices == 0 {
-        bail!("--devices must be at least 1");
-    }
-    if !(0.0..=1.0).contains(&bad_fraction) {
-        bail!("--bad-fraction must be in [0, 1]");
-    }
-    let loaded = config
-        .as_ref()
-        .map(|path| configuration(Config::load(path).and_then(Config::validate)))
-        .transpose()?;
-    // A configuration's own streams by default: readings of a stream it
-    // does not declare would only be dead-lettered (unknown_stream).
-    let streams = match (streams, &loaded) {
-        (Some(s), _) => s,
-        (None, Some(v)) => {
-            let known: Vec<String> = v
-                .config
-                .streams
-                .iter()
-                .map(|s| s.name.clone())
-                .filter(|n| Signal::from_stream(n).is_some())
-                .collect();
-            if known.is_empty() {
-                bail!(
-                    "--config declares no stream the simulator makes (cabin_temp_c, battery_v, speed_kmh); pass --streams"
-                );
-            }
-            known
-        }
-        (None, None) => ["cabin_temp_c", "battery_v", "speed_kmh"]
-            .map(String::from)
-            .to_vec(),
-    };
-    let signals = streams
-        .iter()
-        .map(|s| {
-            Signal::from_stream(s).with_context(|| {
-                format!(
-                    "--streams: unknown stream {s:?} (known: cabin_temp_c, battery_v, speed_kmh)"
-                )
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let mut fleet = Fleet::new(FleetSpec {
-        devices,
-        seed,
-        signals,
-        bad_fraction,
-        format: match format {
-            SimFormat::Protobuf => ingest::Format::Protobuf,
-            SimFormat::Json => ingest::Format::Json,
-        },
-        ..FleetSpec::default()
-    });
-    let (brokers, properties, topic) = match loaded {
-        Some(v) => {
-            let k = v.config.kafka;
-            (
-                brokers.unwrap_or(k.brokers),
-                k.properties,
-                topic.unwrap_or(k.input_topic),
-            )
-        }
-        None => (
-            brokers.context("--brokers or --config is required")?,
-            Default::default(),
-            topic.unwrap_or_else(|| "readings".into()),
-        ),
-    };
+    } = args.prepare()?;
+    let (rate, messages, duration) = (args.rate, args.messages, args.duration);
     let config = fleetdp::kafka::client_config(&brokers, &properties);
     runtime()?.block_on(async move {
         let shutdown = shutdown_on_signals();

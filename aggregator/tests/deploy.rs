@@ -443,6 +443,62 @@ fn the_dashboard_imports_anywhere_and_reads_right() {
     }
 }
 
+/// The stack's simulated fleet fits its configuration: each device
+/// reports in `active` rounds of every `cycle` (`--duty`), one reading per
+/// stream per round, so a device meets at most `active` windows a day when
+/// a window holds about a round's readings of a partition — `W` must allow
+/// them (else the caps drop readings), a round must fill a window (else it
+/// waits for the next day's devices) and `window_timeout` must wait longer
+/// than a round (else every window is padded).
+fn fills_its_windows(compose: &serde_yaml::Value, cfg: &fleetdp::config::Config) {
+    let words = |service: &str| -> Vec<String> {
+        compose["services"][service]["command"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect()
+    };
+    let flag = |words: &[String], name: &str| -> String {
+        let at = words.iter().position(|w| w == name);
+        words[at.unwrap_or_else(|| panic!("no {name} in {words:?}")) + 1].clone()
+    };
+    let sim = words("simulator");
+    let devices: f64 = flag(&sim, "--devices").parse().unwrap();
+    let round = humantime::parse_duration(&flag(&sim, "--round")).unwrap();
+    let duty = flag(&sim, "--duty");
+    let (active, cycle) = duty.split_once('/').unwrap();
+    let (active, cycle): (f64, f64) = (active.parse().unwrap(), cycle.parse().unwrap());
+    let partitions: f64 = flag(&words("fleetdp"), "--create-topics").parse().unwrap();
+    let horizon = humantime::parse_duration(&cfg.privacy.horizon).unwrap();
+    assert_eq!(
+        horizon,
+        round * cycle as u32,
+        "a duty cycle is the horizon: a device's rounds a day are its windows a day"
+    );
+    let per_round = devices * active / cycle / partitions;
+    for s in &cfg.streams {
+        assert!(
+            f64::from(s.max_windows_per_device) >= active,
+            "{}: W = {} below the {active} rounds a device reports in",
+            s.name,
+            s.max_windows_per_device
+        );
+        let n = s.window_size as f64;
+        assert!(
+            (0.8..=1.0).contains(&(n / per_round)),
+            "{}: n = {n} against {per_round:.0} readings a round on a partition",
+            s.name
+        );
+        let timeout = humantime::parse_duration(s.window_timeout.as_deref().unwrap()).unwrap();
+        assert!(
+            timeout >= 2 * round,
+            "{}: window_timeout {timeout:?}",
+            s.name
+        );
+    }
+}
+
 #[test]
 fn compose_stack_is_consistent() {
     let dir = deploy();
@@ -473,6 +529,7 @@ fn compose_stack_is_consistent() {
     let cfg = Config::load(&dir.join("fleetdp.compose.toml")).unwrap();
     assert_eq!(cfg.kafka.brokers, "kafka:9092");
     assert_eq!(cfg.http.listen, "0.0.0.0:9898");
+    fills_its_windows(&c, &cfg);
     cfg.validate().unwrap();
     let prom: serde_yaml::Value = serde_yaml::from_str(
         &std::fs::read_to_string(dir.join("prometheus/prometheus.yml")).unwrap(),

@@ -11,6 +11,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::types::RDKafkaErrorCode;
 use std::time::{Duration, Instant};
 
+pub mod command;
 mod registry;
 pub use registry::produce_rows;
 
@@ -177,6 +178,11 @@ impl Fleet {
             bad_counter: 0,
             updates: Vec::new(),
         }
+    }
+
+    /// What this fleet was made from.
+    pub fn spec(&self) -> &FleetSpec {
+        &self.spec
     }
 
     /// Messages a round holds on average: [`Fleet::round_len`] times the
