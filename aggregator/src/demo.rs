@@ -84,10 +84,21 @@ pub(crate) fn budget_statement(v: &Validated) -> String {
     };
     format!(
         "Budget: {declared} per device per {horizon}. Whatever is released, the odds of any guess about one \
-         device's readings in a {horizon} change by at most a factor e^ε ≈ {:.2e}: {strength} \
+         device's readings in a {horizon} change by at most a factor e^ε ≈ {}: {strength} \
          (ε ≤ 1 strong, ≤ 4 moderate, ≤ 10 weak; above that, nothing a privacy review would sign).",
-        eps.exp()
+        factor(eps)
     )
+}
+
+/// `e^ε` to three significant digits: `7.39`, `22000`, `2.65e10`.
+fn factor(eps: f64) -> String {
+    let f = eps.exp();
+    if f < 1e6 {
+        let unit = 10f64.powi(f.log10().floor() as i32 - 2);
+        crate::report::sig((f / unit).round() * unit)
+    } else {
+        format!("{f:.2e}")
+    }
 }
 
 /// What a demo run showed.
@@ -459,12 +470,20 @@ mod tests {
         let v = demo_config("127.0.0.1:9", false, false, DEMO_DEVICES).unwrap();
         let s = budget_statement(&v);
         assert!(s.contains("ε = 2 per device per 24h"), "{s}");
-        assert!(s.contains("e^ε ≈ 7.39e0"), "{s}");
+        assert!(s.contains("e^ε ≈ 7.39:"), "{s}");
         assert!(s.contains("moderate protection"), "{s}");
         let s = budget_statement(&demo_config("127.0.0.1:9", true, false, DEMO_DEVICES).unwrap());
         assert!(
             s.contains("ε = 0.2 per device per 24h") && s.contains("strong protection"),
             "{s}"
         );
+        for (eps, shown) in [
+            (0.2, "1.22"),
+            (2.0, "7.39"),
+            (10.0, "22000"),
+            (24.0, "2.65e10"),
+        ] {
+            assert_eq!(factor(eps), shown);
+        }
     }
 }

@@ -7,8 +7,14 @@
 //!   block by `readme_commands.rs`, the two front commands by the demo test
 //!   and CI) or sits in a block marked `sh illustrative`;
 //! - every relative link resolves, anchors included;
+//! - the output schema's page names every field of the JSON Schemas, and
+//!   its field tables name nothing else;
+//! - every line of demo output the manual quotes (a `text demo-output`
+//!   block) has the shape of a line the demo prints;
 //! - Troubleshooting names every dead-letter, drop and Kafka-error reason
-//!   and exit code, and every message it quotes is still in the source.
+//!   and exit code, quotes every fatal error the running service can print
+//!   (Kafka, pipeline, state, registry), and every message it quotes is
+//!   still in the source.
 //!
 //! (The configuration and metrics references are checked against the code
 //! by the library's own tests, which see the private tables.)
@@ -497,4 +503,272 @@ fn troubleshooting_covers_every_reason_and_quotes_real_messages() {
         stale.is_empty(),
         "docs/troubleshooting.md quotes messages the source no longer prints: {stale:?}"
     );
+}
+
+/// The first string literal of every `bail!(…)`/`anyhow!(…)` in `text`
+/// outside its unit tests, continuations joined.
+fn error_literals(text: &str) -> Vec<String> {
+    let code = text.split("\n#[cfg(test)]\nmod tests {").next().unwrap();
+    let joined = code.replace("\\\n", "");
+    let mut out = Vec::new();
+    for mac in ["bail!(", "anyhow!("] {
+        for (at, _) in joined.match_indices(mac) {
+            let rest = &joined[at + mac.len()..];
+            let Some(open) = rest.find('"') else { continue };
+            let body = &rest[open + 1..];
+            let close = body.find('"').unwrap_or(body.len());
+            let literal: String = body[..close]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
+            out.push(literal);
+        }
+    }
+    out
+}
+
+/// Every fatal error the running service can print is indexed: some
+/// `### "…"` heading of docs/troubleshooting.md quotes a part of it. The
+/// service's Kafka, pipeline, state and registry modules; configuration
+/// errors name their field and are the configuration reference's.
+#[test]
+fn troubleshooting_indexes_every_runtime_error() {
+    let page = std::fs::read_to_string(root().join("docs/troubleshooting.md")).unwrap();
+    let quoted: Vec<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("### \""))
+        .map(|l| l.trim_end_matches('"'))
+        .collect();
+    let src = root().join("aggregator/src");
+    let mut files = vec![src.join("kafka.rs")];
+    for dir in ["pipeline", "state", "registry"] {
+        for e in std::fs::read_dir(src.join(dir)).unwrap() {
+            files.push(e.unwrap().path());
+        }
+    }
+    let mut seen = 0;
+    let mut unindexed = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| f.extension().is_some_and(|x| x == "rs"))
+    {
+        for literal in error_literals(&std::fs::read_to_string(f).unwrap()) {
+            seen += 1;
+            if !quoted.iter().any(|q| literal.contains(q)) {
+                unindexed.push(format!("{}: {literal}", name(f)));
+            }
+        }
+    }
+    assert!(seen >= 15, "found {seen} messages");
+    assert!(
+        unindexed.is_empty(),
+        "fatal errors docs/troubleshooting.md does not index (a `### \"…\"` heading quoting part of each):\n{}",
+        unindexed.join("\n")
+    );
+}
+
+/// `line` with runs of blanks as one space and every number as `#`
+/// (`[  3.6s] n=7500 mean 20.01` → `[ #s] n=# mean #`).
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_digit() || *d == '.')
+            {
+                chars.next();
+            }
+            out.push('#');
+        } else if c.is_whitespace() {
+            while chars.peek().is_some_and(|d| d.is_whitespace()) {
+                chars.next();
+            }
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether the printed line has the quoted line's shape: `…` in the quote
+/// stands for anything (the printed `  … 5s:` progress lines start with
+/// one too, matched literally first).
+fn has_shape(quoted: &str, printed: &str) -> bool {
+    let (q, p) = (shape(quoted), shape(printed));
+    if q == p {
+        return true;
+    }
+    let parts: Vec<&str> = q.split('…').collect();
+    let mut rest = p.as_str();
+    for (i, part) in parts.iter().enumerate() {
+        let part = part.trim();
+        match rest.find(part) {
+            Some(0) => rest = &rest[part.len()..],
+            Some(at) if i > 0 => rest = &rest[at + part.len()..],
+            _ => return false,
+        }
+    }
+    rest.is_empty() || q.ends_with('…')
+}
+
+#[test]
+fn the_shape_rule_compares_words_and_frees_numbers() {
+    let printed = "[ 50.0s] cabin_temp_c  FLEET #21  [2/2 partitions] n=7500 mean 20.01 ± 0.28 °C";
+    assert!(has_shape(
+        "[  3.6s] cabin_temp_c FLEET #0 [2/2 partitions] n=750 mean 19.05 ± 2.76 °C",
+        printed
+    ));
+    assert!(has_shape(
+        "[ 1s] cabin_temp_c FLEET … mean 1 ± 1 °C",
+        printed
+    ));
+    assert!(!has_shape(
+        "[ 1s] cabin_temp_c FLEET #0 [2/2 partitions] n=750 mean 19.05 ± 2.76 V",
+        printed
+    ));
+    assert!(
+        !has_shape("cabin_temp_c FLEET", printed),
+        "a quote starts where the line does"
+    );
+    assert!(has_shape(
+        "  … 5s: 46235 messages",
+        "  … 10s: 97837 messages"
+    ));
+}
+
+/// The demo output the manual quotes is what the demo prints: run it
+/// (10,000 devices for 15 s: the lines' shapes do not depend on the fleet's
+/// size) and find each quoted line's shape among the printed lines.
+#[test]
+fn the_demo_output_the_manual_quotes_is_what_it_prints() {
+    let mut quoted = Vec::new();
+    for (page, text) in pages() {
+        for (info, body) in blocks(&text) {
+            if info.split_whitespace().any(|w| w == "demo-output") {
+                quoted.extend(
+                    body.lines()
+                        .filter(|l| !l.trim().is_empty())
+                        .map(|l| (name(&page), l.to_string())),
+                );
+            }
+        }
+    }
+    assert!(quoted.len() >= 5, "quoted demo lines: {quoted:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args([
+            "demo",
+            "--duration",
+            "15s",
+            "--devices",
+            "10000",
+            "--listen",
+            "",
+        ])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let missing: Vec<String> = quoted
+        .iter()
+        .filter(|(_, q)| !printed.lines().any(|p| has_shape(q, p)))
+        .map(|(page, q)| format!("{page}: {q}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "quoted demo lines the demo no longer prints:\n{}\n\nit printed:\n{printed}",
+        missing.join("\n")
+    );
+}
+
+/// Every property name in a JSON Schema, nested ones included.
+fn schema_properties(s: &serde_json::Value, out: &mut BTreeSet<String>) {
+    match s {
+        serde_json::Value::Object(m) => {
+            if let Some(serde_json::Value::Object(props)) = m.get("properties") {
+                out.extend(props.keys().cloned());
+            }
+            m.values().for_each(|v| schema_properties(v, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| schema_properties(v, out)),
+        _ => {}
+    }
+}
+
+/// The `field | meaning` tables of a page, in order: each row's first
+/// cell's backticked names (`statistics[]` as `statistics`).
+fn field_tables(text: &str) -> Vec<Vec<String>> {
+    let mut tables = Vec::new();
+    let mut open: Option<Vec<String>> = None;
+    for line in text.lines() {
+        if line.starts_with("| field | meaning |") {
+            open = Some(Vec::new());
+        } else if let Some(rows) = &mut open {
+            if !line.starts_with('|') {
+                tables.push(open.take().unwrap());
+            } else if !line.starts_with("|---") {
+                let cell = line.split('|').nth(1).unwrap();
+                rows.extend(
+                    cell.split('`')
+                        .skip(1)
+                        .step_by(2)
+                        .map(|n| n.trim_end_matches("[]").to_string()),
+                );
+            }
+        }
+    }
+    tables.extend(open);
+    tables
+}
+
+/// docs/output.md against the JSON Schemas consumers validate with: every
+/// property of the window and fleet release schemas is named on the page,
+/// and the page's two field tables (window release, then fleet release)
+/// name only the schemas' top-level properties.
+#[test]
+fn the_output_page_matches_the_json_schemas() {
+    let page = std::fs::read_to_string(root().join("docs/output.md")).unwrap();
+    let named: BTreeSet<String> = page
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|n| n.trim_end_matches("[]").to_string())
+        .collect();
+    let tables = field_tables(&page);
+    assert_eq!(tables.len(), 2, "a window table and a fleet table");
+    for (file, table) in ["window_release", "fleet_release"].iter().zip(&tables) {
+        let path = root().join(format!("proto/schema/{file}.schema.json"));
+        let schema: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut all = BTreeSet::new();
+        schema_properties(&schema, &mut all);
+        assert!(all.len() >= 20, "{file}: {all:?}");
+        let unnamed: Vec<&String> = all.iter().filter(|p| !named.contains(*p)).collect();
+        assert!(
+            unnamed.is_empty(),
+            "{file}: fields docs/output.md never names: {unnamed:?}"
+        );
+        let top: BTreeSet<String> = schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let stray: Vec<&String> = table.iter().filter(|f| !top.contains(*f)).collect();
+        assert!(
+            stray.is_empty(),
+            "{file}: the table names fields the schema lacks: {stray:?}"
+        );
+        let untabled: Vec<&String> = top.iter().filter(|f| !table.contains(f)).collect();
+        assert!(
+            untabled.is_empty(),
+            "{file}: fields without a row: {untabled:?}"
+        );
+    }
 }
