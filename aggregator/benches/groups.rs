@@ -14,7 +14,7 @@
 //!   (`registry-tables`: what the service did before), to show what the
 //!   slots bring.
 //!
-//! Target (issue 18): grouped ≥ 0.8× the single-group readings/s. The
+//! Target: grouped ≥ 0.8× the single-group readings/s. The
 //! labels case is also shown beside the same labelled messages read by the
 //! stream without `group_by` (what carrying labels costs, apart from what
 //! grouping costs).

@@ -26,7 +26,7 @@
 //! Each end-to-end round also runs the pipeline with the stream grouped by
 //! the simulated registry's model × region × firmware (48 groups with
 //! `other`, G = 2, the rows on a registry topic), beside the single-group
-//! pipeline of the same round (issue 18's target: ≥ 0.8×).
+//! pipeline of the same round (target: ≥ 0.8×).
 
 #[path = "pipeline/security.rs"]
 mod security;
@@ -376,7 +376,7 @@ fn main() {
     }
 
     // Real-world shapes: the same 5-metric reports as FleetDP protobuf
-    // readings and as mapped multi-metric JSON documents (issue 19's
+    // readings and as mapped multi-metric JSON documents (the
     // target: ≥ 0.5× the protobuf path in readings/s).
     let [proto_msgs, doc_msgs, avro_msgs, own_msgs] = shaped_messages(200_000);
     let (pv, mv, av, ov) = (

@@ -135,7 +135,7 @@ pub fn effective_configuration(v: &Validated) {
 mod tests {
     use super::*;
 
-    /// Issue 35: under `--log-json` the line that says why the process
+    /// Issue: under `--log-json` the line that says why the process
     /// died was plain text; exit codes did not tell a bad configuration
     /// (restarting cannot help) from a runtime failure.
     #[test]

@@ -642,7 +642,7 @@ fleetdp_messages_total_other 1\n";
         );
     }
 
-    /// Issue 35: `/metrics` showed `4.800000000000001` for ε = 24 × 0.2.
+    /// Issue: `/metrics` showed `4.800000000000001` for ε = 24 × 0.2.
     #[test]
     fn float_dust_is_rounded_away() {
         assert_eq!(tidy(24.0 * 0.2).to_string(), "4.8");

@@ -65,7 +65,7 @@ fn text_of(dom: &str, id: &str) -> Option<String> {
     Some(dom[open..close].trim().to_string())
 }
 
-/// Issue 35, item 9: the page was a data owner's view. On-call's row
+/// Issue: the page was a data owner's view. On-call's row
 /// comes first (readiness and its reason, lag per partition, the age of
 /// each stream's last release, dead letters and drops by reason); every
 /// configured statistic is drawn — histograms as bars over their edges,

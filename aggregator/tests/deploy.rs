@@ -266,7 +266,7 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
     }
 }
 
-/// Issue 35: no family on `/metrics` had `# HELP`, there were no process
+/// Issue: no family on `/metrics` had `# HELP`, there were no process
 /// metrics, and plan figures showed float dust (`4.800000000000001`).
 #[test]
 fn metrics_follow_the_exposition_conventions() {
@@ -347,7 +347,7 @@ fn api_status_matches_its_schema() {
     assert!(!validator.is_valid(&drifted));
 }
 
-/// Issue 35: the dashboard named a datasource uid (an import into a
+/// Issue: the dashboard named a datasource uid (an import into a
 /// Grafana whose Prometheus has another uid broke every panel), its band
 /// fill targeted a refId where Grafana matches a display name, windows/s
 /// lay flat at 0 on the messages/s axis, and no value panel said its unit.

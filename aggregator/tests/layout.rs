@@ -313,3 +313,106 @@ fn the_layout_table_lists_every_module() {
         "modules DESIGN §9 does not list: {unlisted:?}"
     );
 }
+
+/// Every text file of the repository the tests see (sources, docs,
+/// configs, scripts), without build output and installed tools.
+fn repository_texts() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if p.is_dir() {
+                if !name.starts_with('.') && name != "target" {
+                    walk(&p, out);
+                }
+            } else if ["rs", "md", "toml", "sh", "yaml", "yml", "py"]
+                .iter()
+                .any(|x| name.ends_with(&format!(".{x}")))
+            {
+                if let Ok(text) = std::fs::read_to_string(&p) {
+                    out.push((p, text));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root(), &mut out);
+    out
+}
+
+/// Citations stay inside the repository: no numbered seed documents or
+/// tracker issues (which a reader of the code does not have); the works
+/// the code cites by author and year are in docs/DESIGN.md §10.
+#[test]
+fn citations_point_into_the_repository() {
+    let texts = repository_texts();
+    assert!(texts.len() > 100, "{} files", texts.len());
+    let mut outside = Vec::new();
+    for (p, text) in &texts {
+        let lower = text.to_lowercase();
+        // Spelled in pieces, so this file does not match itself.
+        let (seed, issue) = (["seed", " 00"].concat(), ["iss", "ue "].concat());
+        for bad in [&seed, &issue] {
+            for (at, _) in lower.match_indices(bad.as_str()) {
+                let next = lower[at + bad.len()..].chars().next();
+                if *bad == seed || next.is_some_and(|c| c.is_ascii_digit() || c == '#') {
+                    outside.push(format!(
+                        "{}: …{}…",
+                        p.display(),
+                        &text[at..(at + 20).min(text.len())]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "citations outside the repository: {outside:#?}"
+    );
+    let design = std::fs::read_to_string(root().join("docs/DESIGN.md")).unwrap();
+    let refs = &design[design.find("## 10. References").expect("§10")..];
+    let entries: Vec<String> = refs
+        .split("\n- ")
+        .skip(1)
+        .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    assert!(entries.len() >= 10, "{entries:?}");
+    let mut cited = 0;
+    let mut missing = Vec::new();
+    for (p, text) in &texts {
+        if p.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        for line in text.lines().map(str::trim_start) {
+            if !line.starts_with("//") {
+                continue;
+            }
+            let words: Vec<&str> = line
+                .split(|c: char| c.is_whitespace() || "(),;:".contains(c))
+                .filter(|w| !w.is_empty())
+                .collect();
+            for (i, w) in words.iter().enumerate() {
+                let is_year = w.len() == 4
+                    && w.chars().all(|c| c.is_ascii_digit())
+                    && (w.starts_with("19") || w.starts_with("20"));
+                // The author: the word before the year, before "et al.".
+                let before = words[..i].iter().rev().find(|x| !["et", "al."].contains(x));
+                let Some(author) =
+                    before.filter(|a| is_year && a.chars().next().is_some_and(char::is_uppercase))
+                else {
+                    continue;
+                };
+                cited += 1;
+                let known = entries.iter().any(|e| e.contains(author) && e.contains(*w));
+                if !known {
+                    missing.push(format!("{}: {author} {w}", p.display()));
+                }
+            }
+        }
+    }
+    assert!(cited >= 10, "found {cited} citations");
+    assert!(
+        missing.is_empty(),
+        "works cited but not in docs/DESIGN.md §10: {missing:#?}"
+    );
+}

@@ -1,5 +1,5 @@
-//! The command's log and exit codes as an operator's tooling sees them
-//! (issue 35): no colour escapes when stderr is a file, every line JSON
+//! The command's log and exit codes as an operator's tooling sees them:
+//! no colour escapes when stderr is a file, every line JSON
 //! under `--log-json` (the fatal one too), the effective configuration as
 //! fields rather than a Rust `Debug` struct, and exit codes that tell a
 //! refused configuration (78) from a runtime failure (1) and a bad command

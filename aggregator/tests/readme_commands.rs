@@ -1,5 +1,5 @@
 //! The README's "Against a real cluster" commands, each run as written against
-//! a copy of `deploy/fleetdp.toml` pointed at the test broker (issue 35:
+//! a copy of `deploy/fleetdp.toml` pointed at the test broker (found:
 //! the README's `simulate` against the shipped configuration dead-lettered
 //! 67% of its messages). Only what a test must change is changed: the
 //! configuration's brokers, topics, group and listener; `simulate`'s size

@@ -9,7 +9,7 @@
 //! `acme.v1.Telemetry`, two mapped readings per message), framed by Schema
 //! Registry, is measured too.
 //!
-//! Run: `cargo bench -p fleetdp-ingest --bench decode`. Targets (issue 19):
+//! Run: `cargo bench -p fleetdp-ingest --bench decode`. Targets:
 //! mapped multi-metric JSON ≥ 0.5× the protobuf path in readings/s, binary
 //! formats ≥ 0.8×.
 

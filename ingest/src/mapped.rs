@@ -5,7 +5,7 @@
 //! is read without a translator in front.
 //!
 //! A document gives one reading per mapped stream whose value is present (a
-//! flat map in seed 000's terms: one message contributes at most one reading
+//! flat map in the terms of Tumult's "Understanding sensitivity" (docs/DESIGN.md §10): one message contributes at most one reading
 //! per stream, and the per-window cap `k` per device and stream still bounds
 //! what a device adds, so no sensitivity changes). A missing or malformed
 //! device id or event time, or a present value that is not a number, is a

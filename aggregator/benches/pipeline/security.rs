@@ -1,5 +1,5 @@
 //! The pipeline over TLS beside plaintext, and on zstd-compressed input
-//! beside uncompressed, in one run (issue 34's targets: ≥ 0.85× each).
+//! beside uncompressed, in one run (target: ≥ 0.85× each).
 //!
 //! A private tansu (FLEETDP_TANSU) advertises one loopback port where the
 //! tests' Python front (`tests/fronts.py`) listens, piping in clear or

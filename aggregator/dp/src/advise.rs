@@ -1,6 +1,6 @@
 //! The private bounds advisor: proposes a stream's `lower` and `upper` from
 //! a sample of its readings without looking at the data non-privately
-//! (seed 002: choosing clipping bounds from the data is itself a release).
+//! (*Programming Differential Privacy*: choosing clipping bounds from the data is itself a release).
 //!
 //! Method. Candidates are a signed log grid (`±2^j` for `j` in
 //! [`MIN_EXP`]`..=`[`MAX_EXP`], and 0). A noisy count of the sample `n̂`

@@ -1,4 +1,4 @@
-//! Seed 002's way of choosing bounds, kept beside the advisor's
+//! *Programming Differential Privacy*'s way of choosing bounds (docs/DESIGN.md §10), kept beside the advisor's
 //! AboveThreshold scans ([`crate::advise`]) so the two can be compared on
 //! the same samples (`benches/utility`, docs/performance.md, "The bounds advisor"): noisy
 //! clipped sums over growing, log-spaced bounds, taking the bound where the

@@ -1,4 +1,4 @@
-//! Sample-and-aggregate (seed 003) for a robust statistic: the trimmed
+//! Sample-and-aggregate (*Programming Differential Privacy*, docs/DESIGN.md §10) for a robust statistic: the trimmed
 //! mean of a window, computed on `m` disjoint blocks of devices and
 //! released as the noisy mean of the blocks' estimates.
 //!

@@ -2,7 +2,7 @@
 //! or region — with contribution bounding per device, and the sensitivity
 //! of all groups' measurements of one window slot together.
 //!
-//! Contribution bounding (seed 000's `MaxGroupsPerID` and
+//! Contribution bounding (Tumult's `MaxGroupsPerID` and
 //! `MaxRowsPerGroupPerID`, per horizon in a stream): a device's readings
 //! count in the first `G` groups it is seen in during a horizon (by
 //! arrival; a device that changes firmware mid-horizon touches two), and

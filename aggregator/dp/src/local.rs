@@ -1,4 +1,4 @@
-//! Local sensitivity of the median (seed 003) and propose-test-release.
+//! Local sensitivity of the median (*Programming Differential Privacy*, docs/DESIGN.md §10) and propose-test-release.
 //!
 //! For `n` readings sorted `x_1 ≤ … ≤ x_n` on the universe `[lo, hi]` (grid
 //! units) and the lower median `x_m`, `m = ⌈n/2⌉`, under change-one

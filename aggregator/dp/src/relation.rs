@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// The neighbouring relation, as the seeds name it.
+/// The neighbouring relation, as the references of docs/DESIGN.md §10 name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Relation {

@@ -1,4 +1,4 @@
-//! The smooth-sensitivity release of the median (seed 003's smooth
+//! The smooth-sensitivity release of the median (the smooth
 //! sensitivity framework; Nissim, Raskhodnikova & Smith 2007), with an exact
 //! sampler.
 //!
@@ -10,7 +10,7 @@
 //!
 //! Privacy argument. Laplace noise is (ε/2, ε/(2 ln(2/δ)))-admissible, so
 //! `f(x) + (S(x)/(ε/2))·Z` is (ε, δ)-DP for any β-smooth upper bound `S` of
-//! `f`'s local sensitivity (NRS 2007, Lemma 2.6 and Example 2): between
+//! `f`'s local sensitivity (Nissim, Raskhodnikova & Smith 2007, Lemma 2.6 and Example 2): between
 //! neighbours the centre moves by at most `LS(x) ≤ S(x)` (sliding) and the
 //! scale by at most `e^β` (dilation). Rounding to the grid and clamping are
 //! post-processing. Two choices make `S` and the noise exact:

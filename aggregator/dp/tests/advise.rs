@@ -1,7 +1,7 @@
 //! The bounds advisor on synthetic streams with known ranges, and its
 //! privacy audit.
 //!
-//! Utility (issue 20): at ε = 1, on normal, long-tailed and bounded data,
+//! Utility: at ε = 1, on normal, long-tailed and bounded data,
 //! the proposed bounds cover ≥ 99% of the sample in ≥ 90% of seeded runs.
 //! Audit: on neighbouring samples (one extreme device added), every outcome
 //! of the upper-bound scan has a Clopper–Pearson lower bound on its log

@@ -1,4 +1,4 @@
-//! Brute-force sensitivity (seed 001's method, exhaustively): for small
+//! Brute-force sensitivity (the method of "Global sensitivity from scratch", docs/DESIGN.md §10, exhaustively): for small
 //! universes, every dataset and every neighbour within distance k, in both
 //! relations, the analytic sensitivity of every statistic is at least the
 //! empirical maximum, and equal to it where the bound is claimed tight.

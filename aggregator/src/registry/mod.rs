@@ -7,7 +7,7 @@
 //! it when a reading does not carry them as labels.
 //!
 //! Privacy: the registry is declared public (the operator attests it; a
-//! public join in seed 000's terms with multiplicity 1 — a device id is a
+//! public join in the terms of Tumult's "Understanding sensitivity" (docs/DESIGN.md §10) with multiplicity 1 — a device id is a
 //! Kafka key, so a compacted topic holds one row per device). It only
 //! decides which group a reading counts in; the group cap `G` bounds what
 //! any device adds whatever the registry says, including a device whose

@@ -453,7 +453,7 @@ impl PlanReport {
 mod tests {
     use super::*;
 
-    /// Issue 36: the demo's plan read "per device per 3600s" and budgets
+    /// Issue: the demo's plan read "per device per 3600s" and budgets
     /// with six decimals ("24.000000") where the configuration says `1h`
     /// and 24.
     #[test]

@@ -1,8 +1,8 @@
-//! The bounds advisor's quality against ε (issue 20): on raw (unclamped)
+//! The bounds advisor's quality against ε: on raw (unclamped)
 //! samples of the normal, long-tailed and bimodal shapes, how much of the
 //! sample the proposed bounds cover and how wide they are beside the
 //! narrowest range holding 99% of it — the AboveThreshold scans the command
-//! uses beside seed 002's noisy clipped sums, same samples and ε.
+//! uses beside *Programming Differential Privacy*'s noisy clipped sums (docs/DESIGN.md §10), same samples and ε.
 
 use fleetdp_dp::advise::{advise, Advice, AdviseError, AdviseSpec};
 use fleetdp_dp::advise_sums::advise_by_sums;

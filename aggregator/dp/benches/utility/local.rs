@@ -1,4 +1,4 @@
-//! Seed 003's local-sensitivity methods beside the defaults, same windows.
+//! The local-sensitivity methods of *Programming Differential Privacy* (docs/DESIGN.md §10) beside the defaults, same windows.
 //!
 //! Propose-test-release's median beside the default (the exponential
 //! mechanism over candidates, `quantiles = [0.5]`), same windows, same total
