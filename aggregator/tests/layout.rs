@@ -24,27 +24,69 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Lines before the first top-level `#[cfg(test)]` that is followed by a
-/// test module (a `#[cfg(test)] mod tests;` declaration is code).
+/// Lines of code: every line but those of items marked `#[cfg(test)]`,
+/// wherever they sit (a test module, a test-only `impl` block in the
+/// middle of a file); a `#[cfg(test)] mod tests;` declaration is one line
+/// of test. `tests.rs` files are all test.
 fn code_lines(p: &Path) -> usize {
     if p.file_name().is_some_and(|n| n == "tests.rs") {
         return 0;
     }
     let text = std::fs::read_to_string(p).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    lines
-        .iter()
-        .enumerate()
-        .find(|(i, l)| **l == "#[cfg(test)]" && lines.get(i + 1).is_some_and(|n| n.ends_with('{')))
-        .map_or(lines.len(), |(i, _)| i)
+    test_items(&text).iter().filter(|t| !**t).count()
 }
 
-/// A file's code without its unit tests (its first [`code_lines`] lines)
-/// and without comments (doc links are not dependencies).
+/// Per line of `text`: whether it belongs to a `#[cfg(test)]` item (the
+/// attribute, and the item to its closing brace or semicolon).
+fn test_items(text: &str) -> Vec<bool> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut test = vec![false; lines.len()];
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "#[cfg(test)]" {
+            i += 1;
+            continue;
+        }
+        test[i] = true;
+        let (mut depth, mut opened) = (0i64, false);
+        let mut j = i + 1;
+        while j < lines.len() {
+            test[j] = true;
+            let l = lines[j];
+            depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+            opened |= l.contains('{');
+            if (opened && depth <= 0) || (!opened && l.trim_end().ends_with(';')) {
+                break;
+            }
+            j += 1;
+        }
+        i = j + 1;
+    }
+    test
+}
+
+#[test]
+fn test_only_code_is_not_counted_wherever_it_sits() {
+    let text = "fn a() {}\n#[cfg(test)]\nimpl A {\n    fn t() {\n    }\n}\nfn b() {}\n#[cfg(test)]\nmod tests;\nfn c() {}\n";
+    let counted: Vec<bool> = test_items(text).iter().map(|t| !t).collect();
+    assert_eq!(
+        counted,
+        [true, false, false, false, false, false, true, false, false, true]
+    );
+}
+
+/// A file's code without its test items ([`test_items`]) and without
+/// comments (doc links are not dependencies).
 fn code(p: &Path) -> String {
+    if p.file_name().is_some_and(|n| n == "tests.rs") {
+        return String::new();
+    }
     let text = std::fs::read_to_string(p).unwrap();
+    let test = test_items(&text);
     text.lines()
-        .take(code_lines(p))
+        .zip(&test)
+        .filter(|(_, t)| !**t)
+        .map(|(l, _)| l)
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")

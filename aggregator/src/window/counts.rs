@@ -15,7 +15,8 @@
 //! runs the windower with tiny field widths (constant spilling and
 //! rebasing) against the default layout and requires identical windows.
 
-use super::{DeviceHorizon, FastMap};
+use super::lane::DeviceHorizon;
+use super::FastMap;
 use crate::devices::DeviceTable;
 
 /// Bit widths of the packed fields (64 in all).

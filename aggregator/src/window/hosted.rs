@@ -36,7 +36,8 @@
 //! with and without hosting and requires identical outcomes and windows.
 
 use super::groups::Entry;
-use super::{lane_mut, DeviceHorizon, FastMap, LaneGroup, Windower};
+use super::lane::{lane_mut, DeviceHorizon};
+use super::{FastMap, LaneGroup, Windower};
 
 /// No lane's counts in a slot.
 const NO_LANE: u16 = u16::MAX;

@@ -36,128 +36,23 @@ impl Windower {
             .map_or(0, |l| l.devices.len() + l.hosted.live())
     }
 }
+mod admit;
 mod counts;
 mod groups;
 mod hosted;
+mod lane;
 mod types;
 
 pub(crate) use hosted::Hosted;
+pub use lane::RestoredLane;
 pub use types::*;
 
 use counts::{DeviceCounts, Layout};
 use groups::GroupTable;
-use hosted::{HostedCount, HostedParts, Tags};
+use hosted::{HostedParts, Tags};
+use lane::{close, close_count_window, first_open_window, lane_mut, window_end};
+use lane::{DeviceHorizon, Lane, Open};
 use std::collections::BTreeMap;
-
-#[derive(Debug, Default)]
-struct Open {
-    values: Vec<i64>,
-    first_offset: i64,
-    last_offset: i64,
-    last_index: u32,
-    /// Event time of the first reading to arrive (timeouts count from it).
-    first_event_ms: i64,
-    /// Earliest and latest event time among the readings.
-    min_event_ms: i64,
-    max_event_ms: i64,
-    charges: Vec<(u64, i64)>,
-}
-
-#[derive(Debug, Default)]
-struct Lane {
-    next_seq: u64,
-    /// The last released reading's position (offset, index in its
-    /// message): count windows skip readings up to it on replay.
-    resume_after: Option<(i64, u32)>,
-    reference_event_ms: Option<i64>,
-    open: Open,
-    /// Each device's windows in its current horizon. Kept per lane: a
-    /// device stays on one partition (checked upstream), so a lane's counts
-    /// are complete, and dropping a revoked partition drops exactly them.
-    devices: DeviceCounts,
-    /// Windows whose charges are still needed: (seq, latest horizon
-    /// charged, state records holding them).
-    live: Vec<(u64, i64, u32)>,
-    /// Time windows: the open windows by seq (= window index), the first
-    /// seq not yet released is `next_seq`; set once the lane has started.
-    timed: std::collections::BTreeMap<u64, Open>,
-    started: bool,
-    /// Horizons before this one were swept from `devices`.
-    swept_before: i64,
-    /// Devices whose counts here are kept in their replica slots
-    /// (module `hosted`).
-    hosted: HostedCount,
-    /// The tag of the lane's grouped stream and partition (0: not known
-    /// yet); the lane goes when the tag dies (a dropped partition).
-    tag: u32,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct DeviceHorizon {
-    horizon: i64,
-    windows: u32,
-    /// Readings in window `last_seq` (the window charged last); a device
-    /// has readings in the open window exactly when it was charged in it.
-    in_window: u32,
-    last_seq: u64,
-}
-
-impl DeviceHorizon {
-    /// No window charged yet in `horizon`.
-    fn fresh(horizon: i64) -> Self {
-        Self {
-            horizon,
-            windows: 0,
-            in_window: 0,
-            last_seq: u64::MAX,
-        }
-    }
-}
-
-/// A lane's device counts rebuilt from the charges of its released
-/// windows, one state record at a time (the records of a window in any
-/// order, windows in any order: a device's count per horizon is the number
-/// of windows charging it, its latest horizon wins), so restore never holds
-/// all charges at once. Built off the consuming loop, then
-/// [`Windower::install_restored`].
-#[derive(Debug, Clone)]
-pub struct RestoredLane {
-    devices: DeviceCounts,
-    /// Grouped streams: the devices' groups from the same charges (one
-    /// group: this lane's).
-    groups: Option<(u32, GroupTable)>,
-    /// Per window: (latest horizon charged, state records declared).
-    live: std::collections::BTreeMap<u64, (i64, u32)>,
-}
-
-impl RestoredLane {
-    /// Count one state record of window `seq` (which has `records` in all).
-    /// Each device is charged once per window and horizon.
-    pub fn add(&mut self, seq: u64, records: u32, charges: &[(u64, i64)]) {
-        if let Some((group, t)) = &mut self.groups {
-            for &(dk, h) in charges {
-                t.record(dk, h, *group);
-            }
-        }
-        for &(dk, h) in charges {
-            // Every restored device is kept, whatever the device limit:
-            // refusing one would hand it fresh caps.
-            self.devices
-                .update(dk, DeviceHorizon::fresh(h), seq, usize::MAX, |e| {
-                    if h > e.horizon {
-                        *e = DeviceHorizon::fresh(h);
-                    }
-                    if h == e.horizon && e.last_seq != seq {
-                        e.windows += 1;
-                        e.last_seq = seq;
-                    }
-                });
-        }
-        let newest = charges.iter().map(|x| x.1).max().unwrap_or(i64::MIN);
-        let w = self.live.entry(seq).or_insert((i64::MIN, records));
-        w.0 = w.0.max(newest);
-    }
-}
 
 /// All windows of one process.
 #[derive(Debug)]
@@ -182,18 +77,6 @@ pub struct Windower {
     bound_only: Vec<bool>,
     /// Which (grouped stream, partition) a replica slot's entries belong to.
     tags: Tags,
-}
-
-/// The lane `key`, made if new.
-fn lane_mut(
-    lanes: &mut FastMap<(usize, i32), Lane>,
-    key: (usize, i32),
-    layout: Layout,
-) -> &mut Lane {
-    lanes.entry(key).or_insert_with(|| Lane {
-        devices: DeviceCounts::with_layout(layout),
-        ..Lane::default()
-    })
 }
 
 impl Windower {
@@ -574,50 +457,17 @@ impl Windower {
             _ => None,
         };
         let rules = &self.rules[stream];
-        let seq = match rules.window_ms {
-            None => {
-                if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
-                    return Admission::AlreadyReleased;
-                }
-                if let Some(t) = rules.timeout_ms {
-                    if !lane.open.values.is_empty()
-                        && event_ms.saturating_sub(lane.open.first_event_ms) >= t
-                    {
-                        closed.push(close_count_window(
-                            lane,
-                            rules,
-                            (stream, partition),
-                            self.horizon_ms,
-                            self.lateness_ms,
-                        ));
-                    }
-                }
-                lane.next_seq
-            }
-            Some(len) => {
-                // Late and out-of-order are decided by this reading
-                // and this device alone (module doc).
-                if event_ms < 0 {
-                    return Admission::DroppedLate;
-                }
-                let seq = (event_ms / len) as u64;
-                if !lane.started {
-                    // Only callers that never start lanes (unit tests, benches).
-                    lane.started = true;
-                    lane.next_seq = seq;
-                }
-                if seq < lane.next_seq
-                    || msg_ms >= window_end(seq, len).saturating_add(self.lateness_ms)
-                {
-                    // Replayed input up to the last released window's last
-                    // reading is counted apart from late readings.
-                    if lane.resume_after.is_some_and(|at| (offset, index) <= at) {
-                        return Admission::AlreadyReleased;
-                    }
-                    return Admission::DroppedLate;
-                }
-                seq
-            }
+        let reading = admit::Reading {
+            offset,
+            index,
+            event_ms,
+            msg_ms,
+        };
+        let timing = (self.horizon_ms, self.lateness_ms);
+        let seq = match admit::window_of(lane, rules, (stream, partition), reading, timing, closed)
+        {
+            Ok(seq) => seq,
+            Err(dropped) => return dropped,
         };
         // One probe per reading: the device's horizon count and its count
         // in its latest window live in one entry.
@@ -645,87 +495,29 @@ impl Windower {
         let opened = &mut self.opened[stream];
         let last_accepted_seq = &mut self.last_accepted_seq;
         let fresh = DeviceHorizon::fresh(horizon);
-        let (held_counts, mut held_group) = match host.as_mut().map(|h| h.parts()) {
+        let (held_counts, held_group) = match host.as_mut().map(|h| h.parts()) {
             Some(HostedParts { counts, group }) => (Some(counts), Some(group)),
             None => (None, None),
         };
         let judge = |entry: &mut DeviceHorizon| {
-            if entry.last_seq != u64::MAX && seq < entry.last_seq {
-                // Time windows only (count seqs never go back): a device's
-                // window counts are kept for its latest window.
-                return Admission::DroppedOutOfOrder;
+            admit::Judge {
+                rules,
+                seq,
+                horizon,
+                partition,
+                dk,
+                units,
+                offset,
+                index,
+                event_ms,
+                groups,
+                held_group,
+                count_open,
+                timed,
+                opened,
+                last_accepted_seq,
             }
-            let in_window = if entry.last_seq == seq {
-                entry.in_window
-            } else {
-                0
-            };
-            if in_window >= rules.max_readings_per_device {
-                return Admission::DroppedWindowCap;
-            }
-            if horizon < entry.horizon {
-                // An older horizon whose count is no longer kept: dropping is
-                // the only choice that cannot exceed W (alternating event
-                // times must not reset the count).
-                return Admission::DroppedHorizonCap;
-            }
-            if let Some(g) = rules.group {
-                let first_here = horizon > entry.horizon || entry.windows == 0;
-                if first_here {
-                    let t = groups.entry((g.first, partition)).or_default();
-                    let ok = match held_group.as_mut() {
-                        Some(held) => held.admit(t, dk, horizon, g.index, g.max_groups),
-                        None => t.admit(dk, horizon, g.index, g.max_groups),
-                    };
-                    if !ok {
-                        return Admission::DroppedGroupCap;
-                    }
-                }
-            }
-            let open = match rules.window_ms {
-                None => count_open,
-                Some(_) => {
-                    let o = timed.entry(seq).or_default();
-                    if o.values.len() >= MAX_TIME_WINDOW_READINGS {
-                        return Admission::DroppedWindowFull;
-                    }
-                    o
-                }
-            };
-            if horizon > entry.horizon {
-                // A newer horizon: its count starts with this window, which is
-                // charged to it — also when the device already holds readings
-                // of an older horizon here (that one stays charged too).
-                *entry = DeviceHorizon {
-                    horizon,
-                    windows: 1,
-                    in_window,
-                    last_seq: seq,
-                };
-                open.charges.push((dk, horizon));
-            } else if in_window == 0 {
-                // First reading of this device in this window: charge a window.
-                if entry.windows >= rules.max_windows_per_device {
-                    return Admission::DroppedHorizonCap;
-                }
-                entry.windows += 1;
-                entry.last_seq = seq;
-                open.charges.push((dk, horizon));
-            }
-            entry.in_window = in_window + 1;
-            if open.values.is_empty() {
-                *opened += 1;
-                open.first_offset = offset;
-                open.first_event_ms = event_ms;
-                (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
-            }
-            open.last_offset = offset;
-            open.last_index = index;
-            open.min_event_ms = open.min_event_ms.min(event_ms);
-            open.max_event_ms = open.max_event_ms.max(event_ms);
-            open.values.push(units);
-            *last_accepted_seq = seq;
-            Admission::Accepted
+            .decide(entry)
         };
         let limit = self.device_limit;
         let judged = match held_counts {
@@ -795,120 +587,4 @@ impl Windower {
             .map(|o| o.first_offset)
             .fold(next_offset, i64::min)
     }
-}
-
-fn window_end(seq: u64, len: i64) -> i64 {
-    (seq as i64).saturating_add(1).saturating_mul(len)
-}
-
-/// The first time window not yet due at `now_ms`.
-fn first_open_window(now_ms: i64, len: i64, lateness_ms: i64) -> u64 {
-    now_ms.saturating_sub(lateness_ms).max(0).div_euclid(len) as u64
-}
-
-/// Take a count window's open block out of its lane.
-/// Close the lane's open count window (full, or timed out).
-fn close_count_window(
-    lane: &mut Lane,
-    rules: &StreamRules,
-    id: (usize, i32),
-    horizon_ms: i64,
-    lateness_ms: i64,
-) -> ClosedWindow {
-    let open = take_open(lane, rules);
-    let (oldest, reference) = oldest_count(lane, &open, lateness_ms);
-    close(lane, open, id, rules, horizon_ms, oldest, reference)
-}
-
-fn take_open(lane: &mut Lane, rules: &StreamRules) -> Open {
-    std::mem::replace(
-        &mut lane.open,
-        Open {
-            values: Vec::with_capacity(rules.window_size),
-            ..Open::default()
-        },
-    )
-}
-
-/// Count windows: (oldest event time still accepted, new lateness
-/// reference) after closing `open`: the reference is the latest event time
-/// of any window so far (monotone).
-fn oldest_count(lane: &Lane, open: &Open, lateness_ms: i64) -> (i64, i64) {
-    let reference = lane
-        .reference_event_ms
-        .map_or(open.max_event_ms, |r| r.max(open.max_event_ms));
-    (reference.saturating_sub(lateness_ms), reference)
-}
-
-/// Close the lane's window `lane.next_seq` holding `open`.
-fn close(
-    lane: &mut Lane,
-    open: Open,
-    (stream, partition): (usize, i32),
-    rules: &StreamRules,
-    horizon_ms: i64,
-    oldest_accepted: i64,
-    reference: i64,
-) -> ClosedWindow {
-    lane.reference_event_ms = Some(reference);
-    let seq = lane.next_seq;
-    // Horizons ending at or before the oldest event time still accepted can
-    // never be charged again: windows that charged only those are retired.
-    lane.live.push((
-        seq,
-        open.charges.iter().map(|c| c.1).max().unwrap_or(i64::MIN),
-        charge_records(open.charges.len()),
-    ));
-    let (mut retired, mut retired_records) = (Vec::new(), Vec::new());
-    lane.live.retain(|&(s, h, records)| {
-        // The newest window stays: a restart restores from its record.
-        let dead =
-            s != seq && (h == i64::MIN || (h + 1).saturating_mul(horizon_ms) <= oldest_accepted);
-        if dead {
-            retired.push(s);
-            retired_records.push(records);
-        }
-        !dead
-    });
-    // Devices whose horizon is over carry nothing a later reading needs (it
-    // starts its own horizon afresh): dropped once per horizon, so device
-    // churn does not grow the table. Readings of the open windows are never
-    // older than `oldest_accepted`, so no device in them is dropped.
-    let oldest_horizon = oldest_accepted.div_euclid(horizon_ms);
-    if oldest_horizon > lane.swept_before {
-        // Every window but those after `seq` is closed now.
-        lane.devices.rebase(oldest_horizon, seq + 1, |d| {
-            (d.horizon + 1).saturating_mul(horizon_ms) > oldest_accepted
-        });
-        lane.hosted.sweep(oldest_horizon);
-        lane.swept_before = oldest_horizon;
-    }
-    let mut values = open.values;
-    let (padded, first_event_ms, last_event_ms) = match rules.window_ms {
-        None => {
-            let padded = rules.window_size.saturating_sub(values.len()) as u64;
-            values.resize(rules.window_size, rules.midpoint);
-            (padded, open.min_event_ms, open.max_event_ms)
-        }
-        Some(len) => (0, (seq as i64).saturating_mul(len), window_end(seq, len)),
-    };
-    let w = ClosedWindow {
-        stream,
-        partition,
-        seq,
-        values,
-        first_offset: open.first_offset,
-        last_offset: open.last_offset,
-        last_index: open.last_index,
-        first_event_ms,
-        last_event_ms,
-        padded,
-        timed: rules.window_ms.is_some(),
-        charges: open.charges,
-        reference_event_ms: reference,
-        retired,
-        retired_records,
-    };
-    lane.next_seq += 1;
-    w
 }
