@@ -13,10 +13,11 @@
 
 use crate::avro_reader::Compiled;
 use crate::mapped::Path;
+use crate::project::{float, MAX_DEPTH};
 use crate::{Reason, Rejection};
 use apache_avro::types::Value as Av;
 use apache_avro::Schema;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The writer's schema of an input topic.
@@ -36,9 +37,6 @@ pub struct AvroSchema {
 /// Largest allocation one message's decoding may ask for (a hostile length
 /// prefix must not reserve gigabytes); a message holds at most this much.
 pub const MAX_AVRO_ALLOCATION: usize = 16 << 20;
-
-/// Deepest nesting converted (deeper values are refused as undecodable).
-pub(crate) const MAX_DEPTH: usize = 32;
 
 fn undecodable(what: String) -> Rejection {
     Rejection::new(Reason::Undecodable, what)
@@ -208,17 +206,6 @@ impl std::io::Read for Tracked<'_> {
             self.short = true;
         }
         self.rest.read(buf)
-    }
-}
-
-/// A float as JSON; NaN and ±∞ spelled as strings, so the mapping refuses
-/// them as not finite (JSON has no literal for them).
-pub(crate) fn float(f: f64) -> Value {
-    match Number::from_f64(f) {
-        Some(n) => Value::Number(n),
-        None if f.is_nan() => Value::String("nan".into()),
-        None if f > 0.0 => Value::String("inf".into()),
-        None => Value::String("-inf".into()),
     }
 }
 

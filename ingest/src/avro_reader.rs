@@ -25,9 +25,8 @@
 //! gigabytes. `ingest/tests/fuzz.rs` checks the two decoders agree message
 //! by message.
 
-use crate::avro::{float, MAX_DEPTH};
 use crate::mapped::Path;
-use crate::project::{self, Want};
+use crate::project::{self, float, Want, MAX_DEPTH};
 use crate::MAX_AVRO_ALLOCATION;
 use apache_avro::schema::{Name, Namespace, ResolvedSchema};
 use apache_avro::Schema;

@@ -7,10 +7,11 @@
 
 use crate::described_reader::Compiled;
 use crate::mapped::Path;
+use crate::project::{float, MAX_DEPTH};
 use crate::{Reason, Rejection};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, MessageDescriptor, Value as Pv};
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// The declared message type of an input topic.
@@ -26,9 +27,6 @@ pub struct Described {
 fn some_names(names: impl Iterator<Item = String>) -> String {
     names.take(20).collect::<Vec<_>>().join(", ")
 }
-
-/// Deepest nesting converted (deeper messages are refused as undecodable).
-pub(crate) const MAX_DEPTH: usize = 32;
 
 impl Described {
     /// The message `name` (fully qualified, e.g. `acme.v1.Telemetry`) of a
@@ -225,19 +223,6 @@ fn value(v: &Pv, depth: usize) -> Option<Value> {
             Value::Object(out)
         }
     })
-}
-
-pub(crate) fn float(x: f64) -> Value {
-    match Number::from_f64(x) {
-        Some(n) => Value::Number(n),
-        None => Value::String(if x.is_nan() {
-            "nan".into()
-        } else if x > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        }),
-    }
 }
 
 /// The descriptor set of the manual's worked example (docs/input.md), `acme.v1.Telemetry`

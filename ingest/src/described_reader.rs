@@ -18,9 +18,8 @@
 //! the descriptor set, are left to prost-reflect. `ingest/tests/fuzz.rs`
 //! compares the two message by message.
 
-use crate::described::{float, MAX_DEPTH};
 use crate::mapped::Path;
-use crate::project::{self, Want};
+use crate::project::{self, float, Want, MAX_DEPTH};
 use prost::bytes::Buf;
 use prost::encoding::{self as enc, DecodeContext, WireType};
 use prost::DecodeError;

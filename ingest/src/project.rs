@@ -6,6 +6,22 @@
 //! message's current level.
 
 use crate::mapped::Path;
+use serde_json::{Number, Value};
+
+/// Deepest nesting a reader converts (deeper values are refused as
+/// undecodable).
+pub(crate) const MAX_DEPTH: usize = 32;
+
+/// A float as JSON; NaN and ±∞ spelled as strings, so the mapping refuses
+/// them as not finite (JSON has no literal for them).
+pub(crate) fn float(f: f64) -> Value {
+    match Number::from_f64(f) {
+        Some(n) => Value::Number(n),
+        None if f.is_nan() => Value::String("nan".into()),
+        None if f > 0.0 => Value::String("inf".into()),
+        None => Value::String("-inf".into()),
+    }
+}
 
 /// What to build of a value.
 #[derive(Debug, Clone, Copy, PartialEq)]
