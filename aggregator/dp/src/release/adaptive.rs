@@ -19,8 +19,6 @@
 //! stream's releases compose adaptively with the same per-window spend as
 //! before: choosing candidates costs nothing.
 
-use super::*;
-use crate::rng::{window_digest, window_rng, ReleaseKey, WindowId};
 use serde::{Deserialize, Serialize};
 
 /// Points of the escape grid, spread evenly over the declared candidates.
@@ -106,96 +104,14 @@ impl QuantileTrack {
     }
 }
 
-impl StreamPlan {
-    /// The declared candidates of this stream's quantiles (shared by every
-    /// level), if it releases quantiles.
-    fn declared_candidates(&self) -> Option<&[i64]> {
-        self.measurements
-            .iter()
-            .find_map(|m| m.measurement.candidates())
-    }
-
-    /// The keyed generator of window `seq` (docs/DESIGN.md §5).
-    fn keyed_rng(
-        &self,
-        key: &ReleaseKey,
-        partition: i32,
-        seq: u64,
-        values: &[i64],
-    ) -> impl rand::RngCore {
-        let id = WindowId {
-            stream: &self.spec.name,
-            partition,
-            seq,
-        };
-        window_rng(key, id, &window_digest(values))
-    }
-
-    /// The candidates a window released after `track` uses: `None` (the
-    /// declared ones) unless the stream adapts them.
-    pub fn candidates_after(&self, track: &QuantileTrack) -> Option<Vec<i64>> {
-        if !self.spec.adaptive_quantiles {
-            return None;
-        }
-        self.declared_candidates().map(|d| track.candidates(d))
-    }
-
-    /// Release a window with the keyed noise of docs/DESIGN.md §5 and the
-    /// quantile candidates its lane's `track` gives.
-    pub fn release_after(
-        &self,
-        key: &ReleaseKey,
-        partition: i32,
-        seq: u64,
-        values: &[i64],
-        track: &QuantileTrack,
-    ) -> Vec<ReleasedStatistic> {
-        let adaptive = self.candidates_after(track);
-        let mut rng = self.keyed_rng(key, partition, seq, values);
-        self.evaluate(values, Some(&mut rng), adaptive.as_deref())
-    }
-
-    /// Advance a lane's track past window `seq`: its quantiles exactly as
-    /// [`Self::release_after`] releases them (the same keyed draws), for the
-    /// next window's candidates. Lanes are stepped in window order.
-    pub fn track_step(
-        &self,
-        key: &ReleaseKey,
-        partition: i32,
-        seq: u64,
-        values: &[i64],
-        track: &mut QuantileTrack,
-    ) {
-        if !self.spec.adaptive_quantiles || self.declared_candidates().is_none() {
-            return;
-        }
-        let adaptive = self.candidates_after(track);
-        let mut rng = self.keyed_rng(key, partition, seq, values);
-        let measured = self.measure_first(
-            values,
-            Some(&mut rng),
-            self.measurements.len(),
-            adaptive.as_deref(),
-        );
-        track.push(
-            measured
-                .iter()
-                .flat_map(|m| match m {
-                    Measured::Choice(c) => vec![*c],
-                    Measured::Choices(cs) => cs.clone(),
-                    _ => vec![],
-                })
-                .collect(),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::{privacy, spec};
+    use super::super::*;
     use super::*;
     use crate::mechanism::Measure;
     use crate::relation::Relation;
+    use crate::rng::ReleaseKey;
     use rand::{Rng, SeedableRng};
 
     /// p90 alone at ε = 0.1 per window, n = 1000, change-one.

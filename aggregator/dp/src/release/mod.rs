@@ -20,6 +20,7 @@ mod spec;
 mod targets;
 #[cfg(test)]
 mod tests;
+mod window;
 
 pub use adaptive::*;
 pub use evaluate::*;
