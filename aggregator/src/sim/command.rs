@@ -20,8 +20,8 @@ pub struct SimulateArgs {
     /// Bootstrap servers, e.g. 127.0.0.1:9092 (default: the --config's).
     #[arg(long, required_unless_present = "config")]
     pub brokers: Option<String>,
-    /// A service configuration whose [kafka] brokers, [kafka.security] and
-    /// properties the simulator connects with (a secured cluster); its
+    /// A service configuration whose kafka.brokers, kafka.security and
+    /// kafka.properties the simulator connects with (a secured cluster); its
     /// input topic and streams are the defaults of --topic and --streams.
     #[arg(long)]
     pub config: Option<PathBuf>,

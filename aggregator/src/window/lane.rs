@@ -79,7 +79,7 @@ impl DeviceHorizon {
 /// order, windows in any order: a device's count per horizon is the number
 /// of windows charging it, its latest horizon wins), so restore never holds
 /// all charges at once. Built off the consuming loop, then
-/// [`Windower::install_restored`].
+/// [`super::Windower::install_restored`].
 #[derive(Debug, Clone)]
 pub struct RestoredLane {
     pub(super) devices: DeviceCounts,
