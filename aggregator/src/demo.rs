@@ -80,7 +80,7 @@ pub(crate) fn budget_statement(v: &Validated) -> String {
         e if e <= 1.0 => "strong protection",
         e if e <= 4.0 => "moderate protection",
         e if e <= 10.0 => "weak protection",
-        _ => "no meaningful protection: a demonstration budget, so that a minute of a simulated fleet shows figures worth reading (a deployment spends far less: deploy/fleetdp.toml spends ε = 4 per device per day)",
+        _ => "no meaningful protection",
     };
     format!(
         "Budget: {declared} per device per {horizon}. Whatever is released, the odds of any guess about one \

@@ -420,8 +420,29 @@ fn every_toml_block_parses_and_plans() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// The service's Rust sources with string continuations joined (a message
-/// split over lines with `\` reads as one).
+/// `text` with string continuations joined (a message split over lines
+/// with `\` reads as one).
+fn joined(text: &str) -> String {
+    let mut joined = String::new();
+    let mut lines = text.lines().peekable();
+    while let Some(l) = lines.next() {
+        match l.strip_suffix('\\') {
+            Some(head) => {
+                joined.push_str(head);
+                if let Some(next) = lines.peek_mut() {
+                    *next = next.trim_start();
+                }
+            }
+            None => {
+                joined.push_str(l);
+                joined.push('\n');
+            }
+        }
+    }
+    joined
+}
+
+/// The service's Rust sources, continuations [`joined`].
 fn sources() -> String {
     fn walk(dir: &Path, out: &mut String) {
         for e in std::fs::read_dir(dir).unwrap() {
@@ -429,24 +450,7 @@ fn sources() -> String {
             if p.is_dir() {
                 walk(&p, out);
             } else if p.extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(&p).unwrap();
-                let mut joined = String::new();
-                let mut lines = text.lines().peekable();
-                while let Some(l) = lines.next() {
-                    match l.strip_suffix('\\') {
-                        Some(head) => {
-                            joined.push_str(head);
-                            if let Some(next) = lines.peek_mut() {
-                                *next = next.trim_start();
-                            }
-                        }
-                        None => {
-                            joined.push_str(l);
-                            joined.push('\n');
-                        }
-                    }
-                }
-                out.push_str(&joined);
+                out.push_str(&joined(&std::fs::read_to_string(&p).unwrap()));
             }
         }
     }
@@ -509,7 +513,7 @@ fn troubleshooting_covers_every_reason_and_quotes_real_messages() {
 /// outside its unit tests, continuations joined.
 fn error_literals(text: &str) -> Vec<String> {
     let code = text.split("\n#[cfg(test)]\nmod tests {").next().unwrap();
-    let joined = code.replace("\\\n", "");
+    let joined = joined(code);
     let mut out = Vec::new();
     for mac in ["bail!(", "anyhow!("] {
         for (at, _) in joined.match_indices(mac) {
