@@ -15,7 +15,8 @@
 //!    (`devices.rs` holds the counts) and puts the reading in its lane's
 //!    window;
 //! 3. a closed window ([`ClosedWindow`]) is released by `pipeline/release.rs`:
-//!    noise and statistics from [`dp::release`], the published form from
+//!    its lane's carried state stepped by `state/lane.rs`, noise and
+//!    statistics from [`dp::release`], the published form from
 //!    [`pipeline::build_release`], and the writes in the order [`state`]
 //!    owns (charges, release, ledger);
 //! 4. `pipeline/offsets.rs` commits the input offset once everything before

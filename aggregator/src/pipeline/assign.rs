@@ -6,8 +6,6 @@
 
 use super::consume::Consuming;
 use super::now_ms;
-use crate::dp::continual::RunningState;
-use crate::dp::release::QuantileTrack;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
 use crate::state::{self, PlanChange, Restored};
@@ -33,8 +31,7 @@ impl Consuming<'_> {
         for &p in &changes.dropped {
             self.processor.drop_partition(p);
             self.offsets.forget(p);
-            self.running.retain(|&(_, q), _| q != p);
-            self.tracks.retain(|&(_, q), _| q != p);
+            self.releases.lanes().drop_partition(p);
             self.appended_until.remove(&p);
             crate::telemetry::forget_partition(p);
         }
@@ -136,39 +133,13 @@ impl Consuming<'_> {
             }
             lanes.insert((i, *partition), restorer);
             let lane = (stream.clone(), *partition, r.last_seq);
-            let recorded = lane_states.get(&lane);
-            if self.p.v.plan.streams[i].running.is_some() {
-                let state = match recorded.map(|l| &l.running) {
-                    // Running totals start with this window's successor.
-                    Some(b) if b.is_empty() => RunningState::default(),
-                    Some(b) => serde_json::from_slice(b).with_context(|| {
-                        format!(
-                            "running-total state of {stream}/{partition}#{} is not readable",
-                            r.last_seq
-                        )
-                    })?,
-                    None => anyhow::bail!(
-                        "the state topic has no record of {stream}/{partition}#{}: its running totals cannot continue \
-                         without re-noising released steps (see docs/operations.md, Operator's playbook: state topic deleted)",
-                        r.last_seq
-                    ),
-                };
-                self.running.insert((i, *partition), state);
-            }
-            if self.p.v.plan.streams[i].spec.adaptive_quantiles {
-                // Without a record (or from before adaptation was on), the
-                // next window uses every declared candidate.
-                let track = match recorded.map(|l| &l.quantile_track) {
-                    Some(b) if !b.is_empty() => serde_json::from_slice(b).with_context(|| {
-                        format!(
-                            "adaptive quantile track of {stream}/{partition}#{} is not readable",
-                            r.last_seq
-                        )
-                    })?,
-                    _ => QuantileTrack::default(),
-                };
-                self.tracks.insert((i, *partition), track);
-            }
+            let stream = &self.p.v.plan.streams[i];
+            self.releases.lanes().restore(
+                (i, *partition),
+                stream,
+                r.last_seq,
+                lane_states.get(&lane),
+            )?;
             resumed += 1;
         }
         let lanes = self.read_charges(lanes, wanted).await?;

@@ -4,12 +4,11 @@
 //! committed by the rule in [`super::offsets`]; rebalances are acted on
 //! before the next message of a partition is handled.
 
+use super::dead_letter::DeadLetters;
 use super::offsets::Offsets;
 use super::rebalance::{self, Events};
-use super::release::Released;
+use super::release::Releases;
 use super::{now_ms, Options, Pipeline};
-use crate::dp::continual::RunningState;
-use crate::dp::release::QuantileTrack;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Producer;
 use crate::kafka::{self, Stopped, CONTENT_TYPE};
@@ -18,7 +17,6 @@ use crate::state;
 use crate::telemetry;
 use crate::window::ClosedWindow;
 use anyhow::{Context as _, Result};
-use ingest::Reason;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::util::Timeout;
@@ -26,13 +24,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
-
-/// Releases published but not yet acknowledged. One at a time: consuming
-/// overlaps with the publish, and every release is its own produce batch
-/// (tansu 0.6 was seen to keep only part of multi-record release batches in
-/// a partition; one-record batches are stored correctly).
-const MAX_INFLIGHT: usize = 1;
 
 /// Time windows released per lane in one check (a lane resumed long after
 /// its last release catches up over several ticks).
@@ -52,18 +43,13 @@ pub(crate) struct Consuming<'a> {
     pub(super) processor: Processor,
     pub(super) events: Events,
     pub(super) offsets: Offsets,
-    /// Per (stream, partition): running-total state after its last closed
-    /// window (restored on assignment, dropped on revoke).
-    pub(super) running: BTreeMap<(usize, i32), RunningState>,
-    /// Per (stream, partition) of streams with adaptive quantile
-    /// candidates: the quantiles released for its last closed window.
-    pub(super) tracks: BTreeMap<(usize, i32), QuantileTrack>,
     /// Time windows: per input partition, the latest broker-assigned
     /// (LogAppendTime) message timestamp received: every message appended
     /// before it has been received, as offsets follow append order.
     pub(super) appended_until: BTreeMap<i32, i64>,
-    pub(super) releases: JoinSet<Result<Released>>,
-    pub(super) dead_letters: JoinSet<Result<(i32, i64, Reason)>>,
+    /// Windows being released, and what their lanes carry.
+    pub(super) releases: Releases<'a>,
+    dead_letters: DeadLetters<'a>,
     closed: Vec<ClosedWindow>,
     /// Turns true when the service is asked to stop (retries end).
     pub(super) stop: watch::Receiver<bool>,
@@ -84,8 +70,11 @@ impl<'a> Consuming<'a> {
         events: Events,
         stop: watch::Receiver<bool>,
     ) -> Self {
+        let partitions = (input_partitions, output_partitions);
         Self {
             timed: p.v.plan.streams.iter().any(|s| s.spec.window_ms.is_some()),
+            releases: Releases::new(p, &opts, producer.clone(), partitions, stop.clone()),
+            dead_letters: DeadLetters::new(p, producer.clone()),
             p,
             opts,
             producer,
@@ -94,11 +83,7 @@ impl<'a> Consuming<'a> {
             processor,
             events,
             offsets: Offsets::default(),
-            running: BTreeMap::new(),
-            tracks: BTreeMap::new(),
             appended_until: BTreeMap::new(),
-            releases: JoinSet::new(),
-            dead_letters: JoinSet::new(),
             closed: Vec::new(),
             stop,
             last_commit: Instant::now(),
@@ -153,12 +138,12 @@ impl<'a> Consuming<'a> {
                 self.processor.flush_counters();
                 tokio::select! {
                     biased;
-                    Some(done) = self.releases.join_next(), if !self.releases.is_empty() => {
-                        self.release_done(done)?;
+                    Some(done) = self.releases.next(), if !self.releases.is_empty() => {
+                        self.releases.done(done, &mut self.offsets)?;
                         continue;
                     }
-                    Some(done) = self.dead_letters.join_next(), if !self.dead_letters.is_empty() => {
-                        self.finish_dead_letter(done??);
+                    Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => {
+                        self.dead_letters.done(done, &mut self.offsets)?;
                         continue;
                     }
                     m = consumer.recv() => m,
@@ -254,7 +239,9 @@ impl<'a> Consuming<'a> {
                 }
                 Err(rejection) => {
                     released_any = self.apply_all(&mut staged).await?;
-                    self.dead_letter(&msg, &rejection).await?;
+                    self.dead_letters
+                        .send(&msg, &rejection, &mut self.offsets)
+                        .await?;
                     self.offsets.handled(msg.partition(), msg.offset());
                 }
             }
@@ -275,11 +262,11 @@ impl<'a> Consuming<'a> {
         self.apply_all(&mut staged).await?;
         self.processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
-        while let Some(done) = self.releases.join_next().await {
-            self.release_done(done)?;
+        while let Some(done) = self.releases.next().await {
+            self.releases.done(done, &mut self.offsets)?;
         }
-        while let Some(done) = self.dead_letters.join_next().await {
-            self.finish_dead_letter(done??);
+        while let Some(done) = self.dead_letters.next().await {
+            self.dead_letters.done(done, &mut self.offsets)?;
         }
         // Asynchronous: leaving the group waits for outstanding commits,
         // and that wait is bounded (`close`, CONSUMER_CLOSE_TIMEOUT). A
@@ -295,11 +282,11 @@ impl<'a> Consuming<'a> {
 
     /// Finish what was acknowledged, without waiting.
     fn reap(&mut self) -> Result<()> {
-        while let Some(done) = self.releases.try_join_next() {
-            self.release_done(done)?;
+        while let Some(done) = self.releases.try_next() {
+            self.releases.done(done, &mut self.offsets)?;
         }
-        while let Some(done) = self.dead_letters.try_join_next() {
-            self.finish_dead_letter(done??);
+        while let Some(done) = self.dead_letters.try_next() {
+            self.dead_letters.done(done, &mut self.offsets)?;
         }
         Ok(())
     }
@@ -319,7 +306,9 @@ impl<'a> Consuming<'a> {
     /// mark it handled. Returns whether a window was released.
     async fn apply_staged(&mut self, msg: BorrowedMessage<'_>) -> Result<bool> {
         if let Err(rejection) = self.processor.apply(&mut self.closed) {
-            self.dead_letter(&msg, &rejection).await?;
+            self.dead_letters
+                .send(&msg, &rejection, &mut self.offsets)
+                .await?;
         }
         let released_any = self.release_closed().await?;
         self.offsets.handled(msg.partition(), msg.offset());
@@ -339,7 +328,7 @@ impl<'a> Consuming<'a> {
                 let a = appended.get(&p).copied().unwrap_or(i64::MIN);
                 a.max(board.read_until(p))
             },
-            // Releases go to output partition `p mod outputs` (start_release).
+            // Releases go to output partition `p mod outputs` (Releases).
             |p| p.rem_euclid(outputs),
             MAX_CLOSE_PER_TICK,
             &mut self.closed,
@@ -354,16 +343,8 @@ impl<'a> Consuming<'a> {
         let released_any = !self.closed.is_empty();
         let closed = std::mem::take(&mut self.closed);
         for w in closed {
-            // Bounded pipelining: publishes overlap with consuming.
-            while self.releases.len() >= MAX_INFLIGHT {
-                let done = self.releases.join_next().await.expect("non-empty");
-                self.release_done(done)?;
-            }
-            self.start_release(w);
-            // Let the release task start now: a task spawned from this
-            // busy loop sits in the worker's LIFO slot, which other
-            // workers cannot steal, until the loop yields.
-            tokio::task::yield_now().await;
+            let bound = self.processor.bound_value(w.stream, w.partition);
+            self.releases.release(w, bound, &mut self.offsets).await?;
         }
         Ok(released_any)
     }

@@ -11,7 +11,8 @@
 //! is waited out; any other produce error stops the service with the topic
 //! and the error named (nothing is committed past the message).
 
-use super::consume::Consuming;
+use super::offsets::Offsets;
+use super::Pipeline;
 use crate::kafka::{self, Producer};
 use crate::telemetry;
 use anyhow::{anyhow, bail, Result};
@@ -21,6 +22,7 @@ use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::types::RDKafkaErrorCode;
 use std::time::Duration;
+use tokio::task::JoinSet;
 
 /// Payload bytes a truncated dead letter keeps.
 pub const TRUNCATED_PAYLOAD: usize = 64 * 1024;
@@ -129,19 +131,54 @@ fn fleetdp_headers(
     h
 }
 
-impl Consuming<'_> {
+/// A dead letter's outcome: the message it stood for, or why it failed.
+pub(super) type Done = Result<Result<(i32, i64, Reason)>, tokio::task::JoinError>;
+
+/// The dead-letter owner: sends rejected messages without waiting for
+/// their acks (at most `kafka.dead_letters_in_flight`), holding their
+/// input offsets back from commits until they are acknowledged.
+pub(super) struct DeadLetters<'a> {
+    p: &'a Pipeline,
+    producer: Producer,
+    tasks: JoinSet<Result<(i32, i64, Reason)>>,
+}
+
+impl<'a> DeadLetters<'a> {
+    pub fn new(p: &'a Pipeline, producer: Producer) -> Self {
+        Self {
+            p,
+            producer,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// The next dead letter to end (`None`: none in flight).
+    pub async fn next(&mut self) -> Option<Done> {
+        self.tasks.join_next().await
+    }
+
+    /// A dead letter that has ended, without waiting.
+    pub fn try_next(&mut self) -> Option<Done> {
+        self.tasks.try_join_next()
+    }
+
     /// Send a message to the dead-letter topic without waiting for the ack;
     /// commits stay behind it until it is acknowledged.
-    pub(super) async fn dead_letter(
+    pub async fn send(
         &mut self,
         msg: &BorrowedMessage<'_>,
         rejection: &Rejection,
+        offsets: &mut Offsets,
     ) -> Result<()> {
         let v = self.p.v.clone();
         let kc = &v.config.kafka;
-        while self.dead_letters.len() >= kc.dead_letters_in_flight.max(1) {
-            let done = self.dead_letters.join_next().await.expect("non-empty")??;
-            self.finish_dead_letter(done);
+        while self.tasks.len() >= kc.dead_letters_in_flight.max(1) {
+            let done = self.tasks.join_next().await.expect("non-empty");
+            self.done(done, offsets)?;
         }
         let source = (kc.input_topic.as_str(), msg.partition(), msg.offset());
         let payload = msg.payload().unwrap_or(&[]);
@@ -183,8 +220,8 @@ impl Consuming<'_> {
                 // A full queue drains as acks arrive.
                 Err((e, _)) if queue_full(&e) => {
                     tracing::debug!("dead-letter queue full; waiting");
-                    match self.dead_letters.join_next().await {
-                        Some(done) => self.finish_dead_letter(done??),
+                    match self.tasks.join_next().await {
+                        Some(done) => self.done(done, offsets)?,
                         None => tokio::time::sleep(Duration::from_millis(10)).await,
                     }
                 }
@@ -212,7 +249,7 @@ impl Consuming<'_> {
             }
         };
         let (p, o, reason) = (msg.partition(), msg.offset(), rejection.reason);
-        self.offsets.dead_letter_sent(p, o);
+        offsets.dead_letter_sent(p, o);
         // Sent again with headers only if the broker refuses it as too large.
         let fallback = (form != Form::HeadersOnly).then(|| {
             (
@@ -227,7 +264,7 @@ impl Consuming<'_> {
             )
         });
         let (producer, topic) = (self.producer.clone(), kc.dead_letter_topic.clone());
-        self.dead_letters.spawn(async move {
+        self.tasks.spawn(async move {
             let e = match delivery.await {
                 Ok(Ok(_)) => return Ok((p, o, reason)),
                 Ok(Err((e, _))) => e,
@@ -254,9 +291,13 @@ impl Consuming<'_> {
         Ok(())
     }
 
-    pub(super) fn finish_dead_letter(&mut self, (p, o, reason): (i32, i64, Reason)) {
-        self.offsets.dead_letter_acked(p, o);
+    /// A dead letter ended: acknowledged (its offset may be committed), or
+    /// failed (fatal).
+    pub fn done(&self, done: Done, offsets: &mut Offsets) -> Result<()> {
+        let (p, o, reason) = done??;
+        offsets.dead_letter_acked(p, o);
         self.p.counters.dead_lettered(reason);
+        Ok(())
     }
 }
 

@@ -8,9 +8,11 @@
 //!
 //! Files by role: this one sets up the clients; `consume` is the
 //! consuming loop; `offsets` the commit rule; `rebalance` the ordered
-//! rebalance events; `release` building, encoding and publishing a
-//! window's release (through [`crate::state`]'s write protocol);
-//! `dead_letter` the dead-letter topic.
+//! rebalance events and `assign` acting on them (restoring lanes);
+//! `release` the release owner (stepping a window's lane, building,
+//! encoding and publishing its release through [`crate::state`]'s write
+//! protocol); `dead_letter` the dead-letter owner. Only `consume` and
+//! `assign` see the loop's state; the owners are handed what they need.
 
 mod assign;
 mod consume;

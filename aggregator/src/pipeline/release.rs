@@ -1,21 +1,24 @@
 //! A window's release: the published form ([`build_release`]), its
-//! encoding, and the task that computes its noise and writes it through the
-//! durable protocol ([`crate::state::write_window`]); then, once
-//! acknowledged, the observers (status board, metrics, events).
+//! encoding, and the release owner ([`Releases`]): it steps the window's
+//! lane, computes its noise and writes it through the durable protocol
+//! ([`crate::state::write_window`]) in a task; then, once acknowledged,
+//! tells the observers (status board, metrics, events).
 
-use super::consume::Consuming;
-use super::{now_ms, ReleaseEvent};
+use super::offsets::Offsets;
+use super::{now_ms, Options, Pipeline, ReleaseEvent};
 use crate::config::{OutputFormat, Validated};
-use crate::dp::release::{QuantileTrack, ReleasedStatistic, RunningValue, StatKind, StreamPlan};
-use crate::kafka::Stopped;
-use crate::state::{self, LaneState, ReleaseRecord, WindowRecords};
+use crate::dp::release::{ReleasedStatistic, RunningValue, StatKind, StreamPlan};
+use crate::kafka::{Producer, Stopped};
+use crate::state::{self, Lanes, ReleaseRecord, Step, WindowRecords};
 use crate::window::ClosedWindow;
 use anyhow::{Context as _, Result};
 use prost::Message as _;
 use std::time::Instant;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
 
 /// An acknowledged release.
-pub(crate) struct Released {
+pub(super) struct Released {
     partition: i32,
     /// The input offset it held back from commits, if any.
     first_offset: Option<i64>,
@@ -113,47 +116,113 @@ pub fn encode_release(r: &proto::WindowRelease, format: OutputFormat) -> (Vec<u8
     }
 }
 
-impl Consuming<'_> {
-    /// Start releasing a closed window: running totals are stepped here,
-    /// in order; noise, encoding and the writes run in a task.
-    pub(super) fn start_release(&mut self, w: ClosedWindow) {
+/// Releases published but not yet acknowledged. One at a time: consuming
+/// overlaps with the publish, and every release is its own produce batch
+/// (tansu 0.6 was seen to keep only part of multi-record release batches in
+/// a partition; one-record batches are stored correctly).
+const MAX_INFLIGHT: usize = 1;
+
+/// A release task's outcome.
+pub(super) type Done = Result<Result<Released>, tokio::task::JoinError>;
+
+/// The release owner: steps each window's lane in window order, computes
+/// its noise and writes it through the durable protocol in a task (at most
+/// [`MAX_INFLIGHT`]), and tells the observers once it is acknowledged.
+pub(super) struct Releases<'a> {
+    p: &'a Pipeline,
+    tasks: JoinSet<Result<Released>>,
+    lanes: Lanes,
+    producer: Producer,
+    stop: watch::Receiver<bool>,
+    /// Partitions of the input topic (in the plan fingerprint) and of the
+    /// output topic.
+    partitions: (i32, i32),
+    with_truth: bool,
+    events: Option<mpsc::UnboundedSender<ReleaseEvent>>,
+}
+
+impl<'a> Releases<'a> {
+    pub fn new(
+        p: &'a Pipeline,
+        opts: &Options,
+        producer: Producer,
+        partitions: (i32, i32),
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            p,
+            tasks: JoinSet::new(),
+            lanes: Lanes::default(),
+            producer,
+            stop,
+            partitions,
+            with_truth: opts.with_truth,
+            events: opts.events.clone(),
+        }
+    }
+
+    /// The lanes' carried state (restored on assignment, dropped on revoke).
+    pub fn lanes(&mut self) -> &mut Lanes {
+        &mut self.lanes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    /// The next release task to end (`None`: none in flight).
+    pub async fn next(&mut self) -> Option<Done> {
+        self.tasks.join_next().await
+    }
+
+    /// A release task that has ended, without waiting.
+    pub fn try_next(&mut self) -> Option<Done> {
+        self.tasks.try_join_next()
+    }
+
+    /// Release a closed window once a task is free: its lane is stepped
+    /// here, in order; noise, encoding and the writes run in a task.
+    /// `bound`: the key a slot of private keys is bound to.
+    pub async fn release(
+        &mut self,
+        w: ClosedWindow,
+        bound: Option<(String, String)>,
+        offsets: &mut Offsets,
+    ) -> Result<()> {
+        // Bounded pipelining: publishes overlap with consuming.
+        while self.tasks.len() >= MAX_INFLIGHT {
+            let done = self.tasks.join_next().await.expect("non-empty");
+            self.done(done, offsets)?;
+        }
+        self.start(w, bound, offsets);
+        // Let the release task start now: a task spawned from the busy
+        // consuming loop sits in the worker's LIFO slot, which other
+        // workers cannot steal, until the loop yields.
+        tokio::task::yield_now().await;
+        Ok(())
+    }
+
+    fn start(&mut self, w: ClosedWindow, bound: Option<(String, String)>, offsets: &mut Offsets) {
         let started = Instant::now();
         let v = self.p.v.clone();
         let stream = &v.plan.streams[w.stream];
         // Running totals and adaptive quantile candidates chain window to
         // window: stepped here, in order.
-        let lane_key = (w.stream, w.partition);
-        let mut lane = LaneState::default();
-        let running = match &stream.running {
-            Some(_) => {
-                let state = self.running.entry(lane_key).or_default();
-                let r = stream
-                    .running_step(&self.p.key, w.partition, w.seq, &w.values, state)
-                    .unwrap_or_default();
-                lane.running = serde_json::to_vec(state).expect("running state serialises");
-                r
-            }
-            None => vec![],
-        };
-        // This window's candidates come from the track before it.
-        let mut track = QuantileTrack::default();
-        if stream.spec.adaptive_quantiles {
-            let lane_track = self.tracks.entry(lane_key).or_default();
-            track = lane_track.clone();
-            stream.track_step(&self.p.key, w.partition, w.seq, &w.values, lane_track);
-            lane.quantile_track = serde_json::to_vec(lane_track).expect("a track serialises");
-        }
+        let Step {
+            running,
+            track,
+            record: lane,
+        } = self.lanes.step(stream, &self.p.key, &w);
         // An empty time window holds back no input offset.
         let holds = (!w.values.is_empty()).then_some(w.first_offset);
         if let Some(o) = holds {
-            self.offsets.release_sent(w.partition, o);
+            offsets.release_sent(w.partition, o);
         }
-        let out_partition = w.partition.rem_euclid(self.output_partitions);
+        let (input_partitions, output_partitions) = self.partitions;
+        let out_partition = w.partition.rem_euclid(output_partitions);
         let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
         let (partition, padded) = (w.partition, w.padded);
-        let (release_key, with_truth) = (self.p.key.clone(), self.opts.with_truth);
-        let input_partitions = self.input_partitions;
-        let bound = self.processor.bound_value(w.stream, w.partition);
+        let (release_key, with_truth) = (self.p.key.clone(), self.with_truth);
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
         // pool, started now: an async task spawned from the busy consuming
         // loop would first run on the loop's own thread.
@@ -172,7 +241,7 @@ impl Consuming<'_> {
             let records = WindowRecords::new(&stream.spec.name, &w, lane, &plan);
             (v, release, payload, ct, (truth, values), records, w.timed)
         });
-        self.releases.spawn(async move {
+        self.tasks.spawn(async move {
             let (v, release, payload, ct, (truth, values), records, timed) =
                 computed.await.context("computing a release")?;
             let kc = &v.config.kafka;
@@ -206,12 +275,9 @@ impl Consuming<'_> {
 
     /// A release task ended: acknowledged, given up because the service is
     /// stopping (replayed on restart), or failed (fatal).
-    pub(super) fn release_done(
-        &mut self,
-        done: Result<Result<Released>, tokio::task::JoinError>,
-    ) -> Result<()> {
+    pub fn done(&mut self, done: Done, offsets: &mut Offsets) -> Result<()> {
         match done? {
-            Ok(r) => self.finish_release(r),
+            Ok(r) => self.finish(r, offsets),
             Err(e) if e.downcast_ref::<Stopped>().is_some() => {
                 tracing::warn!(
                     "stopping before a release was acknowledged; it is replayed on restart"
@@ -224,10 +290,10 @@ impl Consuming<'_> {
 
     /// A release was acknowledged: let its input offset be committed and
     /// tell the observers.
-    fn finish_release(&mut self, done: Released) {
+    fn finish(&mut self, done: Released, offsets: &mut Offsets) {
         let latency = done.started.elapsed();
         if let Some(o) = done.first_offset {
-            self.offsets.release_acked(done.partition, o);
+            offsets.release_acked(done.partition, o);
         }
         let r = &done.release;
         self.p.board.record_release(r);
@@ -242,7 +308,7 @@ impl Consuming<'_> {
             latency_ms = latency.as_micros() as f64 / 1e3,
             "window released"
         );
-        if let Some(tx) = &self.opts.events {
+        if let Some(tx) = &self.events {
             let _ = tx.send(ReleaseEvent {
                 release: done.release,
                 truth: done.truth,

@@ -23,10 +23,13 @@
 
 mod distinct;
 mod fingerprint;
+mod lane;
 mod restore;
 
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
+pub use lane::LaneState;
+pub(crate) use lane::{Lanes, Step};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
 use crate::faults::{crash_point, CrashPoint};
@@ -114,17 +117,6 @@ pub(crate) fn parse_charges_key(key: &str) -> Option<(String, i32, u64, u32)> {
         seq.parse().ok()?,
         record,
     ))
-}
-
-/// A lane's state after a window, kept in the window's first charges
-/// record: what its next window continues from (serialised JSON; each empty
-/// when the stream has no such state).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct LaneState {
-    /// `dp::continual::RunningState` (running totals).
-    pub running: Vec<u8>,
-    /// `dp::release::QuantileTrack` (adaptive quantile candidates).
-    pub quantile_track: Vec<u8>,
 }
 
 /// The state records of one closed window, ready to write.
