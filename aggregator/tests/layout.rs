@@ -124,34 +124,39 @@ fn module_of(src: &Path, p: &Path) -> Option<String> {
 
 /// `crate::x` references in code, as module names.
 fn uses(code: &str) -> BTreeSet<String> {
+    names_after(code, "crate::")
+}
+
+/// The names `prefix` is followed by in code: `prefix`x and the items of
+/// `prefix`{x, y::z} groups.
+fn names_after(code: &str, prefix: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for (i, _) in code.match_indices("crate::") {
-        // Not `fleetdp_crate::` or the like.
+    for (i, _) in code.match_indices(prefix) {
         if code[..i]
             .chars()
             .last()
-            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+            .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':')
         {
             continue;
         }
-        let rest = &code[i + "crate::".len()..];
+        let rest = &code[i + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let group = &group[..group.find('}').unwrap_or(group.len())];
+            for item in group.split(',') {
+                let name = item.trim().split("::").next().unwrap_or("").trim();
+                if !name.is_empty() {
+                    out.insert(name.to_string());
+                }
+            }
+            continue;
+        }
         let name: String = rest
             .chars()
             .take_while(|c| c.is_ascii_lowercase() || *c == '_' || c.is_ascii_digit())
             .collect();
-        if !name.is_empty() {
+        // `super::super::x` leaves the folder.
+        if !name.is_empty() && name != "super" {
             out.insert(name);
-        }
-    }
-    // `use crate::{a, b::c}` groups.
-    for (i, _) in code.match_indices("crate::{") {
-        let rest = &code[i + "crate::{".len()..];
-        let group = &rest[..rest.find('}').unwrap_or(rest.len())];
-        for item in group.split(',') {
-            let name = item.trim().split("::").next().unwrap_or("").trim();
-            if !name.is_empty() {
-                out.insert(name.to_string());
-            }
         }
     }
     out
@@ -232,6 +237,154 @@ fn modules_form_no_import_cycle_in_any_crate() {
     }
 }
 
+/// Per folder of a crate: its files (and subfolders), each with the
+/// siblings it names (`super::x`, `crate::folder::x`). `mod.rs` is the
+/// folder itself, not a sibling.
+fn file_graphs(dir: &str) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    fn walk(
+        src: &Path,
+        folder: &Path,
+        out: &mut BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    ) {
+        let rel = folder
+            .strip_prefix(src)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace('/', "::");
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(folder)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        let name = |p: &Path| p.file_stem().unwrap().to_str().unwrap().to_string();
+        let siblings: BTreeSet<String> = entries
+            .iter()
+            .filter(|p| p.is_dir() || p.extension().is_some_and(|x| x == "rs"))
+            .map(|p| name(p))
+            .filter(|n| n != "mod")
+            .collect();
+        for p in &entries {
+            if p.is_dir() {
+                walk(src, p, out);
+            }
+            let n = name(p);
+            if !siblings.contains(&n) || rel.is_empty() {
+                continue;
+            }
+            let mut files = Vec::new();
+            if p.is_dir() {
+                rust_files(p, &mut files);
+            } else {
+                files.push(p.clone());
+            }
+            let deps = graph.entry(n.clone()).or_default();
+            for f in files {
+                let code = code(&f);
+                // Within a subfolder `super::` is the subfolder's own root.
+                let named = if f.parent() == Some(folder) {
+                    names_after(&code, "super::")
+                } else {
+                    BTreeSet::new()
+                };
+                let named = named
+                    .into_iter()
+                    .chain(names_after(&code, &format!("crate::{rel}::")));
+                deps.extend(named.filter(|m| *m != n && siblings.contains(m)));
+            }
+        }
+        if !rel.is_empty() {
+            out.insert(rel, graph);
+        }
+    }
+    let src = root().join(dir);
+    let mut out = BTreeMap::new();
+    walk(&src, &src, &mut out);
+    out
+}
+
+/// No import cycle among the files of any folder either (a module-level
+/// check cannot see two files of one module that need each other).
+#[test]
+fn files_of_a_folder_form_no_import_cycle() {
+    let (mut folders, mut cycles) = (0, Vec::new());
+    for dir in ["aggregator/src", "aggregator/dp/src", "ingest/src"] {
+        for (folder, graph) in file_graphs(dir) {
+            folders += 1;
+            if let Some(c) = cycle(&graph) {
+                cycles.push(format!("{dir}/{folder}: {}", c.join(" → ")));
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles among files: {cycles:#?}");
+    assert!(folders >= 10, "found the folders ({folders})");
+    let pipeline = &file_graphs("aggregator/src")["pipeline"];
+    assert!(
+        pipeline["consume"].contains("offsets"),
+        "the graph sees `super::` imports: {pipeline:#?}"
+    );
+}
+
+/// Most files one type's inherent `impl` blocks may span (test code not
+/// counted): a type is read in one place, or two.
+const MAX_IMPL_FILES: usize = 2;
+
+/// The type named by each inherent `impl` block at the top level of
+/// `code` (`impl<'a> Foo<'a> {` → `Foo`; `impl Trait for Foo` is not one).
+fn inherent_impls(code: &str) -> BTreeSet<String> {
+    code.lines()
+        .filter_map(|l| l.strip_prefix("impl"))
+        .filter(|l| l.starts_with(['<', ' ']) && !l.contains(" for "))
+        .filter_map(|l| {
+            let l = match l.strip_prefix('<') {
+                // Past the generics (no nested `>` in this codebase's).
+                Some(g) => &g[g.find('>')? + 1..],
+                None => l,
+            };
+            let name: String = l
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
+#[test]
+fn no_type_is_implemented_across_more_than_two_files() {
+    let mut spread = Vec::new();
+    let mut types = 0;
+    for dir in ["aggregator/src", "aggregator/dp/src", "ingest/src"] {
+        let mut files = Vec::new();
+        rust_files(&root().join(dir), &mut files);
+        let mut by_type: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for p in &files {
+            let rel = p.strip_prefix(root()).unwrap().display().to_string();
+            for t in inherent_impls(&code(p)) {
+                by_type.entry(t).or_default().insert(rel.clone());
+            }
+        }
+        types += by_type.len();
+        spread.extend(
+            by_type
+                .into_iter()
+                .filter(|(_, f)| f.len() > MAX_IMPL_FILES)
+                .map(|(t, f)| format!("{t}: {f:?}")),
+        );
+    }
+    assert!(types > 50, "found the types ({types})");
+    assert!(
+        spread.is_empty(),
+        "types implemented across more than {MAX_IMPL_FILES} files: {spread:#?}"
+    );
+    assert_eq!(
+        inherent_impls("impl<'a> Foo<'a> {\nimpl Bar {\nimpl Display for Baz {\nimplied\n"),
+        ["Bar", "Foo"].into_iter().map(String::from).collect()
+    );
+}
+
 #[test]
 fn the_cycle_check_can_fail() {
     let g: BTreeMap<String, BTreeSet<String>> = [
@@ -250,6 +403,13 @@ fn the_cycle_check_can_fail() {
             .into_iter()
             .map(String::from)
             .collect()
+    );
+    assert_eq!(
+        names_after(
+            "use super::{a, b::C};\nuse super::super::d;\nlet x = super::e::f;",
+            "super::"
+        ),
+        ["a", "b", "e"].into_iter().map(String::from).collect()
     );
 }
 

@@ -51,8 +51,8 @@ use std::time::{Duration, Instant};
 mod tests;
 
 /// A seq waiting for partitions.
-pub(super) struct Pending {
-    pub(super) parts: BTreeMap<i32, proto::WindowRelease>,
+struct Pending {
+    parts: BTreeMap<i32, proto::WindowRelease>,
     /// Where each part is on the output topic (output partition, offset),
     /// when the caller said ([`Combiner::offer_at`]).
     at: BTreeMap<i32, (i32, i64)>,
@@ -508,7 +508,7 @@ impl Combiner {
                 &mut self.caches[k.0],
                 self.input_partitions,
                 k,
-                w,
+                &w.parts,
                 None,
             );
             out.extend(self.allow(k.0, f));
@@ -577,7 +577,7 @@ impl Combiner {
             &mut self.caches[k.0],
             self.input_partitions,
             k,
-            w,
+            &w.parts,
             keyed,
         )
     }

@@ -3,29 +3,26 @@
 //! `StreamPlan::combine`) and the public fields (post-processing of
 //! published releases; docs/DESIGN.md §6).
 
-use super::combiner::Pending;
 use crate::config::Validated;
 use crate::dp::release::{FleetCache, PartRelease, ReleasedStatistic};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
-/// The record for `w`'s partitions (none if they cannot be combined,
+/// The record for the partitions' releases `parts` of one seq (none if they cannot be combined,
 /// which `Combiner::offer`'s checks rule out).
 pub(super) fn build(
     v: &Validated,
     cache: &mut FleetCache,
     input_partitions: i32,
     (s, seq): (usize, u64),
-    w: &Pending,
+    parts: &BTreeMap<i32, proto::WindowRelease>,
     keyed: Option<(usize, String, HashMap<String, String>)>,
 ) -> Option<proto::FleetRelease> {
     let plan = &v.plan.streams[keyed.as_ref().map_or(s, |k| k.0)];
-    let stats: Vec<Vec<ReleasedStatistic>> = w
-        .parts
+    let stats: Vec<Vec<ReleasedStatistic>> = parts
         .values()
         .map(|r| r.statistics.iter().map(released).collect())
         .collect();
-    let parts: Vec<PartRelease<'_>> = w
-        .parts
+    let combined_parts: Vec<PartRelease<'_>> = parts
         .values()
         .zip(&stats)
         .map(|(r, st)| PartRelease {
@@ -33,14 +30,14 @@ pub(super) fn build(
             statistics: st,
         })
         .collect();
-    let combined = match plan.combine(&parts, cache) {
+    let combined = match plan.combine(&combined_parts, cache) {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(stream = %plan.spec.name, window_seq = seq, "fleet release not combined: {e}");
             return None;
         }
     };
-    let first = w.parts.values().next()?;
+    let first = parts.values().next()?;
     let statistics = combined
         .into_iter()
         .zip(&first.statistics)
@@ -55,7 +52,7 @@ pub(super) fn build(
             spent: part.spent,
         })
         .collect();
-    let rs = || w.parts.values();
+    let rs = || parts.values();
     let (stream, group) = match keyed {
         Some((_, name, group)) => (name, group),
         None => (
@@ -66,9 +63,9 @@ pub(super) fn build(
     Some(proto::FleetRelease {
         stream,
         window_seq: seq,
-        partitions: w.parts.keys().copied().collect(),
+        partitions: parts.keys().copied().collect(),
         input_partitions,
-        complete: w.parts.len() == input_partitions as usize,
+        complete: parts.len() == input_partitions as usize,
         n: rs().map(|r| r.n).sum(),
         padded: rs().map(|r| r.padded).sum(),
         first_event_time_ms: rs().map(|r| r.first_event_time_ms).min().unwrap_or(0),

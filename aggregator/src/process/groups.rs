@@ -108,6 +108,33 @@ impl Processor {
         }
     }
 
+    /// A reading's slot of private keys (`None`: `other`, or none
+    /// declared; [`super::private::PrivateKeys::slot`]), by its private
+    /// dimension's value from its labels, else from the registry.
+    pub(super) fn private_slot(
+        &mut self,
+        r: &ingest::Reading,
+        partition: i32,
+        device: u64,
+        stamp: i64,
+    ) -> Option<usize> {
+        let d = r.stream_index;
+        let decl = &self.declared[d];
+        let g = decl.grouping.as_ref()?;
+        let pi = g.private_dimension()?;
+        let value: Option<std::sync::Arc<str>> = match r.labels.get(g.dimension(pi)) {
+            Some(v) => Some(v.into()),
+            None => self
+                .registry
+                .as_ref()
+                .zip(decl.positions.get(pi).copied().flatten())
+                .and_then(|(reg, p)| reg.interned_value(self.registry_digit(device, p))),
+        };
+        let owners = (&self.declared[..], &mut self.windower);
+        self.keys
+            .slot(owners, (d, partition), r, (device, stamp), value)
+    }
+
     /// Find the groups of staged readings `from..from + count` (one
     /// message on `partition`) that wait for the registry replica, and
     /// start fetching their lanes' slots.

@@ -6,7 +6,7 @@ use crate::config::dimensions::Grouping;
 use crate::config::Validated;
 use crate::dp::rng::ReleaseKey;
 use crate::dp::universe::TopCoder;
-use crate::keys::KeyTable;
+use crate::keys::Bindings;
 
 mod groups;
 mod private;
@@ -17,6 +17,7 @@ use crate::window::{
     device_key, Admission, ClosedWindow, FastMap, LaneGroup, StreamRules, Windower,
 };
 use ingest::{Decoder, Limits, Reason, Rejection};
+use private::PrivateKeys;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -140,15 +141,6 @@ struct Declared {
     route: Option<crate::registry::Route>,
 }
 
-/// A reading of a private dimension to count once its message is accepted.
-struct ToCount {
-    declared: usize,
-    device: u64,
-    value: Arc<str>,
-    event_ms: i64,
-    msg_ms: i64,
-}
-
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
@@ -181,18 +173,8 @@ pub struct Processor {
     input_partitions: Option<i32>,
     /// How far an event time may run ahead of its message's timestamp.
     skew_ms: i64,
-    /// Private keys: per (declared stream, partition), its key table.
-    keys: FastMap<(usize, i32), KeyTable>,
-    /// The value each bound slot carries, per (plan index of the declared
-    /// stream's first group, partition, slot): releases publish it.
-    slot_values: FastMap<(usize, i32, u32), Arc<str>>,
-    release_key: ReleaseKey,
-    to_count: Vec<ToCount>,
-    horizon_ms: i64,
-    lateness_ms: i64,
-    /// Plan index → its time windows' length (slot lanes start when bound).
-    window_ms: Vec<Option<i64>>,
-    selection: Vec<Option<crate::dp::keyselect::KeySelection>>,
+    /// Private keys (module `private`).
+    keys: PrivateKeys,
     /// Busy flushes since the streams' counts were last flushed.
     busy_flushes: u32,
 }
@@ -256,24 +238,7 @@ impl Processor {
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
             skew_ms: v.max_clock_skew.as_millis() as i64,
-            keys: FastMap::default(),
-            slot_values: FastMap::default(),
-            release_key: ReleaseKey::ephemeral(),
-            to_count: Vec::new(),
-            horizon_ms: v.horizon.as_millis() as i64,
-            lateness_ms: v.max_lateness.as_millis() as i64,
-            window_ms: v
-                .plan
-                .streams
-                .iter()
-                .map(|s| s.spec.window_ms.map(|w| w as i64))
-                .collect(),
-            selection: v
-                .plan
-                .streams
-                .iter()
-                .map(|s| s.selection.as_ref().map(|s| s.mechanism.clone()))
-                .collect(),
+            keys: PrivateKeys::new(v),
             busy_flushes: 0,
         }
     }
@@ -281,15 +246,33 @@ impl Processor {
     /// Key the private-key selections' noise with the release key (else an
     /// ephemeral one).
     pub fn with_release_key(mut self, key: ReleaseKey) -> Self {
-        self.release_key = key;
+        self.keys.set_release_key(key);
         self
     }
 
     /// Forget a revoked partition.
     pub fn drop_partition(&mut self, partition: i32) {
         self.windower.drop_partition(partition);
-        self.keys.retain(|&(_, p), _| p != partition);
-        self.slot_values.retain(|&(_, p, _), _| p != partition);
+        self.keys.drop_partition(partition);
+    }
+
+    /// Private-key bindings changed since the last call, to persist before
+    /// anything routed by them is released: (declared stream name,
+    /// partition, bindings).
+    pub fn take_key_updates(&mut self) -> Vec<(String, i32, Bindings)> {
+        self.keys.take_updates(&self.declared)
+    }
+
+    /// Continue a private-key table from persisted bindings.
+    pub fn restore_keys(&mut self, stream: &str, partition: i32, b: Bindings) {
+        let owners = (&self.declared[..], &mut self.windower);
+        self.keys.restore(owners, stream, partition, b);
+    }
+
+    /// A slot stream's bound key on `partition`: (dimension, value) for its
+    /// releases' `group` (`None`: not a slot of private keys).
+    pub fn bound_value(&self, stream: usize, partition: i32) -> Option<(String, String)> {
+        self.keys.bound_value(&self.declared, stream, partition)
     }
 
     /// The input topic's partition count; until it is set, the partition
@@ -376,7 +359,7 @@ impl Processor {
         readings: &[ingest::Reading],
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
-        self.to_count.clear();
+        self.keys.begin_message();
         self.sync_registry();
         for (i, r) in readings.iter().enumerate() {
             let device = device_key(&r.device_id);
@@ -442,13 +425,7 @@ impl Processor {
             });
         }
         // The message is accepted whole: its private values count.
-        for c in self.to_count.drain(..) {
-            if let Some(t) = self.keys.get_mut(&(c.declared, partition)) {
-                if !t.count(c.device, &c.value, c.event_ms, c.msg_ms) {
-                    crate::telemetry::key_value_refused(&self.declared[c.declared].name);
-                }
-            }
-        }
+        self.keys.count_accepted(&self.declared, partition);
         Ok(())
     }
 

@@ -7,9 +7,10 @@
 //! windows per horizon (and `G` groups), decided from offsets, device keys
 //! and event times only.
 
+use super::counts::DeviceHorizon;
 use super::groups::GroupTable;
 use super::hosted::HeldGroup;
-use super::lane::{close_count_window, window_end, DeviceHorizon, Lane, Open};
+use super::lane::{close_count_window, window_end, Lane, Open};
 use super::{Admission, ClosedWindow, FastMap, StreamRules, MAX_TIME_WINDOW_READINGS};
 use std::collections::BTreeMap;
 

@@ -1,5 +1,7 @@
 //! A lane's per-device window counts ([`DeviceHorizon`]), eight bytes per
-//! device: the memory bound of docs/DESIGN.md §9 ("Memory").
+//! device: the memory bound of docs/DESIGN.md §9 ("Memory"); and its count
+//! of devices whose entries are hosted in replica slots ([`HostedCount`],
+//! module `hosted`).
 //!
 //! Privacy argument: the windower's bounding decisions read and write whole
 //! [`DeviceHorizon`] values through [`DeviceCounts::update`]; this module
@@ -15,9 +17,76 @@
 //! runs the windower with tiny field widths (constant spilling and
 //! rebasing) against the default layout and requires identical windows.
 
-use super::lane::DeviceHorizon;
 use super::FastMap;
 use crate::devices::DeviceTable;
+
+/// A device's windows in its current horizon.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct DeviceHorizon {
+    pub(super) horizon: i64,
+    pub(super) windows: u32,
+    /// Readings in window `last_seq` (the window charged last); a device
+    /// has readings in the open window exactly when it was charged in it.
+    pub(super) in_window: u32,
+    pub(super) last_seq: u64,
+}
+
+impl DeviceHorizon {
+    /// No window charged yet in `horizon`.
+    pub(super) fn fresh(horizon: i64) -> Self {
+        Self {
+            horizon,
+            windows: 0,
+            in_window: 0,
+            last_seq: u64::MAX,
+        }
+    }
+}
+
+/// A lane's hosted devices, by the horizon of their counts (a handful of
+/// horizons at any time: the lane's live ones).
+#[derive(Debug, Default, Clone)]
+pub(super) struct HostedCount {
+    by_horizon: Vec<(i64, usize)>,
+    live: usize,
+}
+
+impl HostedCount {
+    pub(super) fn add(&mut self, horizon: i64) {
+        self.live += 1;
+        match self.by_horizon.iter_mut().find(|(h, _)| *h == horizon) {
+            Some((_, n)) => *n += 1,
+            None => self.by_horizon.push((horizon, 1)),
+        }
+    }
+
+    /// One hosted device of `horizon` (not swept) is no longer hosted.
+    pub(super) fn remove(&mut self, horizon: i64) {
+        let i = self
+            .by_horizon
+            .iter()
+            .position(|(h, _)| *h == horizon)
+            .expect("a hosted device's horizon is counted");
+        self.live -= 1;
+        self.by_horizon[i].1 -= 1;
+        if self.by_horizon[i].1 == 0 {
+            self.by_horizon.swap_remove(i);
+        }
+    }
+
+    /// The lane swept horizons before `before`: their hosted counts read as
+    /// absent from now on.
+    pub(super) fn sweep(&mut self, before: i64) {
+        self.by_horizon.retain(|(h, _)| *h >= before);
+        self.live = self.by_horizon.iter().map(|(_, n)| n).sum();
+    }
+
+    /// Hosted devices whose counts are not swept.
+    #[inline]
+    pub(super) fn live(&self) -> usize {
+        self.live
+    }
+}
 
 /// Bit widths of the packed fields (64 in all).
 #[derive(Debug, Clone, Copy)]

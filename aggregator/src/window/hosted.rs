@@ -24,7 +24,7 @@
 //!    swept lazily: an entry of a horizon its table or lane swept reads as
 //!    absent, exactly what the sweep left in the table.
 //! 4. **Counting.** A lane counts its hosted devices by horizon
-//!    ([`HostedCount`]), so the per-lane device limit sees the devices of
+//!    (`counts::HostedCount`), so the per-lane device limit sees the devices of
 //!    its table and of slots together, as before hosting.
 //!
 //! Restore replaces a lane's counts and merges restored `G` entries into a
@@ -35,8 +35,9 @@
 //! admissions, closes, sweeps, group moves, restores and dropped partitions
 //! with and without hosting and requires identical outcomes and windows.
 
+use super::counts::{DeviceHorizon, HostedCount};
 use super::groups::Entry;
-use super::lane::{lane_mut, DeviceHorizon};
+use super::lane::lane_mut;
 use super::{FastMap, LaneGroup, Windower};
 
 /// No lane's counts in a slot.
@@ -72,51 +73,6 @@ impl Default for Hosted {
 }
 
 const _: () = assert!(std::mem::size_of::<Hosted>() == 48);
-
-/// A lane's hosted devices, by the horizon of their counts (a handful of
-/// horizons at any time: the lane's live ones).
-#[derive(Debug, Default, Clone)]
-pub(super) struct HostedCount {
-    by_horizon: Vec<(i64, usize)>,
-    live: usize,
-}
-
-impl HostedCount {
-    pub(super) fn add(&mut self, horizon: i64) {
-        self.live += 1;
-        match self.by_horizon.iter_mut().find(|(h, _)| *h == horizon) {
-            Some((_, n)) => *n += 1,
-            None => self.by_horizon.push((horizon, 1)),
-        }
-    }
-
-    /// One hosted device of `horizon` (not swept) is no longer hosted.
-    pub(super) fn remove(&mut self, horizon: i64) {
-        let i = self
-            .by_horizon
-            .iter()
-            .position(|(h, _)| *h == horizon)
-            .expect("a hosted device's horizon is counted");
-        self.live -= 1;
-        self.by_horizon[i].1 -= 1;
-        if self.by_horizon[i].1 == 0 {
-            self.by_horizon.swap_remove(i);
-        }
-    }
-
-    /// The lane swept horizons before `before`: their hosted counts read as
-    /// absent from now on.
-    pub(super) fn sweep(&mut self, before: i64) {
-        self.by_horizon.retain(|(h, _)| *h >= before);
-        self.live = self.by_horizon.iter().map(|(_, n)| n).sum();
-    }
-
-    /// Hosted devices whose counts are not swept.
-    #[inline]
-    pub(super) fn live(&self) -> usize {
-        self.live
-    }
-}
 
 /// The tags of (grouped stream's first lane, partition) pairs.
 #[derive(Debug, Default)]

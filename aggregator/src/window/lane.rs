@@ -4,9 +4,8 @@
 //! due). The caps' decisions are `admit.rs`'s; the privacy argument is the
 //! parent module's.
 
-use super::counts::{DeviceCounts, Layout};
+use super::counts::{DeviceCounts, DeviceHorizon, HostedCount, Layout};
 use super::groups::GroupTable;
-use super::hosted::HostedCount;
 use super::{charge_records, ClosedWindow, FastMap, StreamRules};
 
 #[derive(Debug, Default)]
@@ -50,28 +49,6 @@ pub(super) struct Lane {
     /// The tag of the lane's grouped stream and partition (0: not known
     /// yet); the lane goes when the tag dies (a dropped partition).
     pub(super) tag: u32,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct DeviceHorizon {
-    pub(super) horizon: i64,
-    pub(super) windows: u32,
-    /// Readings in window `last_seq` (the window charged last); a device
-    /// has readings in the open window exactly when it was charged in it.
-    pub(super) in_window: u32,
-    pub(super) last_seq: u64,
-}
-
-impl DeviceHorizon {
-    /// No window charged yet in `horizon`.
-    pub(super) fn fresh(horizon: i64) -> Self {
-        Self {
-            horizon,
-            windows: 0,
-            in_window: 0,
-            last_seq: u64::MAX,
-        }
-    }
 }
 
 /// A lane's device counts rebuilt from the charges of its released

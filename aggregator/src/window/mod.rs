@@ -47,11 +47,11 @@ pub(crate) use hosted::Hosted;
 pub use lane::RestoredLane;
 pub use types::*;
 
-use counts::{DeviceCounts, Layout};
+use counts::{DeviceCounts, DeviceHorizon, Layout};
 use groups::GroupTable;
 use hosted::{HostedParts, Tags};
 use lane::{close, close_count_window, first_open_window, lane_mut, window_end};
-use lane::{DeviceHorizon, Lane, Open};
+use lane::{Lane, Open};
 use std::collections::BTreeMap;
 
 /// All windows of one process.

@@ -500,6 +500,16 @@ impl StreamPlan {
             .expect("a running histogram needs the histogram measurement")
     }
 
+    /// Combine one seq's releases from `parts` (distinct partitions) into
+    /// fleet-wide statistics (`fleet.rs`: post-processing, free).
+    pub fn combine(
+        &self,
+        parts: &[PartRelease<'_>],
+        cache: &mut FleetCache,
+    ) -> Result<Vec<FleetStatistic>, CombineError> {
+        fleet::combine_seq(self, parts, cache)
+    }
+
     /// Every statistic's metadata (mechanism, sensitivity, scale, spend,
     /// half-width) with no values: it depends on public parameters only, so
     /// it is computed by releasing a window of midpoints with a fixed seed

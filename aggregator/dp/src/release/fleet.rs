@@ -82,149 +82,147 @@ impl FleetCache {
     }
 }
 
-impl StreamPlan {
-    /// Combine one seq's releases from `parts` (distinct partitions).
-    pub fn combine(
-        &self,
-        parts: &[PartRelease<'_>],
-        cache: &mut FleetCache,
-    ) -> Result<Vec<FleetStatistic>, CombineError> {
-        let first = parts.first().ok_or(CombineError::Empty)?;
-        let layout = cache
-            .layout
-            .get_or_insert_with(|| self.describe().into_iter().map(|s| s.name).collect())
-            .clone();
-        for p in parts {
-            if !p.statistics.iter().map(|s| &s.name).eq(layout.iter()) {
-                let found = p.statistics.iter().map(|s| s.name.clone()).collect();
-                return Err(CombineError::Statistics {
-                    found,
-                    expected: layout,
-                });
-            }
-        }
-        let m = parts.len();
-        let res = self.universe.resolution();
-        let change_one = self.neighbouring.relation == Relation::ChangeOne;
-        let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
-        let count_at = layout.iter().position(|s| s == "count");
-        // Weights: n (public) under change-one; the released noisy count
-        // under add-remove if there is one, else equal.
-        let weights: Vec<f64> = parts
-            .iter()
-            .map(|p| match (change_one, count_at) {
-                (true, _) => p.n as f64,
-                (false, Some(i)) => value(p, i).max(1.0),
-                (false, None) => 1.0,
-            })
-            .collect();
-        let total: f64 = weights.iter().sum();
-        let weighted = |i: usize| -> f64 {
-            parts
-                .iter()
-                .zip(&weights)
-                .map(|(p, w)| w * value(p, i))
-                .sum::<f64>()
-                / total
-        };
-        let summed = |i: usize| -> Vec<f64> {
-            let len = first.statistics[i].values.len();
-            (0..len)
-                .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
-                .collect()
-        };
-        // (std, half-width) of Σ over partitions of measurement `idx`'s
-        // noise, times `per`.
-        let mut noise_of = |idx: Option<usize>, per: f64| {
-            let idx = idx?;
-            let Mechanism::Additive(noise) = &self.measurements[idx].mechanism else {
-                return None;
-            };
-            if matches!(noise, Noise::Exact) {
-                return Some((0.0, 0.0));
-            }
-            let sd = sum_variance(noise, m).sqrt() * per;
-            Some((sd, cache.width(self, idx, m) * per))
-        };
-        let idx = |pred: fn(&Measurement) -> bool| self.find(pred).map(|(i, _)| i);
-        let count_m = idx(|m| *m == Measurement::Count);
-        let centred = idx(|m| *m == Measurement::CentredSum);
-        let direct = idx(|m| *m == Measurement::Sum);
-        let hist = idx(|m| matches!(m, Measurement::Histogram { .. }));
-        let boundary = idx(|m| *m == Measurement::Boundary);
-        let mean_at = layout.iter().position(|s| s == "mean");
-        let fleet_mean = mean_at.map(weighted);
-        let variance_at = layout.iter().position(|s| s == "variance");
-        // Pooled variance: Σ w_p (v_p + (μ_p − μ)²) / Σ w_p, with the
-        // between-partition term where the means are released.
-        let pooled = |var_of: &dyn Fn(&PartRelease<'_>) -> f64| -> (f64, &'static str) {
-            let between = |p: &PartRelease<'_>| match (mean_at, fleet_mean) {
-                (Some(i), Some(mu)) => (value(p, i) - mu).powi(2),
-                _ => 0.0,
-            };
-            let v = parts
-                .iter()
-                .zip(&weights)
-                .map(|(p, w)| w * (var_of(p) + between(p)))
-                .sum::<f64>()
-                / total;
-            let how = if mean_at.is_some() {
-                "pooled"
-            } else {
-                "weighted_mean"
-            };
-            (v, how)
-        };
-
-        let mut out = Vec::with_capacity(layout.len());
-        for (i, name) in layout.iter().enumerate() {
-            let (values, combination, noise) = match name.as_str() {
-                // Change-one: the exact window sizes.
-                "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
-                "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
-                "sum" => {
-                    let noise = match (direct, change_one) {
-                        (Some(d), _) => noise_of(Some(d), res),
-                        (None, true) => noise_of(centred, res / 2.0),
-                        (None, false) => None,
-                    };
-                    (summed(i), "sum", noise)
-                }
-                "histogram" => (summed(i), "sum", noise_of(hist, 1.0)),
-                "mean" => {
-                    let noise = change_one
-                        .then(|| noise_of(centred, res / 2.0 / total))
-                        .flatten();
-                    (vec![weighted(i)], "weighted_mean", noise)
-                }
-                "clamped" => {
-                    let noise = change_one
-                        .then(|| noise_of(boundary, 1.0 / total))
-                        .flatten();
-                    (vec![weighted(i)], "weighted_mean", noise)
-                }
-                "variance" => {
-                    let (v, how) = pooled(&|p| value(p, i));
-                    (vec![v], how, None)
-                }
-                "std" => {
-                    let (v, how) = match variance_at {
-                        Some(vi) => pooled(&|p| value(p, vi)),
-                        None => pooled(&|p| value(p, i).powi(2)),
-                    };
-                    (vec![v.max(0.0).sqrt()], how, None)
-                }
-                _ => (vec![weighted(i)], "weighted_mean", None),
-            };
-            out.push(FleetStatistic {
-                name: name.clone(),
-                level: first.statistics[i].level,
-                values,
-                combination: combination.to_string(),
-                std: noise.map(|n| n.0),
-                half_width: noise.map(|n| n.1),
+/// Combine one seq's releases from `parts` (distinct partitions).
+pub(super) fn combine_seq(
+    stream: &StreamPlan,
+    parts: &[PartRelease<'_>],
+    cache: &mut FleetCache,
+) -> Result<Vec<FleetStatistic>, CombineError> {
+    let first = parts.first().ok_or(CombineError::Empty)?;
+    let layout = cache
+        .layout
+        .get_or_insert_with(|| stream.describe().into_iter().map(|s| s.name).collect())
+        .clone();
+    for p in parts {
+        if !p.statistics.iter().map(|s| &s.name).eq(layout.iter()) {
+            let found = p.statistics.iter().map(|s| s.name.clone()).collect();
+            return Err(CombineError::Statistics {
+                found,
+                expected: layout,
             });
         }
-        Ok(out)
     }
+    let m = parts.len();
+    let res = stream.universe.resolution();
+    let change_one = stream.neighbouring.relation == Relation::ChangeOne;
+    let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
+    let count_at = layout.iter().position(|s| s == "count");
+    // Weights: n (public) under change-one; the released noisy count
+    // under add-remove if there is one, else equal.
+    let weights: Vec<f64> = parts
+        .iter()
+        .map(|p| match (change_one, count_at) {
+            (true, _) => p.n as f64,
+            (false, Some(i)) => value(p, i).max(1.0),
+            (false, None) => 1.0,
+        })
+        .collect();
+    let total: f64 = weights.iter().sum();
+    let weighted = |i: usize| -> f64 {
+        parts
+            .iter()
+            .zip(&weights)
+            .map(|(p, w)| w * value(p, i))
+            .sum::<f64>()
+            / total
+    };
+    let summed = |i: usize| -> Vec<f64> {
+        let len = first.statistics[i].values.len();
+        (0..len)
+            .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
+            .collect()
+    };
+    // (std, half-width) of Σ over partitions of measurement `idx`'s
+    // noise, times `per`.
+    let mut noise_of = |idx: Option<usize>, per: f64| {
+        let idx = idx?;
+        let Mechanism::Additive(noise) = &stream.measurements[idx].mechanism else {
+            return None;
+        };
+        if matches!(noise, Noise::Exact) {
+            return Some((0.0, 0.0));
+        }
+        let sd = sum_variance(noise, m).sqrt() * per;
+        Some((sd, cache.width(stream, idx, m) * per))
+    };
+    let idx = |pred: fn(&Measurement) -> bool| stream.find(pred).map(|(i, _)| i);
+    let count_m = idx(|m| *m == Measurement::Count);
+    let centred = idx(|m| *m == Measurement::CentredSum);
+    let direct = idx(|m| *m == Measurement::Sum);
+    let hist = idx(|m| matches!(m, Measurement::Histogram { .. }));
+    let boundary = idx(|m| *m == Measurement::Boundary);
+    let mean_at = layout.iter().position(|s| s == "mean");
+    let fleet_mean = mean_at.map(weighted);
+    let variance_at = layout.iter().position(|s| s == "variance");
+    // Pooled variance: Σ w_p (v_p + (μ_p − μ)²) / Σ w_p, with the
+    // between-partition term where the means are released.
+    let pooled = |var_of: &dyn Fn(&PartRelease<'_>) -> f64| -> (f64, &'static str) {
+        let between = |p: &PartRelease<'_>| match (mean_at, fleet_mean) {
+            (Some(i), Some(mu)) => (value(p, i) - mu).powi(2),
+            _ => 0.0,
+        };
+        let v = parts
+            .iter()
+            .zip(&weights)
+            .map(|(p, w)| w * (var_of(p) + between(p)))
+            .sum::<f64>()
+            / total;
+        let how = if mean_at.is_some() {
+            "pooled"
+        } else {
+            "weighted_mean"
+        };
+        (v, how)
+    };
+
+    let mut out = Vec::with_capacity(layout.len());
+    for (i, name) in layout.iter().enumerate() {
+        let (values, combination, noise) = match name.as_str() {
+            // Change-one: the exact window sizes.
+            "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
+            "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
+            "sum" => {
+                let noise = match (direct, change_one) {
+                    (Some(d), _) => noise_of(Some(d), res),
+                    (None, true) => noise_of(centred, res / 2.0),
+                    (None, false) => None,
+                };
+                (summed(i), "sum", noise)
+            }
+            "histogram" => (summed(i), "sum", noise_of(hist, 1.0)),
+            "mean" => {
+                let noise = change_one
+                    .then(|| noise_of(centred, res / 2.0 / total))
+                    .flatten();
+                (vec![weighted(i)], "weighted_mean", noise)
+            }
+            "clamped" => {
+                let noise = change_one
+                    .then(|| noise_of(boundary, 1.0 / total))
+                    .flatten();
+                (vec![weighted(i)], "weighted_mean", noise)
+            }
+            "variance" => {
+                let (v, how) = pooled(&|p| value(p, i));
+                (vec![v], how, None)
+            }
+            "std" => {
+                let (v, how) = match variance_at {
+                    Some(vi) => pooled(&|p| value(p, vi)),
+                    None => pooled(&|p| value(p, i).powi(2)),
+                };
+                (vec![v.max(0.0).sqrt()], how, None)
+            }
+            _ => (vec![weighted(i)], "weighted_mean", None),
+        };
+        out.push(FleetStatistic {
+            name: name.clone(),
+            level: first.statistics[i].level,
+            values,
+            combination: combination.to_string(),
+            std: noise.map(|n| n.0),
+            half_width: noise.map(|n| n.1),
+        });
+    }
+    Ok(out)
 }

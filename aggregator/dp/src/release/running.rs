@@ -40,150 +40,150 @@ pub struct RunningValue {
     pub combined_bins: Option<(Vec<f64>, f64)>,
 }
 
-impl StreamPlan {
-    /// Advance this lane's running totals by window `seq` (noise keyed like
-    /// the window's, in its own domain); `None` without running totals or
-    /// past a pure-DP tree's lifetime.
-    pub fn running_step(
-        &self,
-        key: &ReleaseKey,
-        partition: i32,
-        seq: u64,
-        values: &[i64],
-        state: &mut RunningState,
-    ) -> Option<Vec<RunningValue>> {
-        let plan = self.running.as_ref()?;
-        let mut window = vec![vec![stats::sum(values)]];
-        if plan.groups.len() > 1 {
-            let edges = self.histogram_edges_units();
-            window.push(
-                stats::histogram(values, &edges)
-                    .into_iter()
-                    .map(|c| c as i128)
-                    .collect(),
-            );
-        }
-        let digest = window_digest(values);
-        let id = WindowId {
-            stream: &self.spec.name,
-            partition,
-            seq,
-        };
-        // The window's released sum (the same keyed draws as its release),
-        // summed over the windows so far: a second estimate of the sum
-        // total, combined with the running total below.
-        let (window_sum, window_bins) = self.window_estimates(
-            values,
-            &mut window_rng(key, id, &digest),
-            plan.groups.len() > 1,
-        );
-        let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
-        let t = state.steps;
-        let res = plan.resolution;
-        let summed = window_sum.map(|(s, var)| {
-            state.summed += s;
-            (state.summed * res, (t as f64 * var).sqrt() * res)
-        });
-        // Only while every window so far was summed (a state written by a
-        // version without bins starts them late: never published then).
-        let summed_bins = window_bins.and_then(|(bins, var)| {
-            if state.summed_bins.is_empty() && state.summed_bins_steps == 0 {
-                state.summed_bins = vec![0.0; bins.len()];
-            }
-            if state.summed_bins.len() != bins.len() {
-                return None;
-            }
-            state
-                .summed_bins
-                .iter_mut()
-                .zip(&bins)
-                .for_each(|(s, b)| *s += b);
-            state.summed_bins_steps += 1;
-            (state.summed_bins_steps == t)
-                .then(|| (state.summed_bins.clone(), (t as f64 * var).sqrt()))
-        });
-        Some(
-            plan.groups
-                .iter()
-                .zip(noisy)
-                .map(|(g, v)| {
-                    let scale = if g.name == "sum" {
-                        plan.resolution
-                    } else {
-                        1.0
-                    };
-                    let values: Vec<f64> = v.into_iter().map(|x| x * scale).collect();
-                    let std = g.noise.std_after(t).unwrap_or(f64::NAN) * scale;
-                    let summed = summed.filter(|_| g.name == "sum");
-                    let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
-                    let summed_bins = summed_bins.clone().filter(|_| g.name == "histogram");
-                    let combined_bins = summed_bins.as_ref().map(|(bins, s_std)| {
-                        let both: Vec<(f64, f64)> = values
-                            .iter()
-                            .zip(bins)
-                            .map(|(&v, &b)| combine((v, std), (b, *s_std)))
-                            .collect();
-                        let std = both.first().map_or(f64::NAN, |c| c.1);
-                        (both.into_iter().map(|c| c.0).collect(), std)
-                    });
-                    RunningValue {
-                        name: g.name,
-                        windows: t,
-                        count: t * self.spec.window_size,
-                        values,
-                        std,
-                        mechanism: g.noise.name(),
-                        spent: rational::to_f64(&g.spent),
-                        summed,
-                        combined,
-                        summed_bins,
-                        combined_bins,
-                    }
-                })
+/// Advance this lane's running totals by window `seq` (noise keyed like
+/// the window's, in its own domain); `None` without running totals or
+/// past a pure-DP tree's lifetime.
+pub(super) fn running_step(
+    stream: &StreamPlan,
+    key: &ReleaseKey,
+    partition: i32,
+    seq: u64,
+    values: &[i64],
+    state: &mut RunningState,
+) -> Option<Vec<RunningValue>> {
+    let plan = stream.running.as_ref()?;
+    let mut window = vec![vec![stats::sum(values)]];
+    if plan.groups.len() > 1 {
+        let edges = stream.histogram_edges_units();
+        window.push(
+            stats::histogram(values, &edges)
+                .into_iter()
+                .map(|c| c as i128)
                 .collect(),
-        )
+        );
     }
+    let digest = window_digest(values);
+    let id = WindowId {
+        stream: &stream.spec.name,
+        partition,
+        seq,
+    };
+    // The window's released sum (the same keyed draws as its release),
+    // summed over the windows so far: a second estimate of the sum
+    // total, combined with the running total below.
+    let (window_sum, window_bins) = window_estimates(
+        stream,
+        values,
+        &mut window_rng(key, id, &digest),
+        plan.groups.len() > 1,
+    );
+    let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
+    let t = state.steps;
+    let res = plan.resolution;
+    let summed = window_sum.map(|(s, var)| {
+        state.summed += s;
+        (state.summed * res, (t as f64 * var).sqrt() * res)
+    });
+    // Only while every window so far was summed (a state written by a
+    // version without bins starts them late: never published then).
+    let summed_bins = window_bins.and_then(|(bins, var)| {
+        if state.summed_bins.is_empty() && state.summed_bins_steps == 0 {
+            state.summed_bins = vec![0.0; bins.len()];
+        }
+        if state.summed_bins.len() != bins.len() {
+            return None;
+        }
+        state
+            .summed_bins
+            .iter_mut()
+            .zip(&bins)
+            .for_each(|(s, b)| *s += b);
+        state.summed_bins_steps += 1;
+        (state.summed_bins_steps == t).then(|| (state.summed_bins.clone(), (t as f64 * var).sqrt()))
+    });
+    Some(
+        plan.groups
+            .iter()
+            .zip(noisy)
+            .map(|(g, v)| {
+                let scale = if g.name == "sum" {
+                    plan.resolution
+                } else {
+                    1.0
+                };
+                let values: Vec<f64> = v.into_iter().map(|x| x * scale).collect();
+                let std = g.noise.std_after(t).unwrap_or(f64::NAN) * scale;
+                let summed = summed.filter(|_| g.name == "sum");
+                let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
+                let summed_bins = summed_bins.clone().filter(|_| g.name == "histogram");
+                let combined_bins = summed_bins.as_ref().map(|(bins, s_std)| {
+                    let both: Vec<(f64, f64)> = values
+                        .iter()
+                        .zip(bins)
+                        .map(|(&v, &b)| combine((v, std), (b, *s_std)))
+                        .collect();
+                    let std = both.first().map_or(f64::NAN, |c| c.1);
+                    (both.into_iter().map(|c| c.0).collect(), std)
+                });
+                RunningValue {
+                    name: g.name,
+                    windows: t,
+                    count: t * stream.spec.window_size,
+                    values,
+                    std,
+                    mechanism: g.noise.name(),
+                    spent: rational::to_f64(&g.spent),
+                    summed,
+                    combined,
+                    summed_bins,
+                    combined_bins,
+                }
+            })
+            .collect(),
+    )
+}
 
-    /// The window's released sum in units, unrounded as post-processing
-    /// leaves it, and its noise variance (units²), and (with `bins`) its
-    /// histogram bins as measured (noisy, before projection) and each bin's
-    /// noise variance: one pass of the window's keyed generator, the same
-    /// draws as its release. `None` where the measurement is not planned.
-    #[allow(clippy::type_complexity)]
-    fn window_estimates<R: Rng + ?Sized>(
-        &self,
-        values: &[i64],
-        rng: &mut R,
-        bins: bool,
-    ) -> (Option<(f64, f64)>, Option<(Vec<f64>, f64)>) {
-        let sum = self.find(|m| *m == Measurement::CentredSum);
-        let hist = self
-            .find(|m| matches!(m, Measurement::Histogram { .. }))
-            .filter(|_| bins);
-        let take = sum.iter().chain(&hist).map(|(i, _)| i + 1).max();
-        let Some(take) = take else {
-            return (None, None);
+/// The window's released sum in units, unrounded as post-processing
+/// leaves it, and its noise variance (units²), and (with `bins`) its
+/// histogram bins as measured (noisy, before projection) and each bin's
+/// noise variance: one pass of the window's keyed generator, the same
+/// draws as its release. `None` where the measurement is not planned.
+#[allow(clippy::type_complexity)]
+fn window_estimates<R: Rng + ?Sized>(
+    stream: &StreamPlan,
+    values: &[i64],
+    rng: &mut R,
+    bins: bool,
+) -> (Option<(f64, f64)>, Option<(Vec<f64>, f64)>) {
+    let sum = stream.find(|m| *m == Measurement::CentredSum);
+    let hist = stream
+        .find(|m| matches!(m, Measurement::Histogram { .. }))
+        .filter(|_| bins);
+    let take = sum.iter().chain(&hist).map(|(i, _)| i + 1).max();
+    let Some(take) = take else {
+        return (None, None);
+    };
+    let measured = stream.measure_first(values, Some(rng), take, None);
+    let sum = sum.and_then(|(i, m)| {
+        let (Mechanism::Additive(noise), Measured::Scalar(c)) = (&m.mechanism, &measured[i]) else {
+            return None;
         };
-        let measured = self.measure_first(values, Some(rng), take, None);
-        let sum = sum.and_then(|(i, m)| {
-            let (Mechanism::Additive(noise), Measured::Scalar(c)) = (&m.mechanism, &measured[i])
-            else {
-                return None;
-            };
-            let (lo, hi) = (self.universe.lower() as f64, self.universe.upper() as f64);
-            let n = values.len() as f64;
-            // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
-            let s = ((*c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
-            Some((s, noise.variance() / 4.0))
-        });
-        let hist = hist.and_then(|(i, m)| match (&m.mechanism, &measured[i]) {
-            (Mechanism::Additive(noise), Measured::Vector(b)) => {
-                Some((b.iter().map(|&x| x as f64).collect(), noise.variance()))
-            }
-            _ => None,
-        });
-        (sum, hist)
-    }
+        let (lo, hi) = (
+            stream.universe.lower() as f64,
+            stream.universe.upper() as f64,
+        );
+        let n = values.len() as f64;
+        // As the release's sum: Σx = (C1 + n(L + U)) / 2, clamped to [nL, nU].
+        let s = ((*c as f64 + n * (lo + hi)) / 2.0).clamp(n * lo, n * hi);
+        Some((s, noise.variance() / 4.0))
+    });
+    let hist = hist.and_then(|(i, m)| match (&m.mechanism, &measured[i]) {
+        (Mechanism::Additive(noise), Measured::Vector(b)) => {
+            Some((b.iter().map(|&x| x as f64).collect(), noise.variance()))
+        }
+        _ => None,
+    });
+    (sum, hist)
 }
 
 /// Inverse-variance combination of two independent estimates `(value, std)`:

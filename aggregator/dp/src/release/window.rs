@@ -1,9 +1,9 @@
-//! A window's release, the main path: the keyed noise of
+//! A lane's releases, window after window — the main path: the keyed noise of
 //! docs/DESIGN.md §5 (one generator per stream, partition and window seq,
 //! seeded from the release key and a digest of the window's values, so a
 //! replay repeats every draw) and the quantile candidates the lane's
 //! [`QuantileTrack`] gives (the declared ones unless the stream adapts
-//! them: `adaptive.rs`).
+//! them: `adaptive.rs`), and the lane's running totals (`running.rs`).
 //!
 //! Privacy argument: the noise is calibrated in `evaluate.rs`; keying it
 //! only makes the draws repeatable (the same window always gets the same
@@ -11,6 +11,7 @@
 //! function of earlier releases only (`adaptive.rs`).
 
 use super::*;
+use crate::continual::RunningState;
 use crate::rng::{window_digest, window_rng, ReleaseKey, WindowId};
 
 impl StreamPlan {
@@ -60,6 +61,20 @@ impl StreamPlan {
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
         self.evaluate(values, Some(&mut rng), adaptive.as_deref())
+    }
+
+    /// Advance this lane's running totals by window `seq` (noise keyed like
+    /// the window's, in its own domain; `running.rs`); `None` without
+    /// running totals or past a pure-DP tree's lifetime.
+    pub fn running_step(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        state: &mut RunningState,
+    ) -> Option<Vec<RunningValue>> {
+        running::running_step(self, key, partition, seq, values, state)
     }
 
     /// Advance a lane's track past window `seq`: its quantiles exactly as
