@@ -193,6 +193,9 @@ fn parse_answer(body: &[u8], id: u32) -> std::result::Result<ingest::AvroSchema,
         .map_err(|e| format!("the registry's answer is not a schema: {e}"))?;
     match a.schema_type.as_deref() {
         None | Some("AVRO") => ingest::AvroSchema::new(&a.schema, Some(id)),
+        Some("PROTOBUF") => Err("a PROTOBUF schema: Protobuf schemas are not fetched from the registry; \
+                                 declare the topic's descriptor set (input.protobuf_descriptor_set)"
+            .into()),
         Some(other) => Err(format!("a {other} schema, not Avro")),
     }
 }
@@ -229,9 +232,15 @@ mod tests {
             "acme.v1.Telemetry"
         );
         let proto = r#"{"schema": "syntax = \"proto3\";", "schemaType": "PROTOBUF"}"#;
-        assert!(parse_answer(proto.as_bytes(), 3)
+        let e = parse_answer(proto.as_bytes(), 3).unwrap_err();
+        assert!(
+            e.contains("PROTOBUF") && e.contains("input.protobuf_descriptor_set"),
+            "{e}"
+        );
+        let json = r#"{"schema": "{}", "schemaType": "JSON"}"#;
+        assert!(parse_answer(json.as_bytes(), 3)
             .unwrap_err()
-            .contains("PROTOBUF"));
+            .contains("a JSON schema, not Avro"));
         assert!(parse_answer(b"<html>", 3)
             .unwrap_err()
             .contains("not a schema"));

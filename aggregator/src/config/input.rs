@@ -177,6 +177,10 @@ pub(crate) fn sources(input: Option<&InputConfig>, kafka: &super::KafkaConfig) -
             if kafka.input_framing != ingest::Framing::Confluent {
                 bail!("input.schema_registry_url: set kafka.input_framing = \"confluent\" (the frame names the schema id)");
             }
+            if kafka.input_format == ingest::Format::Protobuf && !kafka.read_content_type {
+                bail!("input.schema_registry_url: Protobuf schemas are not fetched from the registry; declare the topic's descriptor set \
+                       (input.protobuf_descriptor_set and input.protobuf_message; docs/input.md, Your own Protobuf messages)");
+            }
             if kafka.input_format != ingest::Format::Avro && !kafka.read_content_type {
                 bail!("input.schema_registry_url: set kafka.input_format = \"avro\" (schemas are fetched for Avro messages)");
             }

@@ -511,5 +511,14 @@ fn avro_settings_are_checked() {
         let msg = format!("{err:#}");
         assert!(msg.contains("input.schema_registry_url"), "{msg}");
     }
+    // Protobuf topics are pointed at the descriptor-set path.
+    let protobuf = framed(text("protobuf", false, &url("http://r:1")));
+    let err = Config::parse(&protobuf)
+        .and_then(|c| c.validate())
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("input.protobuf_descriptor_set"),
+        "{err:#}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
