@@ -7,8 +7,6 @@
 //! noisy value, or a plan figure. Under add-remove the exact input counts
 //! ([`EXACT_COUNT_METRICS`]) reveal presence and are operator-internal.
 
-use crate::config::Validated;
-use crate::dp::rational;
 use ingest::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -370,21 +368,29 @@ pub(crate) fn release_position(stream: &str, partition: i32, window_seq: u64, at
         .set(at_ms as f64 / 1e3);
 }
 
-/// Plan-level budget gauges per stream (public: the plan, not the data).
-pub fn budget_gauges(v: &Validated) {
-    let budget = v.plan.privacy.budget.per_horizon;
-    for s in &v.plan.streams {
-        let declared = budget * s.spec.budget_share;
-        let spent = rational::to_f64(&s.per_horizon());
-        let stream = s.spec.name.clone();
-        metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(tidy(declared));
-        // The unit as a label, for dashboards (a Grafana variable).
-        let unit = v.unit_of(s.declared_name());
-        metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone(), "unit" => unit)
-            .set(s.spec.window_size as f64);
-        metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(tidy(spent));
+/// One planned stream's budget figures, from the plan (public: the plan,
+/// not the data).
+pub struct BudgetFigures {
+    pub stream: String,
+    /// The readings' unit (a label, for dashboards: a Grafana variable).
+    pub unit: String,
+    pub window_size: u64,
+    /// The stream's share of the budget per horizon, and what its plan
+    /// spends of it per horizon.
+    pub declared: f64,
+    pub spent: f64,
+}
+
+/// Plan-level budget gauges per stream.
+pub fn budget_gauges(streams: impl IntoIterator<Item = BudgetFigures>) {
+    for s in streams {
+        let stream = s.stream;
+        metrics::gauge!(name::BUDGET_PER_HORIZON, "stream" => stream.clone()).set(tidy(s.declared));
+        metrics::gauge!(name::WINDOW_SIZE, "stream" => stream.clone(), "unit" => s.unit)
+            .set(s.window_size as f64);
+        metrics::gauge!(name::BUDGET_SPENT, "stream" => stream.clone()).set(tidy(s.spent));
         metrics::gauge!(name::BUDGET_REMAINING, "stream" => stream)
-            .set(tidy((declared - spent).max(0.0)));
+            .set(tidy((s.declared - s.spent).max(0.0)));
     }
 }
 

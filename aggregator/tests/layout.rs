@@ -385,6 +385,23 @@ fn no_type_is_implemented_across_more_than_two_files() {
     );
 }
 
+/// The service's bottom layer: modules every other may use, which name no
+/// service module themselves (metrics take figures, not the configuration).
+const BOTTOM: [&str; 5] = ["telemetry", "clock", "partitioner", "devices", "faults"];
+
+#[test]
+fn the_bottom_layer_names_no_module_above_it() {
+    let graph = module_graph("aggregator/src", &["dp"]);
+    for m in BOTTOM {
+        let deps = graph.get(m).unwrap_or_else(|| panic!("no module {m}"));
+        let up: Vec<&String> = deps
+            .iter()
+            .filter(|d| !BOTTOM.contains(&d.as_str()))
+            .collect();
+        assert!(up.is_empty(), "{m} names modules above it: {up:?}");
+    }
+}
+
 #[test]
 fn the_cycle_check_can_fail() {
     let g: BTreeMap<String, BTreeSet<String>> = [

@@ -33,7 +33,7 @@ use crate::kafka;
 use crate::process::Processor;
 use crate::registry::Registry;
 use crate::status::StatusBoard;
-use crate::telemetry::{budget_gauges, Counters};
+use crate::telemetry::{budget_gauges, BudgetFigures, Counters};
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use std::sync::Arc;
@@ -153,7 +153,14 @@ impl Pipeline {
         // ledger whenever partitions are assigned (see `consume`).
         let mut processor =
             Processor::new(v, self.counters.clone()).with_release_key(self.key.clone());
-        budget_gauges(v);
+        let budget = v.plan.privacy.budget.per_horizon;
+        budget_gauges(v.plan.streams.iter().map(|s| BudgetFigures {
+            stream: s.spec.name.clone(),
+            unit: v.unit_of(s.declared_name()),
+            window_size: s.spec.window_size,
+            declared: budget * s.spec.budget_share,
+            spent: crate::dp::rational::to_f64(&s.per_horizon()),
+        }));
         self.spawn_lag_probe(shutdown.clone())?;
 
         // Every topic is checked now, not when first used: a missing
