@@ -342,11 +342,13 @@ fn inherent_impls(code: &str) -> BTreeSet<String> {
                 Some(g) => &g[g.find('>')? + 1..],
                 None => l,
             };
-            let name: String = l
+            // `impl crate::x::Foo` is `Foo`'s.
+            let path: String = l
                 .trim_start()
                 .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
+            let name = path.rsplit("::").next().unwrap_or("").to_string();
             (!name.is_empty()).then_some(name)
         })
         .collect()
@@ -380,8 +382,10 @@ fn no_type_is_implemented_across_more_than_two_files() {
         "types implemented across more than {MAX_IMPL_FILES} files: {spread:#?}"
     );
     assert_eq!(
-        inherent_impls("impl<'a> Foo<'a> {\nimpl Bar {\nimpl Display for Baz {\nimplied\n"),
-        ["Bar", "Foo"].into_iter().map(String::from).collect()
+        inherent_impls(
+            "impl<'a> Foo<'a> {\nimpl Bar {\nimpl Display for Baz {\nimplied\nimpl crate::x::Qux {\n"
+        ),
+        ["Bar", "Foo", "Qux"].into_iter().map(String::from).collect()
     );
 }
 
