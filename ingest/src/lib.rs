@@ -6,9 +6,14 @@
 //! reading, so nothing is lost and nothing is half-applied. Rejections carry a
 //! machine-readable [`Reason`] and a human message naming the field; neither
 //! ever contains a reading's value.
+//!
+//! This file holds the shared types (formats, readings, rejections, limits)
+//! and the helpers the formats share; [`Decoder`] (`decoder.rs`) calls the
+//! formats, which never call it back.
 
 mod avro;
 mod avro_reader;
+mod decoder;
 mod described;
 mod described_reader;
 mod framing;
@@ -24,6 +29,7 @@ pub use avro::{
     encode_avro_json, example_avro, AvroSchema, EXAMPLE_AVRO_SCHEMA, MAX_AVRO_ALLOCATION,
 };
 pub use avro_reader::MAX_AVRO_ITEMS;
+pub use decoder::Decoder;
 pub use described::{example_descriptor_set, example_message, example_report, Described};
 pub use framing::{frame, Framing};
 pub use labels::Labels;
@@ -213,28 +219,6 @@ pub(crate) struct RawReading {
     pub labels: Labels,
 }
 
-/// Decodes and validates messages against the declared streams.
-#[derive(Debug, Clone)]
-pub struct Decoder {
-    /// Declared stream names and their positions.
-    streams: HashMap<String, usize, foldhash::fast::RandomState>,
-    default_format: Format,
-    limits: Limits,
-    /// JSON payloads are the fleet's own documents, read by this mapping.
-    mapping: Option<Mapping>,
-    /// Every path of `mapping`, for the binary readers (once, not per message).
-    mapped_paths: Vec<Path>,
-    /// How messages are framed around their payload.
-    framing: Framing,
-    /// Protobuf payloads are the fleet's own message, read by `mapping`.
-    described: Option<Described>,
-    /// Avro payloads are the fleet's own record, read by `mapping`.
-    avro: Option<AvroSchema>,
-    /// Avro writers' schemas fetched from a Schema Registry, by id (or why
-    /// an id has none); `Some` when the schemas come from a registry.
-    registry: Option<HashMap<u32, Result<AvroSchema, String>>>,
-}
-
 /// `"nan"`, `"inf"` and the like: JSON has no NaN/∞ literals; they are
 /// accepted spelled as strings only to be rejected with the right reason.
 pub(crate) fn spelled_not_finite(s: &str) -> bool {
@@ -249,307 +233,6 @@ fn missing(field: &str, index: usize) -> Rejection {
         Reason::MissingField,
         format!("reading {index}: field '{field}' is missing or empty"),
     )
-}
-
-impl Decoder {
-    pub fn new(
-        streams: impl IntoIterator<Item = String>,
-        default_format: Format,
-        limits: Limits,
-    ) -> Self {
-        Self {
-            streams: streams
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| (s, i))
-                .collect(),
-            default_format,
-            limits,
-            mapping: None,
-            mapped_paths: Vec::new(),
-            framing: Framing::None,
-            described: None,
-            avro: None,
-            registry: None,
-        }
-    }
-
-    /// Read Protobuf payloads as the fleet's own message (its descriptor),
-    /// through the mapping of [`Decoder::with_mapping`].
-    pub fn with_described(mut self, described: Described) -> Self {
-        self.described = Some(described);
-        self
-    }
-
-    /// Read messages framed as `framing` (e.g. Schema Registry's).
-    pub fn with_framing(mut self, framing: Framing) -> Self {
-        self.framing = framing;
-        self
-    }
-
-    /// Read JSON payloads as the fleet's own documents (`[input]`).
-    pub fn with_mapping(mut self, mapping: Mapping) -> Self {
-        self.mapped_paths = mapping.paths();
-        self.mapping = Some(mapping);
-        self
-    }
-
-    /// Decode a payload; `content_type` is the message's header, if any.
-    pub fn decode(
-        &self,
-        payload: &[u8],
-        content_type: Option<&str>,
-    ) -> Result<Vec<Reading>, Rejection> {
-        if payload.len() > self.limits.max_message_bytes {
-            return Err(Rejection::new(
-                Reason::Oversize,
-                format!(
-                    "payload of {} bytes exceeds {}",
-                    payload.len(),
-                    self.limits.max_message_bytes
-                ),
-            ));
-        }
-        let mut format = match content_type {
-            Some(ct) => Format::from_content_type(ct).ok_or_else(|| {
-                Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
-            })?,
-            None => self.default_format,
-        };
-        // The writer's schema a framed Avro payload names (registry mode).
-        let mut fetched: Option<&AvroSchema> = None;
-        let payload = match self.framing {
-            Framing::None => payload,
-            Framing::Confluent => {
-                let protobuf = !matches!(format, Format::Json | Format::Avro);
-                let f = framing::unframe(payload, protobuf)?;
-                if let (Format::Avro, Some(r)) = (format, &self.registry) {
-                    fetched = Some(match r.get(&f.schema_id) {
-                        Some(Ok(a)) => a,
-                        Some(Err(why)) => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!("Schema Registry: schema id {}: {why}", f.schema_id),
-                            ))
-                        }
-                        None => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!(
-                                    "Schema Registry: schema id {} was not fetched",
-                                    f.schema_id
-                                ),
-                            ))
-                        }
-                    });
-                } else if let (Format::Avro, Some(a)) = (format, &self.avro) {
-                    a.check_id(f.schema_id)?;
-                } else if let (true, Some(d)) = (protobuf, &self.described) {
-                    d.check_indexes(&f.indexes)?;
-                    format = Format::Protobuf;
-                } else if protobuf {
-                    // The message index names the message in fleetdp.proto.
-                    format = match f.indexes.as_slice() {
-                        [0] => Format::Protobuf,
-                        [1] => Format::ProtobufBatch,
-                        other => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!(
-                                    "Schema Registry framing: message index {other:?} is not DeviceReading [0] or ReadingBatch [1] of fleetdp.proto"
-                                ),
-                            ))
-                        }
-                    };
-                }
-                f.body
-            }
-        };
-        let raw: Vec<RawReading> = match format {
-            Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
-                let (d, m) = (
-                    self.described.as_ref().expect("matched"),
-                    self.mapping.as_ref(),
-                );
-                let m = m.ok_or_else(|| {
-                    Rejection::new(Reason::Undecodable, "a described message needs a mapping")
-                })?;
-                let raw = m.readings_of(&[d.to_json_for(payload, Some(&self.mapped_paths))?])?;
-                self.check_count(raw.len())?;
-                raw
-            }
-            Format::Protobuf => {
-                // The common case: one reading, validated without a batch.
-                let r = wire::WireReading::decode(payload).map_err(|e| {
-                    Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
-                })?;
-                self.check_count(1)?;
-                return Ok(vec![self.validate(0, r.into())?]);
-            }
-            Format::ProtobufBatch => {
-                // Counted from the framing first: nothing is materialised
-                // for a batch over the limit.
-                if let Some(n) = scan::batch_readings(payload) {
-                    self.check_count(n)?;
-                }
-                wire::WireBatch::decode(payload)
-                    .map_err(|e| Rejection::new(Reason::Undecodable, format!("ReadingBatch: {e}")))?
-                    .readings
-                    .into_iter()
-                    .map(RawReading::from)
-                    .collect()
-            }
-            Format::Avro => {
-                let (Some(a), Some(m)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
-                    return Err(Rejection::new(
-                        Reason::Undecodable,
-                        "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
-                    ));
-                };
-                let raw = m.readings_of(&[a.to_json_for(payload, Some(&self.mapped_paths))?])?;
-                self.check_count(raw.len())?;
-                raw
-            }
-            Format::Json if self.mapping.is_some() => {
-                let m = self.mapping.as_ref().expect("matched");
-                m.readings(payload, self.limits.max_readings_per_message)?
-            }
-            Format::Json => {
-                let max = self.limits.max_readings_per_message;
-                let list = json::parse(payload, max).map_err(|e| match e {
-                    json::JsonError::TooMany => Rejection::new(
-                        Reason::BatchSize,
-                        format!("more than {max} readings; allowed 1 to {max}"),
-                    ),
-                    json::JsonError::Syntax(e) => {
-                        Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
-                    }
-                })?;
-                let mut out = Vec::with_capacity(list.len());
-                for (i, r) in list.into_iter().enumerate() {
-                    let value = match r.value {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(serde_json::Value::Number(n)) => n.as_f64(),
-                        Some(serde_json::Value::String(s)) if spelled_not_finite(&s) => {
-                            Some(f64::NAN)
-                        }
-                        Some(_) => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!("reading {i}: field 'value' is not a number"),
-                            ))
-                        }
-                    };
-                    out.push(RawReading {
-                        device_id: r.device_id,
-                        stream: r.stream,
-                        value,
-                        event_time_ms: r.event_time_ms,
-                        labels: r
-                            .labels
-                            .map(|l| l.into_iter().collect())
-                            .unwrap_or_default(),
-                    });
-                }
-                out
-            }
-        };
-        self.check_count(raw.len())?;
-        raw.into_iter()
-            .enumerate()
-            .map(|(i, r)| self.validate(i, r))
-            .collect()
-    }
-
-    /// A message must carry 1 to `max_readings_per_message` readings.
-    fn check_count(&self, n: usize) -> Result<(), Rejection> {
-        if n == 0 || n > self.limits.max_readings_per_message {
-            return Err(Rejection::new(
-                Reason::BatchSize,
-                format!(
-                    "{n} readings; allowed 1 to {}",
-                    self.limits.max_readings_per_message
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Check one decoded reading (the `i`th of its message).
-    fn validate(&self, i: usize, raw: RawReading) -> Result<Reading, Rejection> {
-        let RawReading {
-            device_id,
-            stream,
-            value,
-            event_time_ms,
-            labels,
-        } = raw;
-        let device_id = device_id
-            .filter(|d| !d.is_empty())
-            .ok_or_else(|| missing("device_id", i))?;
-        if device_id.len() > self.limits.max_device_id_bytes {
-            return Err(Rejection::new(
-                Reason::Oversize,
-                format!(
-                    "reading {i}: device_id longer than {} bytes",
-                    self.limits.max_device_id_bytes
-                ),
-            ));
-        }
-        let stream = stream
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| missing("stream", i))?;
-        let value = value.ok_or_else(|| missing("value", i))?;
-        let event_time_ms = event_time_ms.ok_or_else(|| missing("event_time_ms", i))?;
-        if !value.is_finite() {
-            return Err(Rejection::new(
-                Reason::NotFinite,
-                format!("reading {i}: value is NaN or infinite"),
-            ));
-        }
-        let Some(&stream_index) = self.streams.get(&stream) else {
-            // The stream name is operator metadata, not a private value.
-            return Err(Rejection::new(
-                Reason::UnknownStream,
-                format!(
-                    "reading {i}: stream {:?} is not declared",
-                    truncate(&stream, 64)
-                ),
-            ));
-        };
-        check_labels(i, &labels)?;
-        Ok(Reading {
-            device_id,
-            stream,
-            stream_index,
-            value,
-            event_time_ms,
-            labels,
-        })
-    }
-}
-
-/// Bound a reading's labels and sort them by name (the rejection names the
-/// label, never its value).
-fn check_labels(i: usize, labels: &Labels) -> Result<(), Rejection> {
-    if labels.len() > MAX_LABELS {
-        return Err(Rejection::new(
-            Reason::Oversize,
-            format!("reading {i}: more than {MAX_LABELS} labels"),
-        ));
-    }
-    for (name, value) in labels.iter() {
-        if name.is_empty() || name.len() > MAX_LABEL_BYTES || value.len() > MAX_LABEL_BYTES {
-            return Err(Rejection::new(
-                Reason::Oversize,
-                format!(
-                    "reading {i}: label {:?}: names 1 to {MAX_LABEL_BYTES} bytes, values at most {MAX_LABEL_BYTES}",
-                    truncate(name, MAX_LABEL_BYTES)
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// serde_json errors quote input; keep only the category and position.
