@@ -55,9 +55,18 @@ pub(crate) struct Lanes {
 impl Lanes {
     /// Step `w`'s lane over `w` (windows of a lane come in order).
     pub fn step(&mut self, stream: &StreamPlan, key: &ReleaseKey, w: &ClosedWindow) -> Step {
-        let lane = self.lanes.entry((w.stream, w.partition)).or_default();
-        let mut record = LaneState::default();
         let mut running = vec![];
+        let mut track = QuantileTrack::default();
+        let mut record = LaneState::default();
+        // A lane of a stream that carries nothing has no entry.
+        if stream.running.is_none() && !stream.spec.adaptive_quantiles {
+            return Step {
+                running,
+                track,
+                record,
+            };
+        }
+        let lane = self.lanes.entry((w.stream, w.partition)).or_default();
         if stream.running.is_some() {
             let state = lane.running.get_or_insert_with(RunningState::default);
             running = stream
@@ -65,7 +74,6 @@ impl Lanes {
                 .unwrap_or_default();
             record.running = serde_json::to_vec(state).expect("running state serialises");
         }
-        let mut track = QuantileTrack::default();
         if stream.spec.adaptive_quantiles {
             let lane_track = lane.track.get_or_insert_with(QuantileTrack::default);
             track = lane_track.clone();
@@ -119,7 +127,9 @@ impl Lanes {
                 _ => QuantileTrack::default(),
             });
         }
-        self.lanes.insert((index, partition), lane);
+        if lane != Carried::default() {
+            self.lanes.insert((index, partition), lane);
+        }
         Ok(())
     }
 
