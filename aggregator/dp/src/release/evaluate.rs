@@ -2,6 +2,8 @@
 //! (keyed noise), then post-processing into the published statistics.
 //! Everything after the noisy measurements is post-processing: free.
 
+use super::derived::{self, Noisy};
+use super::moments::Spread;
 use super::*;
 use crate::mechanism::Measure;
 use crate::rational::{self};
@@ -12,32 +14,6 @@ use crate::universe::TopCoder;
 use num_rational::BigRational;
 use num_traits::Zero;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
-
-/// One released statistic with its metadata (metric units).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReleasedStatistic {
-    /// `count`, `sum`, `mean`, `variance`, `std`, `histogram`, `quantile`.
-    pub name: String,
-    /// Quantile level, for quantiles.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub level: Option<f64>,
-    /// One value, or one per histogram bin.
-    pub values: Vec<f64>,
-    /// Mechanism of the measurement behind the value.
-    pub mechanism: String,
-    /// Sensitivity the mechanism is calibrated to (L1 for Laplace and
-    /// selection, L2 for Gaussian), in the statistic's units.
-    pub sensitivity: f64,
-    /// Laplace scale, Gaussian σ or selection 2Δu/ε, in the statistic's units.
-    pub scale: f64,
-    /// ε or ρ spent by the measurements this statistic is computed from
-    /// (statistics sharing a measurement report the same spend once each).
-    pub spent: f64,
-    /// Exact 95% interval half-width, where one exists.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub half_width: Option<f64>,
-}
 
 /// What a measurement produced for one window.
 #[derive(Debug, Clone)]
@@ -61,21 +37,6 @@ fn choose<R: Rng + ?Sized>(mechanism: &Mechanism, rng: Option<&mut R>, util: &[i
             .map(|(i, _)| i)
             .expect("something to choose from"),
     }
-}
-
-/// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.
-pub fn project_to_simplex(v: &[f64], total: f64) -> Vec<f64> {
-    let mut u = v.to_vec();
-    u.sort_by(|a, b| b.total_cmp(a));
-    let (mut cum, mut theta) = (0.0, 0.0);
-    for (j, &x) in u.iter().enumerate() {
-        cum += x;
-        let t = (cum - total) / (j + 1) as f64;
-        if x - t > 0.0 {
-            theta = t;
-        }
-    }
-    v.iter().map(|&x| (x - theta).max(0.0)).collect()
 }
 
 impl StreamPlan {
@@ -264,6 +225,22 @@ impl StreamPlan {
             (s, m)
         });
         let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
+        // Under add-remove, intervals of figures derived with the noisy
+        // count come from the box of their measurements (derived.rs).
+        let noisy_at = |(i, m): (usize, &'a MeasurementPlan)| match &m.mechanism {
+            Mechanism::Additive(_) if noisy => Some(Noisy {
+                value: scalar(i),
+                half_widths: m.joint_half_widths,
+            }),
+            _ => None,
+        };
+        let with_n = |other: Option<(usize, &'a MeasurementPlan)>| {
+            count
+                .filter(|_| !change_one)
+                .and_then(noisy_at)
+                .zip(other.and_then(noisy_at))
+        };
+        let centred = with_n(self.find(|m| *m == Measurement::CentredSum));
         let direct_sum = self.find(|m| *m == Measurement::Sum);
         // Variance and std: with noise and a public n, bias-corrected with a
         // 95% interval (moments.rs); otherwise the plain moment estimate.
@@ -271,16 +248,21 @@ impl StreamPlan {
             let s1 = 2.0 * s - n_hat * (lo + hi); // clamped Σc, half units
             let w = u.width() as f64;
             let spread = match (&m1.mechanism, &m2.mechanism) {
-                (Mechanism::Additive(e1), Mechanism::Additive(e2)) if noisy && change_one => {
-                    Some(super::moments::spread(s1, scalar(j), n_hat, e1, e2, w))
+                (Mechanism::Additive(_), Mechanism::Additive(_)) if noisy && change_one => {
+                    Some(super::moments::spread(s1, scalar(j), n_hat, [m1, m2], w))
                 }
                 _ => None,
             };
-            let plain = || {
+            let plain = {
                 let mean_c = s1 / n_hat;
                 ((scalar(j) / n_hat - mean_c * mean_c) / 4.0).clamp(0.0, w * w / 4.0)
             };
-            (spread.map_or_else(plain, |s| s.variance), spread, [m2, m1])
+            let spread = spread.or_else(|| {
+                let ((n, c), q) = centred.zip(noisy_at((j, m2)))?;
+                let r = derived::variance(n, c, q, w);
+                Some(Spread::new(plain, r.lo, r.hi))
+            });
+            (spread.map_or(plain, |s| s.variance), spread, [m2, m1])
         });
 
         // Under add-remove these statistics are post-processed with the
@@ -333,7 +315,11 @@ impl StreamPlan {
                 }
                 StatKind::Sum => {
                     let (s, m) = sum.expect("planned");
-                    let h = if change_one { hw(m, res / 2.0) } else { None };
+                    let h = if change_one {
+                        hw(m, res / 2.0)
+                    } else {
+                        centred.map(|(n, c)| derived::sum(n, c, lo, hi).half_width_about(s) * res)
+                    };
                     out.push(stat("sum", vec![s * res], &with_count(&[m]), res / 2.0, h));
                 }
                 StatKind::Mean => {
@@ -342,7 +328,13 @@ impl StreamPlan {
                     // `n` is not public, so the mean states the sensitivity
                     // and scale of the centred sum it divides (stream units).
                     let per = res / 2.0 / n_public;
-                    let h = if change_one { hw(m, per) } else { None };
+                    let h = if change_one {
+                        hw(m, per)
+                    } else {
+                        centred.map(|(n, c)| {
+                            derived::mean(n, c, lo, hi).half_width_about(s / n_hat) * res
+                        })
+                    };
                     out.push(stat(
                         "mean",
                         vec![s / n_hat * res],
@@ -376,7 +368,12 @@ impl StreamPlan {
                     // A share of the window: divided by n (change-one) or
                     // the noisy count (add-remove, whose spend it states).
                     let share = (scalar(i) / n_hat).clamp(0.0, 1.0);
-                    let h = if change_one { hw(m, 1.0 / n_hat) } else { None };
+                    let h = if change_one {
+                        hw(m, 1.0 / n_hat)
+                    } else {
+                        with_n(Some((i, m)))
+                            .map(|(n, b)| derived::share(n, b).half_width_about(share))
+                    };
                     out.push(stat(
                         "clamped",
                         vec![share],
@@ -523,8 +520,15 @@ impl StreamPlan {
             Some(&mut rand_chacha::ChaCha20Rng::seed_from_u64(0)),
             None,
         );
+        // Under add-remove a figure derived with the noisy count has an
+        // interval that depends on the window (derived.rs): none to state.
+        let derived = self.neighbouring.relation == Relation::AddRemove
+            && self.find(|m| *m == Measurement::Count).is_some();
         for s in &mut out {
             s.values.clear();
+            if derived && ["sum", "mean", "variance", "std", "clamped"].contains(&s.name.as_str()) {
+                s.half_width = None;
+            }
         }
         out
     }

@@ -10,6 +10,7 @@
 //! measurements and public parameters, so it costs nothing more.
 
 mod adaptive;
+mod derived;
 mod evaluate;
 mod fleet;
 mod grouped;
@@ -17,13 +18,14 @@ mod moments;
 mod plan;
 mod running;
 mod spec;
+mod statistic;
 mod targets;
 #[cfg(test)]
 mod tests;
 mod window;
 
 pub use adaptive::*;
-pub use evaluate::*;
+use evaluate::*;
 pub use fleet::*;
 pub use grouped::{
     group_stream_name, slot_value, GroupOf, GroupSpec, PrivateKeys, MAX_GROUPS_PER_STREAM,
@@ -32,3 +34,4 @@ pub use grouped::{
 pub use plan::*;
 pub use running::*;
 pub use spec::*;
+pub use statistic::*;

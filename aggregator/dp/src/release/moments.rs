@@ -19,7 +19,8 @@
 //! centred on the released value, is cut to it, so a released 0 comes with
 //! the width of what the noise allows instead of looking exact.
 
-use crate::accuracy;
+use super::MeasurementPlan;
+#[cfg(test)]
 use crate::mechanism::Noise;
 
 /// A released variance (units²) with the interval around the truth.
@@ -33,6 +34,15 @@ pub(super) struct Spread {
 }
 
 impl Spread {
+    /// A released variance and the range the truth lies in.
+    pub fn new(variance: f64, low: f64, high: f64) -> Self {
+        Self {
+            variance,
+            low,
+            high,
+        }
+    }
+
     /// The smallest symmetric half-width around `value` that holds `[lo, hi]`.
     fn half_width(value: f64, lo: f64, hi: f64) -> f64 {
         (value - lo).max(hi - value).max(0.0)
@@ -50,14 +60,14 @@ impl Spread {
 }
 
 /// The variance from clamped `s1` (half units), `s2` (quarter units²) of
-/// `n` readings, noise `e1`/`e2` on them, universe width `width` (units).
-pub(super) fn spread(s1: f64, s2: f64, n: f64, e1: &Noise, e2: &Noise, width: f64) -> Spread {
+/// `n` readings, measured by `plans` (`Σc`, `Σc²`), universe width `width`
+/// (units).
+pub(super) fn spread(s1: f64, s2: f64, n: f64, plans: [&MeasurementPlan; 2], width: f64) -> Spread {
     let m = s1 / n;
     let centred = s2 / n - m * m;
-    let level = 1.0 - (1.0 - accuracy::LEVEL) / 2.0;
     let (h1, h2) = (
-        accuracy::half_width_at(e1, level) as f64,
-        accuracy::half_width_at(e2, level) as f64,
+        plans[0].joint_half_width(2) as f64,
+        plans[1].joint_half_width(2) as f64,
     );
     let err = h2 / n + 2.0 * (m.abs() + h1 / n) * h1 / n + h1 * h1 / (n * n);
     // Quarter units² → units².

@@ -94,6 +94,18 @@ pub struct MeasurementPlan {
     pub spent: BigRational,
     /// 95% half-width of the additive noise, in the measurement's units.
     pub half_width: u128,
+    /// Its exact half-widths at `1 − 0.05/2` and `1 − 0.05/3`: what an
+    /// interval combining two or three measurements asks of each (by the
+    /// union bound all hold together with probability ≥ 95%). Computed once
+    /// here, not per window.
+    pub joint_half_widths: [u128; 2],
+}
+
+impl MeasurementPlan {
+    /// The half-width for an interval combining `k` (2 or 3) measurements.
+    pub fn joint_half_width(&self, k: usize) -> u128 {
+        self.joint_half_widths[k - 2]
+    }
 }
 
 /// A calibrated stream: everything needed to release its windows.
@@ -469,10 +481,15 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                     (Mechanism::Additive(noise), spent)
                 }
             };
-            let half_width = match &mechanism {
-                Mechanism::Additive(n) => accuracy::half_width(n),
+            let at = |level: f64| match &mechanism {
+                Mechanism::Additive(n) => accuracy::half_width_at(n, level),
                 Mechanism::Select(_) => 0,
             };
+            let miss = 1.0 - accuracy::LEVEL;
+            let (half_width, joint_half_widths) = (
+                at(accuracy::LEVEL),
+                [at(1.0 - miss / 2.0), at(1.0 - miss / 3.0)],
+            );
             per_window += &spent;
             measurements.push(MeasurementPlan {
                 measurement: m,
@@ -480,6 +497,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 mechanism,
                 spent,
                 half_width,
+                joint_half_widths,
             });
         }
         // A window's effect on the running sum, and its square, in i64.
