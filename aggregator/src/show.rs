@@ -46,13 +46,16 @@ pub(crate) struct View<'a> {
     level: Option<f64>,
     values: &'a [f64],
     half_width: Option<f64>,
+    /// Quantiles: the rank interval's half-width in readings.
+    rank_half_width: Option<f64>,
     spent: f64,
     bin_edges: &'a [f64],
 }
 
-/// Both statistic messages have these fields under the same names.
+/// Both statistic messages have these fields under the same names (a
+/// window's quantiles also a rank interval: `$rank` reads it).
 macro_rules! view_from {
-    ($t:ty) => {
+    ($t:ty, $rank:expr) => {
         impl<'a> From<&'a $t> for View<'a> {
             fn from(s: &'a $t) -> Self {
                 View {
@@ -60,6 +63,7 @@ macro_rules! view_from {
                     level: s.level,
                     values: &s.values,
                     half_width: s.half_width,
+                    rank_half_width: $rank(s),
                     spent: s.spent,
                     bin_edges: &s.bin_edges,
                 }
@@ -67,8 +71,8 @@ macro_rules! view_from {
         }
     };
 }
-view_from!(proto::Statistic);
-view_from!(proto::FleetStatistic);
+view_from!(proto::Statistic, |s: &proto::Statistic| s.rank_half_width);
+view_from!(proto::FleetStatistic, |_| None);
 
 impl View<'_> {
     fn label(&self) -> String {
@@ -109,6 +113,7 @@ fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
     let hw = r
         .half_width
         .map(|h| format!(" ± {h:.2}"))
+        .or(r.rank_half_width.map(|h| format!(" (ranks ± {h:.0})")))
         .unwrap_or_default();
     let t = truth
         .and_then(|t| t.values.first())
@@ -213,6 +218,9 @@ struct Row {
     values: u64,
     with_interval: u64,
     covered: u64,
+    /// Quantiles: values with a rank interval, and the widest.
+    with_ranks: u64,
+    ranks: f64,
     /// Within the stream's target or the plan's bound (`crate::judge`).
     useful: u64,
     errors: Vec<f64>,
@@ -273,6 +281,10 @@ impl Summary {
                     row.with_interval += 1;
                     row.covered += u64::from(inside);
                 }
+                if let Some(r) = s.rank_half_width {
+                    row.with_ranks += 1;
+                    row.ranks = row.ranks.max(r);
+                }
                 row.useful += u64::from(err <= bound + 1e-9);
             }
         }
@@ -304,6 +316,13 @@ impl Summary {
                     row.covered,
                     row.with_interval,
                     100.0 * row.covered as f64 / row.with_interval as f64
+                )
+            } else if row.with_ranks > 0 {
+                // The truth here is a value, not the window's ranks: the
+                // rank interval is stated, not checked.
+                format!(
+                    "rank interval ±{:.0} readings in {}/{}",
+                    row.ranks, row.with_ranks, row.values
                 )
             } else {
                 "no interval".into()
@@ -347,6 +366,7 @@ mod tests {
             scale: 0.0,
             spent: 0.0,
             half_width: None,
+            rank_half_width: None,
         }
     }
 
@@ -440,5 +460,30 @@ mod tests {
             "{text}"
         );
         assert_eq!(s.useful(), (0, 12), "an undeclared stream has no bound");
+    }
+
+    /// A quantile's rank interval is shown as such (in readings), on its
+    /// line and in the summary; it is never printed as a value interval.
+    #[test]
+    fn a_rank_interval_is_shown_in_readings() {
+        let mut q = stat("quantile", Some(0.5), vec![21.0], None);
+        q.rank_half_width = Some(12.4);
+        let r = proto::WindowRelease {
+            stream: "temp".into(),
+            statistics: vec![q.clone()],
+            ..Default::default()
+        };
+        let line = release("[t]", &r, None, &BTreeMap::new());
+        assert!(line.contains("p50 21.00 (ranks ± 12)"), "{line}");
+        let mut s = Summary::default();
+        s.add(&r, &[truth("quantile", vec![20.0])]);
+        let mut bare = r.clone();
+        bare.statistics[0].rank_half_width = None;
+        s.add(&bare, &[truth("quantile", vec![20.0])]);
+        let text = s.to_text("Summary");
+        assert!(
+            text.contains("p50            2 values · rank interval ±12 readings in 1/2"),
+            "{text}"
+        );
     }
 }

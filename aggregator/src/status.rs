@@ -25,6 +25,9 @@ pub struct Point {
     pub released_at_ms: i64,
     pub value: f64,
     pub half_width: Option<f64>,
+    /// Quantiles: the rank interval's half-width in readings, if one holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_half_width: Option<f64>,
 }
 
 /// The `/api/status` document.
@@ -221,6 +224,7 @@ impl StatusBoard {
                     released_at_ms: r.released_at_ms,
                     value,
                     half_width: s.half_width,
+                    rank_half_width: s.rank_half_width,
                 };
                 push(q, point);
             }
@@ -240,6 +244,7 @@ impl StatusBoard {
                     released_at_ms: r.released_at_ms,
                     value: *v,
                     half_width: Some(1.96 * t.std),
+                    rank_half_width: None,
                 };
                 push(q, point);
             }
@@ -267,6 +272,7 @@ impl StatusBoard {
                     released_at_ms: f.released_at_ms,
                     value,
                     half_width: s.half_width,
+                    rank_half_width: None,
                 };
                 push(q, point);
             }

@@ -88,5 +88,6 @@ fn released(s: &proto::Statistic) -> ReleasedStatistic {
         scale: s.scale,
         spent: s.spent,
         half_width: s.half_width,
+        rank_half_width: s.rank_half_width,
     }
 }

@@ -80,6 +80,7 @@ fn release_of(
                 scale: x.scale,
                 spent: x.spent,
                 half_width: x.half_width,
+                rank_half_width: x.rank_half_width,
                 bin_edges: vec![],
             })
             .collect(),

@@ -48,6 +48,7 @@ pub fn build_release(
             scale: s.scale,
             spent: s.spent,
             half_width: s.half_width,
+            rank_half_width: s.rank_half_width,
             bin_edges: if s.name == StatKind::Histogram.name() {
                 stream.spec.histogram_edges.clone()
             } else {

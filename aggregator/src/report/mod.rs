@@ -184,6 +184,9 @@ pub struct StatisticReport {
     pub spent_per_horizon: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub half_width_95: Option<f64>,
+    /// Quantiles: the 95% rank interval's half-width, in readings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank_half_width_95: Option<f64>,
     /// The stream's `target_error` for this statistic, if declared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target_95: Option<f64>,
@@ -273,6 +276,7 @@ impl PlanReport {
                                 })
                                 .flatten(),
                             half_width_95: d.half_width,
+                            rank_half_width_95: d.rank_half_width,
                         })
                         .collect(),
                 }
@@ -393,6 +397,7 @@ impl PlanReport {
                 let hw = st
                     .half_width_95
                     .map(|h| format!("{h:.4}"))
+                    .or(st.rank_half_width_95.map(|r| format!("ranks {r:.1}")))
                     .unwrap_or_else(|| "-".into());
                 let hw = match (st.target_95, st.variance_target_95) {
                     (Some(t), _) => format!("{hw} (target {t})"),
@@ -473,5 +478,32 @@ mod tests {
         assert!(first.contains("ε = 2 per device per 24h ·"), "{first}");
         assert!(first.contains("plan spends ε = 2"), "{first}");
         assert!(text.contains("per window 0.36, per horizon 0.8"), "{text}");
+    }
+
+    /// Quantiles over every grid point state their rank interval in the
+    /// plan (in readings); with adaptive candidates the plan states none
+    /// (later windows carry none).
+    #[test]
+    fn the_plan_states_the_quantiles_rank_interval() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let fixed = text.replace("adaptive_quantiles = true", "adaptive_quantiles = false");
+        for (config, want) in [(text, false), (fixed, true)] {
+            let v = crate::config::Config::parse(&config)
+                .unwrap()
+                .validate()
+                .unwrap();
+            let r = PlanReport::new(&v);
+            let ranks: Vec<f64> = r
+                .streams
+                .iter()
+                .flat_map(|s| &s.statistics)
+                .filter(|s| s.level.is_some())
+                .filter_map(|s| s.rank_half_width_95)
+                .collect();
+            assert_eq!(!ranks.is_empty(), want, "{ranks:?}");
+            assert!(ranks.iter().all(|r| *r > 0.0 && r.is_finite()));
+            assert_eq!(r.to_text().contains(" ranks "), want);
+        }
     }
 }

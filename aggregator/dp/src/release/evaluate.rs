@@ -206,6 +206,7 @@ impl StreamPlan {
                     },
                     spent: self.spent_f64(m),
                     half_width,
+                    rank_half_width: None,
                 }
             };
 
@@ -298,6 +299,7 @@ impl StreamPlan {
                         scale: 0.0,
                         spent: 0.0,
                         half_width: Some(0.0),
+                        rank_half_width: None,
                     }),
                 },
                 StatKind::Sum if direct_sum.is_some() => {
@@ -432,6 +434,7 @@ impl StreamPlan {
                         let mut s = stat("quantile", vec![v], &[m], 1.0, None);
                         s.spent = self.spent_f64(&all);
                         s.level = Some(*level);
+                        s.rank_half_width = self.rank_half_width.filter(|_| noisy);
                         out.push(s);
                     }
                 }
@@ -528,6 +531,11 @@ impl StreamPlan {
             s.values.clear();
             if derived && ["sum", "mean", "variance", "std", "clamped"].contains(&s.name.as_str()) {
                 s.half_width = None;
+            }
+            // Adaptive candidates keep a rank interval in a lane's first
+            // window only (window.rs): none to state.
+            if self.spec.adaptive_quantiles {
+                s.rank_half_width = None;
             }
         }
         out

@@ -16,6 +16,7 @@ mod fleet;
 mod grouped;
 mod moments;
 mod plan;
+mod rank;
 mod running;
 mod spec;
 mod statistic;

@@ -124,6 +124,9 @@ pub struct StreamPlan {
     pub group: Option<GroupOf>,
     /// Private keys: the selection that binds the stream's slots.
     pub selection: Option<SelectionPlan>,
+    /// The quantiles' 95% rank interval, in readings, where one holds
+    /// (`rank.rs`).
+    pub rank_half_width: Option<f64>,
 }
 
 /// A stream's private-key selection and what it spends per horizon (at
@@ -535,6 +538,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             )
         });
         let selection = grouped::key_selection(privacy, spec)?;
+        let rank_half_width = super::rank::half_width(&measurements, &u, nb);
         streams.push(StreamPlan {
             spec: spec.clone(),
             universe: u,
@@ -548,6 +552,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 selection_spend.push(spent.clone());
                 SelectionPlan { mechanism, spent }
             }),
+            rank_half_width,
         });
         if selection_spend.len() < streams.len() {
             selection_spend.push(BigRational::zero());

@@ -29,6 +29,10 @@ pub struct ReleasedStatistic {
     /// Exact 95% interval half-width, where one exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub half_width: Option<f64>,
+    /// Quantiles: the 95% rank interval's half-width in readings (the value
+    /// lies between the true quantiles at ranks `q·n ± r`), where one holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_half_width: Option<f64>,
 }
 
 /// Euclidean projection of `v` onto `{x ≥ 0, Σx = total}`.

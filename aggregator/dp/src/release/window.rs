@@ -60,7 +60,15 @@ impl StreamPlan {
     ) -> Vec<ReleasedStatistic> {
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        self.evaluate(values, Some(&mut rng), adaptive.as_deref())
+        let mut out = self.evaluate(values, Some(&mut rng), adaptive.as_deref());
+        // Adaptive candidates that skip grid points may miss the quantile's
+        // rank: no rank interval (rank.rs).
+        if adaptive.is_some_and(|c| !super::rank::covers_grid(&c, &self.universe)) {
+            for s in &mut out {
+                s.rank_half_width = None;
+            }
+        }
+        out
     }
 
     /// Advance this lane's running totals by window `seq` (noise keyed like

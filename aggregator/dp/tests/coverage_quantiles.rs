@@ -1,0 +1,174 @@
+//! Coverage of the quantiles' rank interval (`dp/src/release/rank.rs`):
+//! over windows of spread, tied and skewed data, one and three levels,
+//! both relations and both measures, every released level lies between the
+//! true quantiles at ranks `q·n ± r` in at least 95% of windows (all levels
+//! at once; the interval is conservative), and near its worst case (every
+//! other candidate just beyond it) still at least 95%. The control is the
+//! same interval without its union over candidates (`2Δu·ln 20/ε`, one
+//! candidate's tail): on that worst case it covers far less than 95%.
+
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, Mechanism, PrivacySpec, StatKind, StreamPlan, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
+use fleetdp_dp::stats::QuantileLevel;
+
+const TRIALS: u64 = 2000;
+
+fn stream(measure: Measure, relation: Relation, budget: f64, levels: &[f64], n: u64) -> StreamPlan {
+    let add_remove = relation == Relation::AddRemove;
+    let spec = StreamSpec {
+        name: "ranks".into(),
+        lower: 0.0,
+        upper: 100.0,
+        resolution: 1.0,
+        window_size: if add_remove { 0 } else { n },
+        max_readings_per_device: 1,
+        max_windows_per_device: 1,
+        budget_share: 1.0,
+        statistics: vec![StatKind::Quantiles],
+        histogram_edges: vec![],
+        quantiles: levels.to_vec(),
+        quantile_candidates: None,
+        adaptive_quantiles: false,
+        joint_quantiles: false,
+        target_error: vec![],
+        window_timeout_ms: None,
+        window_ms: add_remove.then_some(60_000),
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
+        groups: None,
+    };
+    let privacy = PrivacySpec {
+        relation,
+        budget: Budget {
+            measure,
+            per_horizon: budget,
+            delta: 1e-6,
+        },
+    };
+    plan(&privacy, &[spec]).unwrap().streams.remove(0)
+}
+
+fn data(kind: &str, n: i64) -> Vec<i64> {
+    (0..n)
+        .map(|i| match kind {
+            "spread" => (i * 37) % 101,
+            "ties" => 20 + 10 * (i % 5),
+            _ => ((i * i) % 97) / 4,
+        })
+        .collect()
+}
+
+/// Whether `c` lies between the true quantiles at ranks `q·n ± tau`.
+fn within(sorted: &[i64], c: i64, q: f64, tau: f64) -> bool {
+    let target = q * sorted.len() as f64;
+    let below = sorted.partition_point(|&x| x < c) as f64;
+    let at_most = sorted.partition_point(|&x| x <= c) as f64;
+    below <= target + tau + 1e-9 && at_most >= target - tau - 1e-9
+}
+
+/// Share of windows whose every level lies within `tau` ranks (`None`:
+/// the released interval), and the released `tau`.
+fn coverage(s: &StreamPlan, values: &[i64], seed: u8, tau: Option<f64>) -> (f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let key = ReleaseKey::from_bytes([seed; 32]);
+    let (mut covered, mut released) = (0u64, 0.0);
+    for seq in 0..TRIALS {
+        let r = s.release(&key, 0, seq, values);
+        released = r[0].rank_half_width.expect("a rank interval");
+        let tau = tau.unwrap_or(released);
+        covered += u64::from(r.iter().all(|q| {
+            let c = q.values[0].round() as i64;
+            within(&sorted, c, q.level.unwrap(), tau)
+        }));
+    }
+    (covered as f64 / TRIALS as f64, released)
+}
+
+#[test]
+fn rank_intervals_cover_at_least_95_percent() {
+    let mut seed = 0;
+    for relation in [Relation::ChangeOne, Relation::AddRemove] {
+        for (measure, budget) in [(Measure::Pure, 1.0), (Measure::Zcdp, 0.05)] {
+            for levels in [&[0.5][..], &[0.1, 0.5, 0.9]] {
+                for n in [40, 1000] {
+                    let s = stream(measure, relation, budget, levels, n);
+                    for kind in ["spread", "ties", "skewed"] {
+                        seed += 1;
+                        let (rate, tau) = coverage(&s, &data(kind, n as i64), seed, None);
+                        println!("{relation:?} {measure:?} {levels:?} n {n} {kind}: ±{tau:.1} ranks covers {rate:.4}");
+                        assert!(
+                            rate >= 0.95,
+                            "{relation:?} {measure:?} {levels:?} n={n} {kind}: {rate}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The rank half-width is the formula of `rank.rs` from the plan's own
+/// selection: `2·Δu·ln(L·m/0.05)/ε` (readings), Δu = 1 per reading under
+/// change-one and `max(q, 1 − q)` under add-remove.
+#[test]
+fn the_rank_half_width_is_the_union_bound() {
+    for (relation, du) in [(Relation::ChangeOne, 1.0), (Relation::AddRemove, 0.9)] {
+        let s = stream(Measure::Pure, relation, 1.0, &[0.1, 0.5, 0.9], 100);
+        let eps = match &s.measurements[0].mechanism {
+            Mechanism::Select(sel) => sel.epsilon_f64(),
+            Mechanism::Additive(_) => unreachable!("a selection"),
+        };
+        let want = 2.0 * du * (3.0 * 101.0 / 0.05f64).ln() / eps;
+        let got = s.rank_half_width.unwrap();
+        assert!((got - want).abs() < 1e-9, "{relation:?}: {got} vs {want}");
+        assert_eq!(QuantileLevel::DEN, 1_000_000);
+    }
+}
+
+/// Two clusters that put every candidate but one just beyond `d` ranks
+/// from the median: `n/2 − d` readings at the bottom, the rest at the top,
+/// so only the top candidate covers rank `n/2` — the selections' worst case.
+fn clusters(n: i64, d: i64) -> Vec<i64> {
+    (0..n)
+        .map(|i| if i < n / 2 - d { 0 } else { 100 })
+        .collect()
+}
+
+/// The control can fail: one candidate's tail (`2Δu·ln 20/ε`) ignores the
+/// other candidates; where all 100 of them sit just beyond it (clusters)
+/// it misses in most windows. The released interval still covers at least
+/// 95% on the same shape pushed just beyond it, under both selections
+/// (close to its worst case: it is not loose there).
+#[test]
+fn one_candidates_tail_under_covers() {
+    for (measure, budget) in [(Measure::Pure, 1.0), (Measure::Zcdp, 0.125)] {
+        let s = stream(measure, Relation::ChangeOne, budget, &[0.5], 400);
+        let eps = match &s.measurements[0].mechanism {
+            Mechanism::Select(sel) => sel.epsilon_f64(),
+            Mechanism::Additive(_) => unreachable!("a selection"),
+        };
+        let naive = 2.0 * 20f64.ln() / eps;
+        let tau = s.rank_half_width.unwrap();
+        let values = clusters(400, naive.floor() as i64 + 1);
+        let (rate, _) = coverage(&s, &values, 77, Some(naive));
+        let (held, _) = coverage(&s, &clusters(400, tau.floor() as i64 + 1), 78, None);
+        let se = (0.95f64 * 0.05 / TRIALS as f64).sqrt();
+        println!("{measure:?}: ±{naive:.1} ranks covers {rate:.4}; ±{tau:.1} covers {held:.4} at its edge");
+        assert!(
+            held >= 0.95,
+            "{measure:?}: the released interval covers {held}"
+        );
+        assert!(
+            held < 0.995,
+            "{measure:?}: the worst case is not near ({held})"
+        );
+        assert!(
+            rate < 0.95 - 4.0 * se,
+            "{measure:?}: one candidate's tail covers {rate}"
+        );
+    }
+}
