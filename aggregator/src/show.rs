@@ -150,7 +150,7 @@ pub(crate) fn fleet(
         f.partitions.len(),
         f.input_partitions,
         stats.join(" · ")
-    )
+    ) + &running_mean(&f.running, unit, "fleet-wide ")
 }
 
 /// A release as text, after `at` (a time or an elapsed time).
@@ -167,7 +167,7 @@ pub(crate) fn release(
         .enumerate()
         .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit))
         .collect();
-    let mut out = format!(
+    let out = format!(
         "{at} {:<13} p{} #{:<3} n={} {}",
         r.stream,
         r.partition,
@@ -175,12 +175,18 @@ pub(crate) fn release(
         r.n,
         stats.join(" · ")
     );
-    // The running mean since the start (post-processing of the running
-    // sum), beside the summed windows and the combination of both.
-    if let Some(sum) = r.running.iter().find(|t| t.name == "sum") {
+    out + &running_mean(&r.running, unit, "")
+}
+
+/// The running mean since the start (post-processing of the running sum),
+/// beside the summed windows and the combination of both, as a line of its
+/// own (`scope` says whose: "" or "fleet-wide "); "" without a running sum.
+fn running_mean(running: &[proto::v1::RunningTotal], unit: &str, scope: &str) -> String {
+    let mut out = String::new();
+    if let Some(sum) = running.iter().find(|t| t.name == "sum") {
         let count = sum.count.max(1) as f64;
         let mut line = format!(
-            "running mean over {} windows: {:.2} ± {:.2}{} (1 std)",
+            "{scope}running mean over {} windows: {:.2} ± {:.2}{} (1 std)",
             sum.windows,
             sum.values[0] / count,
             sum.std / count,

@@ -160,6 +160,26 @@ fn push(q: &mut VecDeque<Point>, p: Point) {
     }
 }
 
+/// A release's running totals as points: label (`running_sum`,
+/// `running_histogram[i]`), value and a band of ±1.96 std (a normal
+/// approximation of the running noise, as `fleetdp_release_half_width`
+/// states it).
+fn running_points(running: &[proto::v1::RunningTotal]) -> Vec<(String, f64, Option<f64>)> {
+    running
+        .iter()
+        .flat_map(|t| {
+            t.values.iter().enumerate().map(move |(i, v)| {
+                let label = if t.values.len() > 1 {
+                    format!("running_{}[{i}]", t.name)
+                } else {
+                    format!("running_{}", t.name)
+                };
+                (label, *v, Some(1.96 * t.std))
+            })
+        })
+        .collect()
+}
+
 impl StatusBoard {
     pub fn new(ready_max_lag: i64, stall: std::time::Duration) -> Self {
         Self {
@@ -229,25 +249,18 @@ impl StatusBoard {
                 push(q, point);
             }
         }
-        for t in &r.running {
-            for (i, v) in t.values.iter().enumerate() {
-                let label = if t.values.len() > 1 {
-                    format!("running_{}[{i}]", t.name)
-                } else {
-                    format!("running_{}", t.name)
-                };
-                telemetry::release_value(&r.stream, part, &label, *v, Some(1.96 * t.std));
-                let q = b.series.entry((r.stream.clone(), label)).or_default();
-                let point = Point {
-                    partition: r.partition,
-                    window_seq: r.window_seq,
-                    released_at_ms: r.released_at_ms,
-                    value: *v,
-                    half_width: Some(1.96 * t.std),
-                    rank_half_width: None,
-                };
-                push(q, point);
-            }
+        for (label, value, half_width) in running_points(&r.running) {
+            telemetry::release_value(&r.stream, part, &label, value, half_width);
+            let q = b.series.entry((r.stream.clone(), label)).or_default();
+            let point = Point {
+                partition: r.partition,
+                window_seq: r.window_seq,
+                released_at_ms: r.released_at_ms,
+                value,
+                half_width,
+                rank_half_width: None,
+            };
+            push(q, point);
         }
     }
 
@@ -276,6 +289,22 @@ impl StatusBoard {
                 };
                 push(q, point);
             }
+        }
+        for (label, value, half_width) in running_points(&f.running) {
+            telemetry::fleet_value(&f.stream, &label, value, half_width);
+            let q = b.fleet.entry((f.stream.clone(), label)).or_default();
+            if q.back().is_some_and(|p| p.window_seq == f.window_seq) {
+                q.pop_back();
+            }
+            let point = Point {
+                partition: f.partitions.len() as i32,
+                window_seq: f.window_seq,
+                released_at_ms: f.released_at_ms,
+                value,
+                half_width,
+                rank_half_width: None,
+            };
+            push(q, point);
         }
     }
 

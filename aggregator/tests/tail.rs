@@ -165,6 +165,9 @@ fn json_releases_match_the_shipped_schema() {
             assert!(errors.is_empty(), "{errors:?} in {doc}");
             assert_eq!(doc["statistics"].as_array().unwrap().len(), 8, "{doc}");
             assert!(doc["statistics"][1]["half_width"].is_number(), "{doc}");
+            // The fleet-wide running totals (one partition: its own).
+            assert!(doc["running"][0]["combined"].is_number(), "{doc}");
+            assert!(doc["running"][1]["summed_bins"].is_array(), "{doc}");
         }
         let mut drifted: serde_json::Value = serde_json::from_slice(&fleet[0].payload).unwrap();
         drifted["statistics"][0]["new_field"] = 1.into();
@@ -175,6 +178,8 @@ fn json_releases_match_the_shipped_schema() {
             let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
             assert!(errors.is_empty(), "{errors:?} in {doc}");
             assert!(doc["running"][0]["combined"].is_number(), "{doc}");
+            // Quantiles over every grid point: a rank interval.
+            assert!(doc["statistics"][6]["rank_half_width"].is_number(), "{doc}");
         }
         let mut drifted: serde_json::Value = serde_json::from_slice(&raw[0].payload).unwrap();
         drifted["statistics"][0]["new_field"] = 1.into();

@@ -1,8 +1,9 @@
 //! Running totals (dp::continual): the BLT sensitivity bound against the
 //! materialised matrices by brute force, the closed-form noise energy
 //! against the direct recursion, Monte-Carlo variances against the closed
-//! forms (BLT and the Honaker tree), restart continuity, and the utility
-//! targets at T = 2¹⁶.
+//! forms (BLT and the Honaker tree), restart continuity, the utility
+//! targets at T = 2¹⁶, and the partitions' independence that fleet-wide
+//! totals rely on.
 
 use fleetdp_dp::continual::{baseline, Blt, BltNoise, RunningPlan, RunningState};
 use fleetdp_dp::mechanism::Measure;
@@ -358,4 +359,85 @@ fn blt_noise_is_independent_of_data() {
         assert_eq!(rb[0][0] - ra[0][0], if i >= 7 { 100.0 } else { 0.0 });
     }
     let _ = BltNoise::new(1);
+}
+
+/// Fleet-wide running totals add the partitions' totals and state the root
+/// of their summed variances: that needs the partitions' running noises to
+/// be independent (keyed per partition). Over many keys the fleet total's
+/// empirical variance matches the sum of the lanes' variances (within 5
+/// standard errors), for both measures.
+#[test]
+fn partitions_running_noises_are_independent() {
+    use fleetdp_dp::accountant::Budget;
+    use fleetdp_dp::relation::Relation;
+    use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
+    use fleetdp_dp::rng::ReleaseKey;
+    for measure in [Measure::Zcdp, Measure::Pure] {
+        let spec = StreamSpec {
+            name: "fleet_running".into(),
+            lower: 0.0,
+            upper: 100.0,
+            resolution: 1.0,
+            window_size: 4,
+            max_readings_per_device: 1,
+            max_windows_per_device: 2,
+            budget_share: 1.0,
+            statistics: vec![StatKind::Mean],
+            histogram_edges: vec![],
+            quantiles: vec![],
+            quantile_candidates: None,
+            adaptive_quantiles: false,
+            joint_quantiles: false,
+            target_error: vec![],
+            window_timeout_ms: None,
+            window_ms: None,
+            running_share: 0.5,
+            running_lifetime: 1 << 10,
+            groups: None,
+        };
+        let privacy = PrivacySpec {
+            relation: Relation::ChangeOne,
+            budget: Budget {
+                measure,
+                per_horizon: 1.0,
+                delta: 1e-6,
+            },
+        };
+        let s = plan(&privacy, &[spec]).unwrap().streams.remove(0);
+        let running = s.running.as_ref().unwrap();
+        let values = [10i64, 20, 30, 40];
+        let steps = 6u64;
+        let (mut fleet, mut lanes) = (Vec::new(), 0.0);
+        for rep in 0..6000u64 {
+            let mut b = [3u8; 32];
+            b[..8].copy_from_slice(&rep.to_le_bytes());
+            let key = ReleaseKey::from_bytes(b);
+            let mut total = 0.0;
+            for p in 0..2 {
+                let mut state = RunningState::new(running);
+                let mut last = None;
+                for seq in 0..steps {
+                    last = s.running_step(&key, p, seq, &values, &mut state);
+                }
+                let r = &last.unwrap()[0];
+                total += r.values[0] - 100.0 * steps as f64;
+                if rep == 0 {
+                    lanes += r.std * r.std;
+                }
+            }
+            fleet.push(total);
+        }
+        let (var, se) = var_and_se(&fleet);
+        // The BLT's noise is rounded to the grid: + 1/12 per lane.
+        let expected = lanes
+            + if measure == Measure::Zcdp {
+                2.0 / 12.0
+            } else {
+                0.0
+            };
+        assert!(
+            (var - expected).abs() <= 5.0 * se,
+            "{measure:?}: fleet variance {var} vs Σ lanes {expected} (se {se})"
+        );
+    }
 }
