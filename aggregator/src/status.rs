@@ -230,26 +230,16 @@ impl StatusBoard {
         b.releases += 1;
         let part = r.partition;
         telemetry::release_position(&r.stream, part, r.window_seq, r.released_at_ms);
-        for s in &r.statistics {
-            for (i, label) in labels(&s.name, s.values.len(), s.level)
+        let statistics = r.statistics.iter().flat_map(|s| {
+            labels(&s.name, s.values.len(), s.level)
                 .into_iter()
                 .enumerate()
-            {
-                let value = s.values[i];
-                telemetry::release_value(&r.stream, part, &label, value, s.half_width);
-                let q = b.series.entry((r.stream.clone(), label)).or_default();
-                let point = Point {
-                    partition: r.partition,
-                    window_seq: r.window_seq,
-                    released_at_ms: r.released_at_ms,
-                    value,
-                    half_width: s.half_width,
-                    rank_half_width: s.rank_half_width,
-                };
-                push(q, point);
-            }
-        }
-        for (label, value, half_width) in running_points(&r.running) {
+                .map(move |(i, label)| (label, s.values[i], s.half_width, s.rank_half_width))
+        });
+        let running = running_points(&r.running)
+            .into_iter()
+            .map(|(label, value, half_width)| (label, value, half_width, None));
+        for (label, value, half_width, rank_half_width) in statistics.chain(running) {
             telemetry::release_value(&r.stream, part, &label, value, half_width);
             let q = b.series.entry((r.stream.clone(), label)).or_default();
             let point = Point {
@@ -258,7 +248,7 @@ impl StatusBoard {
                 released_at_ms: r.released_at_ms,
                 value,
                 half_width,
-                rank_half_width: None,
+                rank_half_width,
             };
             push(q, point);
         }
@@ -268,29 +258,13 @@ impl StatusBoard {
     /// record superseding a partial one of the same seq replaces its point.
     pub fn record_fleet(&self, f: &proto::FleetRelease) {
         let mut b = self.lock();
-        for s in &f.statistics {
-            for (i, label) in labels(&s.name, s.values.len(), s.level)
+        let statistics = f.statistics.iter().flat_map(|s| {
+            labels(&s.name, s.values.len(), s.level)
                 .into_iter()
                 .enumerate()
-            {
-                let value = s.values[i];
-                telemetry::fleet_value(&f.stream, &label, value, s.half_width);
-                let q = b.fleet.entry((f.stream.clone(), label)).or_default();
-                if q.back().is_some_and(|p| p.window_seq == f.window_seq) {
-                    q.pop_back();
-                }
-                let point = Point {
-                    partition: f.partitions.len() as i32,
-                    window_seq: f.window_seq,
-                    released_at_ms: f.released_at_ms,
-                    value,
-                    half_width: s.half_width,
-                    rank_half_width: None,
-                };
-                push(q, point);
-            }
-        }
-        for (label, value, half_width) in running_points(&f.running) {
+                .map(move |(i, label)| (label, s.values[i], s.half_width))
+        });
+        for (label, value, half_width) in statistics.chain(running_points(&f.running)) {
             telemetry::fleet_value(&f.stream, &label, value, half_width);
             let q = b.fleet.entry((f.stream.clone(), label)).or_default();
             if q.back().is_some_and(|p| p.window_seq == f.window_seq) {

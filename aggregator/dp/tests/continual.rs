@@ -5,6 +5,8 @@
 //! targets at T = 2¹⁶, and the partitions' independence that fleet-wide
 //! totals rely on.
 
+mod common;
+
 use fleetdp_dp::continual::{baseline, Blt, BltNoise, RunningPlan, RunningState};
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::rational::ratio;
@@ -368,41 +370,15 @@ fn blt_noise_is_independent_of_data() {
 /// standard errors), for both measures.
 #[test]
 fn partitions_running_noises_are_independent() {
-    use fleetdp_dp::accountant::Budget;
+    use common::{privacy, stream_spec};
     use fleetdp_dp::relation::Relation;
-    use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
+    use fleetdp_dp::release::{plan, StatKind};
     use fleetdp_dp::rng::ReleaseKey;
     for measure in [Measure::Zcdp, Measure::Pure] {
-        let spec = StreamSpec {
-            name: "fleet_running".into(),
-            lower: 0.0,
-            upper: 100.0,
-            resolution: 1.0,
-            window_size: 4,
-            max_readings_per_device: 1,
-            max_windows_per_device: 2,
-            budget_share: 1.0,
-            statistics: vec![StatKind::Mean],
-            histogram_edges: vec![],
-            quantiles: vec![],
-            quantile_candidates: None,
-            adaptive_quantiles: false,
-            joint_quantiles: false,
-            target_error: vec![],
-            window_timeout_ms: None,
-            window_ms: None,
-            running_share: 0.5,
-            running_lifetime: 1 << 10,
-            groups: None,
-        };
-        let privacy = PrivacySpec {
-            relation: Relation::ChangeOne,
-            budget: Budget {
-                measure,
-                per_horizon: 1.0,
-                delta: 1e-6,
-            },
-        };
+        let mut spec = stream_spec((0.0, 100.0, 1.0), 4, vec![StatKind::Mean]);
+        (spec.max_windows_per_device, spec.running_share) = (2, 0.5);
+        spec.running_lifetime = 1 << 10;
+        let privacy = privacy(Relation::ChangeOne, measure, 1.0);
         let s = plan(&privacy, &[spec]).unwrap().streams.remove(0);
         let running = s.running.as_ref().unwrap();
         let values = [10i64, 20, 30, 40];

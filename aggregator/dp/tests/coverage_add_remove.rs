@@ -7,26 +7,22 @@
 //! variances) is the control: under pure DP's heavy-tailed Laplace noise it
 //! covers visibly less than 95%.
 
-use fleetdp_dp::accountant::Budget;
+mod common;
+
+use common::{privacy, stream_spec};
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, Mechanism, PrivacySpec, StatKind, StreamPlan, StreamSpec};
+use fleetdp_dp::release::{plan, Mechanism, StatKind, StreamPlan};
 use fleetdp_dp::rng::ReleaseKey;
 
 const TRIALS: u64 = 3000;
 const NAMES: [&str; 6] = ["count", "sum", "mean", "variance", "std", "clamped"];
 
 fn stream(measure: Measure, budget: f64) -> StreamPlan {
-    let spec = StreamSpec {
-        name: "coverage_ar".into(),
-        lower: -20.0,
-        upper: 60.0,
-        resolution: 0.5,
-        window_size: 0,
-        max_readings_per_device: 1,
-        max_windows_per_device: 1,
-        budget_share: 1.0,
-        statistics: vec![
+    let spec = stream_spec(
+        (-20.0, 60.0, 0.5),
+        0,
+        vec![
             StatKind::Count,
             StatKind::Sum,
             StatKind::Mean,
@@ -34,26 +30,8 @@ fn stream(measure: Measure, budget: f64) -> StreamPlan {
             StatKind::Std,
             StatKind::Clamped,
         ],
-        histogram_edges: vec![],
-        quantiles: vec![],
-        quantile_candidates: None,
-        adaptive_quantiles: false,
-        joint_quantiles: false,
-        target_error: vec![],
-        window_timeout_ms: None,
-        window_ms: Some(60_000),
-        running_share: 0.0,
-        running_lifetime: 1 << 24,
-        groups: None,
-    };
-    let privacy = PrivacySpec {
-        relation: Relation::AddRemove,
-        budget: Budget {
-            measure,
-            per_horizon: budget,
-            delta: 1e-6,
-        },
-    };
+    );
+    let privacy = privacy(Relation::AddRemove, measure, budget);
     plan(&privacy, &[spec]).unwrap().streams.remove(0)
 }
 

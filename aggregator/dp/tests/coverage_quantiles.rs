@@ -7,48 +7,29 @@
 //! same interval without its union over candidates (`2Δu·ln 20/ε`, one
 //! candidate's tail): on that worst case it covers far less than 95%.
 
-use fleetdp_dp::accountant::Budget;
+mod common;
+
+use common::{privacy, stream_spec};
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, Mechanism, PrivacySpec, StatKind, StreamPlan, StreamSpec};
+use fleetdp_dp::release::{plan, Mechanism, StatKind, StreamPlan};
 use fleetdp_dp::rng::ReleaseKey;
 use fleetdp_dp::stats::QuantileLevel;
 
 const TRIALS: u64 = 2000;
 
 fn stream(measure: Measure, relation: Relation, budget: f64, levels: &[f64], n: u64) -> StreamPlan {
-    let add_remove = relation == Relation::AddRemove;
-    let spec = StreamSpec {
-        name: "ranks".into(),
-        lower: 0.0,
-        upper: 100.0,
-        resolution: 1.0,
-        window_size: if add_remove { 0 } else { n },
-        max_readings_per_device: 1,
-        max_windows_per_device: 1,
-        budget_share: 1.0,
-        statistics: vec![StatKind::Quantiles],
-        histogram_edges: vec![],
-        quantiles: levels.to_vec(),
-        quantile_candidates: None,
-        adaptive_quantiles: false,
-        joint_quantiles: false,
-        target_error: vec![],
-        window_timeout_ms: None,
-        window_ms: add_remove.then_some(60_000),
-        running_share: 0.0,
-        running_lifetime: 1 << 24,
-        groups: None,
+    let window = if relation == Relation::AddRemove {
+        0
+    } else {
+        n
     };
-    let privacy = PrivacySpec {
-        relation,
-        budget: Budget {
-            measure,
-            per_horizon: budget,
-            delta: 1e-6,
-        },
-    };
-    plan(&privacy, &[spec]).unwrap().streams.remove(0)
+    let mut spec = stream_spec((0.0, 100.0, 1.0), window, vec![StatKind::Quantiles]);
+    spec.quantiles = levels.to_vec();
+    plan(&privacy(relation, measure, budget), &[spec])
+        .unwrap()
+        .streams
+        .remove(0)
 }
 
 fn data(kind: &str, n: i64) -> Vec<i64> {

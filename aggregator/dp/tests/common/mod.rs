@@ -1,8 +1,56 @@
-//! Statistical helpers shared by the heavy tests: chi-square goodness of fit
-//! and Clopper–Pearson bounds.
+//! Helpers shared by the heavy tests: chi-square goodness of fit,
+//! Clopper–Pearson bounds, and declarations with every optional setting off.
 #![allow(dead_code)]
 
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{PrivacySpec, StatKind, StreamSpec};
 use statrs::distribution::{Beta, ChiSquared, ContinuousCDF};
+
+/// A stream of values in `[lower, upper]` at `resolution` releasing
+/// `statistics`: count windows of `window_size`, or one-minute time windows
+/// when it is 0 (add-remove); `k = 1`, `W = 1`, nothing optional.
+pub fn stream_spec(
+    (lower, upper, resolution): (f64, f64, f64),
+    window_size: u64,
+    statistics: Vec<StatKind>,
+) -> StreamSpec {
+    StreamSpec {
+        name: "test".into(),
+        lower,
+        upper,
+        resolution,
+        window_size,
+        max_readings_per_device: 1,
+        max_windows_per_device: 1,
+        budget_share: 1.0,
+        statistics,
+        histogram_edges: vec![],
+        quantiles: vec![],
+        quantile_candidates: None,
+        adaptive_quantiles: false,
+        joint_quantiles: false,
+        target_error: vec![],
+        window_timeout_ms: None,
+        window_ms: (window_size == 0).then_some(60_000),
+        running_share: 0.0,
+        running_lifetime: 1 << 24,
+        groups: None,
+    }
+}
+
+/// `budget` (ε or ρ) per device per horizon under `relation`, δ = 10⁻⁶.
+pub fn privacy(relation: Relation, measure: Measure, budget: f64) -> PrivacySpec {
+    PrivacySpec {
+        relation,
+        budget: Budget {
+            measure,
+            per_horizon: budget,
+            delta: 1e-6,
+        },
+    }
+}
 
 /// Clopper–Pearson one-sided lower bound on p at confidence 1 − alpha.
 pub fn cp_lower(successes: u64, trials: u64, alpha: f64) -> f64 {
