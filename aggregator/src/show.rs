@@ -83,7 +83,9 @@ impl View<'_> {
     }
 }
 
-fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
+/// `n`: the window's size where it is public (a rank interval then reads
+/// as levels too), else 0.
+fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str, n: u64) -> String {
     let name = r.label();
     if r.name == "histogram" {
         // Each bin after its edges, `[a,b)` (the last closed).
@@ -113,7 +115,7 @@ fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
     let hw = r
         .half_width
         .map(|h| format!(" ± {h:.2}"))
-        .or(r.rank_half_width.map(|h| format!(" (ranks ± {h:.0})")))
+        .or(r.rank_half_width.map(|h| rank_text(h, r.level, n)))
         .unwrap_or_default();
     let t = truth
         .and_then(|t| t.values.first())
@@ -121,6 +123,19 @@ fn stat(r: &View<'_>, truth: Option<&ReleasedStatistic>, unit: &str) -> String {
         .unwrap_or_default();
     let u = unit_of(r.name, unit);
     format!("{name} {v:.2}{hw}{u}{t}")
+}
+
+/// A rank interval of `r` readings as text: with a public window size
+/// `n` also as the levels it spans ("p38–p62" for p50, r = 12, n = 100).
+fn rank_text(r: f64, level: Option<f64>, n: u64) -> String {
+    match level.filter(|_| n > 0) {
+        Some(q) => {
+            let at = |x: f64| (100.0 * x.clamp(0.0, 1.0)).round();
+            let (lo, hi) = (at(q - r / n as f64), at(q + r / n as f64));
+            format!(" (p{lo}–p{hi}: ranks ± {r:.0})")
+        }
+        None => format!(" (ranks ± {r:.0})"),
+    }
 }
 
 /// A fleet-wide release as text, after `at`: the partitions it combines
@@ -136,7 +151,7 @@ pub(crate) fn fleet(
         .statistics
         .iter()
         .enumerate()
-        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit))
+        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit, 0))
         .collect();
     let n = if f.n > 0 {
         format!(" n={}", f.n)
@@ -165,7 +180,7 @@ pub(crate) fn release(
         .statistics
         .iter()
         .enumerate()
-        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit))
+        .map(|(i, s)| stat(&s.into(), truth.and_then(|t| t.get(i)), unit, r.n))
         .collect();
     let out = format!(
         "{at} {:<13} p{} #{:<3} n={} {}",
@@ -481,6 +496,13 @@ mod tests {
         };
         let line = release("[t]", &r, None, &BTreeMap::new());
         assert!(line.contains("p50 21.00 (ranks ± 12)"), "{line}");
+        // With a public window size, also as the levels it spans.
+        let sized = proto::WindowRelease {
+            n: 100,
+            ..r.clone()
+        };
+        let line = release("[t]", &sized, None, &BTreeMap::new());
+        assert!(line.contains("p50 21.00 (p38–p62: ranks ± 12)"), "{line}");
         let mut s = Summary::default();
         s.add(&r, &[truth("quantile", vec![20.0])]);
         let mut bare = r.clone();
