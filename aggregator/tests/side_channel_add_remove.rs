@@ -450,6 +450,9 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                                 x.spent,
                                 x.values.len(),
                                 x.half_width.is_some(),
+                                // Public parameters only: equal between
+                                // neighbours, value and all.
+                                x.rank_half_width,
                             )
                         })
                         .collect::<Vec<_>>(),
