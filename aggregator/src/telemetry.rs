@@ -47,6 +47,7 @@ pub mod name {
     pub const LANE_DEVICES: &str = "fleetdp_lane_devices";
     pub const FLEET_RELEASES: &str = "fleetdp_fleet_releases_total";
     pub const FLEET_PENDING: &str = "fleetdp_fleet_pending";
+    pub const FLEET_LEADER: &str = "fleetdp_fleet_leader";
     pub const FLEET_VALUE: &str = "fleetdp_fleet_release_value";
     pub const FLEET_HALF_WIDTH: &str = "fleetdp_fleet_release_half_width";
     pub const REGISTRY_DEVICES: &str = "fleetdp_registry_devices";
@@ -82,6 +83,7 @@ pub const METRICS: &[&str] = &[
     name::LANE_DEVICES,
     name::FLEET_RELEASES,
     name::FLEET_PENDING,
+    name::FLEET_LEADER,
     name::FLEET_VALUE,
     name::FLEET_HALF_WIDTH,
     name::REGISTRY_DEVICES,
@@ -335,7 +337,6 @@ pub(crate) fn fleet_released(stream: &str, complete: bool) {
         .increment(1);
 }
 
-/// Window seqs waiting for partitions' releases.
 /// Devices held by the registry (a public table: not an input count).
 pub(crate) fn registry_devices(devices: usize) {
     metrics::gauge!(name::REGISTRY_DEVICES).set(devices as f64);
@@ -352,8 +353,14 @@ pub(crate) fn key_value_refused(stream: &str) {
     metrics::counter!(name::KEY_VALUES_REFUSED, "stream" => stream.to_string()).increment(1);
 }
 
+/// Window seqs waiting for partitions' releases.
 pub(crate) fn fleet_pending(seqs: usize) {
     metrics::gauge!(name::FLEET_PENDING).set(seqs as f64);
+}
+
+/// Whether this instance writes the fleet records (holds input partition 0).
+pub(crate) fn fleet_leader(writes: bool) {
+    metrics::gauge!(name::FLEET_LEADER).set(if writes { 1.0 } else { 0.0 });
 }
 
 /// Gauges of a release's position.

@@ -241,6 +241,7 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         "FleetDPKafkaErrors",
         "FleetDPInputSilent",
         "FleetDPNotReady",
+        "FleetDPNoFleetWriter",
     ] {
         assert!(alerts.contains(a), "alert {a} missing");
     }

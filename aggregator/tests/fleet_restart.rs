@@ -5,6 +5,9 @@
 //! theirs), and no record of a key is ever followed by one with fewer
 //! partitions.
 //!
+//! Two instances of a group: only the one holding input partition 0 writes
+//! fleet records, and the role moves with the partition.
+//!
 //! Issue: a restarted combiner re-read only its look-back and republished
 //! finished seqs with what it found (4 of 8 complete records followed by a
 //! partial one); past `max_pending` every partition's release got its own
@@ -13,7 +16,7 @@
 mod harness;
 
 use harness::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 const KEY: [u8; 32] = [9; 32];
@@ -159,5 +162,112 @@ fn the_latest_fleet_record_per_key_is_complete_after_a_restart_and_an_overflow()
             by.values().any(|r| r.len() > 1 && !r[0].complete),
             "max_pending never cut a wait short: {by:?}"
         );
+    });
+}
+
+/// A pipeline whose written fleet records are sent to the returned receiver.
+fn spawn_observed(
+    v: fleetdp::config::Validated,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    std::sync::Arc<fleetdp::telemetry::Counters>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio::sync::mpsc::UnboundedReceiver<proto::FleetRelease>,
+) {
+    let p = fleetdp::pipeline::Pipeline::new(v, fleetdp::dp::rng::ReleaseKey::from_bytes(KEY));
+    let counters = p.counters.clone();
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (fleet_tx, fleet_rx) = tokio::sync::mpsc::unbounded_channel();
+    let opts = fleetdp::pipeline::Options {
+        fleet_events: Some(fleet_tx),
+        ..Default::default()
+    };
+    let h = tokio::spawn(async move { p.run(rx, opts).await });
+    (tx, counters, h, fleet_rx)
+}
+
+/// The seqs of the fleet records an instance wrote.
+fn written(rx: &mut tokio::sync::mpsc::UnboundedReceiver<proto::FleetRelease>) -> BTreeSet<u64> {
+    std::iter::from_fn(|| rx.try_recv().ok())
+        .map(|f| f.window_seq)
+        .collect()
+}
+
+/// Every seq up to `seqs` has a complete record on the topic.
+async fn wait_complete(broker: &Broker, topic: &str, seqs: u64) -> bool {
+    wait_until(WAIT, || {
+        let by = tokio::task::block_in_place(|| fleet_records(broker, topic));
+        (0..seqs).all(|s| {
+            by.get(&s)
+                .and_then(|r| r.last())
+                .is_some_and(|f| f.complete)
+        })
+    })
+    .await
+}
+
+#[test]
+fn one_instance_writes_the_fleet_records_and_hands_over_with_partition_zero() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "fleet-leader", PARTITIONS).await;
+        let stream = format!(
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = {N}\nstatistics = [\"count\", \"mean\"]"
+        );
+        // No timer: every record is a complete one, identical whoever
+        // builds it, so only the writer rule keeps them single.
+        let fleet = "[fleet]\nmax_wait = \"1h\"";
+        let privacy = "epsilon_per_device = 1.0\nhorizon = \"24h\"";
+        let v = || config(&broker, &t, privacy, fleet, &stream);
+        let (b_, t_) = (&broker, &t);
+        let phase = move |tag: &'static str, windows: usize| async move {
+            for p in 0..PARTITIONS {
+                produce_each(b_, &t_.input, &readings(p, windows, tag)).await;
+            }
+        };
+
+        // A alone writes seqs 0 and 1.
+        let (stop_a, _, ha, mut fleet_a) = spawn_observed(v());
+        phase("a", 2).await;
+        assert!(wait_complete(&broker, &t.output, 2).await, "A alone");
+        // B joins (its combiner sees every release too): seqs 2 to 6.
+        let (stop_b, cb, hb, mut fleet_b) = spawn_observed(v());
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        phase("b", 5).await;
+        assert!(wait_complete(&broker, &t.output, 7).await, "A and B");
+        // A leaves; B takes partition 0 over: seqs 7 and 8.
+        stop_a.send(true).unwrap();
+        ha.await.unwrap().unwrap();
+        phase("c", 2).await;
+        assert!(wait_complete(&broker, &t.output, 9).await, "B after A left");
+        // Let anything still in flight land before judging.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        stop_b.send(true).unwrap();
+        hb.await.unwrap().unwrap();
+        assert!(count(&cb.windows_released) > 0, "B never got partitions");
+
+        let (a, b) = (written(&mut fleet_a), written(&mut fleet_b));
+        let by = tokio::task::block_in_place(|| fleet_records(&broker, &t.output));
+        let summary = by
+            .iter()
+            .map(|(s, r)| (*s, r.len()))
+            .collect::<Vec<_>>();
+        assert!(a.contains(&0) && a.contains(&1), "A alone wrote {a:?}");
+        assert!(b.contains(&7) && b.contains(&8), "B, the only one left, wrote {b:?}");
+        assert_eq!(a.union(&b).copied().collect::<Vec<_>>(), (0..9).collect::<Vec<_>>());
+        // One writer per key; only a record in flight at a handover (at
+        // most one per handover, two here) may be written twice.
+        let both: Vec<_> = a.intersection(&b).collect();
+        assert!(both.len() <= 2, "A wrote {a:?}, B wrote {b:?}; on the topic {summary:?}");
+        let twice = by.values().filter(|r| r.len() > 1).count();
+        assert!(twice <= 2, "records per seq {summary:?}");
+        for (seq, records) in &by {
+            assert!(
+                records.iter().all(|r| r == &records[0] && r.complete),
+                "seq {seq}: copies differ {records:?}"
+            );
+            assert_eq!(records[0].n, (PARTITIONS as usize * N) as u64, "seq {seq}");
+        }
     });
 }

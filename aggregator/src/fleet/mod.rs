@@ -3,7 +3,8 @@
 //! (`combiner`, the arithmetic in [`crate::dp::release::FleetStatistic`])
 //! and publishes the result on the same topic as its own record kind
 //! (key `<stream>/fleet/<seq>`, header `fleetdp-record: fleet`, output
-//! partition 0). docs/DESIGN.md §6.
+//! partition 0). docs/DESIGN.md §6. Every instance combines; only the one
+//! holding input partition 0 writes (`leader`).
 //!
 //! Privacy: post-processing of published releases (see the combiner for
 //! why no input decides which partitions are combined under add-remove).
@@ -11,9 +12,11 @@
 //! record is bit-identical.
 
 mod combiner;
+mod leader;
 mod record;
 
 pub(crate) use combiner::{Combiner, Offered};
+use leader::Gate;
 
 use crate::config::{OutputFormat, Validated};
 pub use crate::kafka::decode_fleet;
@@ -53,6 +56,9 @@ pub(crate) struct FleetTask {
     pub input_partitions: i32,
     pub output_partitions: i32,
     pub events: Option<mpsc::UnboundedSender<proto::FleetRelease>>,
+    /// True while this instance holds input partition 0 (set by the
+    /// consumer's rebalance callback): it writes the fleet records.
+    pub leader: watch::Receiver<bool>,
 }
 
 /// Start the task on a thread of its own (a blocking consumer); it ends
@@ -94,7 +100,11 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
     // Nothing is decided before the look-back is read (combiner doc).
     let mut combiner = Combiner::new(t.v.clone(), t.input_partitions).catching_up();
     let mut catching_up = Some(Instant::now());
+    let mut gate = Gate::new(t.v.fleet.max_pending);
+    // A new leader's reading to the topic's end: since when, up to where.
+    let mut taking: Option<(Instant, Vec<(i64, i64)>)> = None;
     let mut foreign = 0u64;
+    crate::telemetry::fleet_leader(false);
     while !*stop.borrow() {
         let mut out = vec![];
         if let Some(since) = catching_up {
@@ -103,10 +113,16 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
                 catching_up = None;
             }
         }
+        let mut write = follow_leadership(t, &consumer, &ends, &mut gate, &mut taking);
         if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
             let msg = msg.with_context(|| format!("reading {topic}"))?;
             match decode_output(&msg) {
-                Some(Ok(OutputRecord::Fleet(f))) => combiner.seen(&f),
+                Some(Ok(OutputRecord::Fleet(f))) => {
+                    combiner.seen(&f);
+                    gate.seen(&f);
+                    // Whoever wrote it: this instance's page shows the fleet.
+                    t.board.record_fleet(&f);
+                }
                 Some(Ok(OutputRecord::Window(r))) => {
                     let at = Some((msg.partition(), msg.offset()));
                     let (how, done) = combiner.offer_at(r, at, Instant::now());
@@ -131,7 +147,8 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         }
         out.extend(combiner.due(Instant::now()));
         crate::telemetry::fleet_pending(combiner.waiting());
-        for f in out {
+        write.extend(out.into_iter().filter_map(|f| gate.offer(f)));
+        for f in write {
             match rt.block_on(publish(t, &f, &mut stop)) {
                 Ok(()) => observe(t, f),
                 Err(e) if e.downcast_ref::<kafka::Stopped>().is_some() => return Ok(()),
@@ -144,6 +161,50 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         }
     }
     Ok(())
+}
+
+/// Follow the assignment's word on who writes (see `leader`): a new leader
+/// reads the topic to the end as it stands now (`taking`), then writes the
+/// held records the topic lacks (returned).
+fn follow_leadership(
+    t: &FleetTask,
+    consumer: &BaseConsumer<Quiet>,
+    starts: &[(i64, i64)],
+    gate: &mut Gate,
+    taking: &mut Option<(Instant, Vec<(i64, i64)>)>,
+) -> Vec<proto::FleetRelease> {
+    let holds_zero = *t.leader.borrow();
+    let topic = &t.v.config.kafka.output_topic;
+    if holds_zero && !gate.leading() && !gate.taking() {
+        gate.take_over();
+        let ends = match high_watermarks(consumer, topic, t.output_partitions) {
+            Ok(high) => starts.iter().zip(high).map(|(s, h)| (s.0, h)).collect(),
+            Err(e) => {
+                tracing::warn!("fleet: {e:#}; writing after {CATCH_UP_MAX:?}");
+                vec![(0, i64::MAX); starts.len()]
+            }
+        };
+        *taking = Some((Instant::now(), ends));
+    } else if !holds_zero && (gate.leading() || gate.taking()) {
+        gate.step_down();
+        *taking = None;
+        crate::telemetry::fleet_leader(false);
+        tracing::info!("fleet: input partition 0 left this instance; another writes fleet records");
+    }
+    let Some((since, ends)) = taking else {
+        return vec![];
+    };
+    if !read_to(consumer, topic, ends) && since.elapsed() <= CATCH_UP_MAX {
+        return vec![];
+    }
+    *taking = None;
+    let held = gate.lead();
+    crate::telemetry::fleet_leader(true);
+    tracing::info!(
+        held = held.len(),
+        "fleet: this instance holds input partition 0 and writes fleet records"
+    );
+    held
 }
 
 /// How long reading one release back may take.
@@ -221,13 +282,7 @@ fn start_positions(
         ask.add_partition_offset(topic, p, Offset::Offset(since))?;
     }
     // The watermarks first: whatever lands after them is read either way.
-    let mut high = Vec::new();
-    for p in 0..t.output_partitions {
-        let (_, h) = consumer
-            .fetch_watermarks(topic, p, timeout)
-            .with_context(|| format!("watermarks of {topic}/{p}"))?;
-        high.push(h);
-    }
+    let high = high_watermarks(consumer, topic, t.output_partitions)?;
     let found = consumer.offsets_for_times(ask, timeout);
     if let Err(e) = &found {
         tracing::warn!("fleet: cannot look back on {topic} ({e}); starting at its high watermarks");
@@ -246,6 +301,23 @@ fn start_positions(
         ends.push((at, high[p as usize]));
     }
     Ok((tpl, ends))
+}
+
+/// Each output partition's high watermark, as the broker states it now.
+fn high_watermarks(
+    consumer: &BaseConsumer<Quiet>,
+    topic: &str,
+    partitions: i32,
+) -> Result<Vec<i64>> {
+    let timeout = Duration::from_secs(10);
+    (0..partitions)
+        .map(|p| {
+            let (_, h) = consumer
+                .fetch_watermarks(topic, p, timeout)
+                .with_context(|| format!("watermarks of {topic}/{p}"))?;
+            Ok(h)
+        })
+        .collect()
 }
 
 async fn publish(

@@ -236,6 +236,9 @@ impl Pipeline {
             }
             None => None,
         };
+        // Whether the group's consumer holds input partition 0 (the fleet
+        // writer's role): the rebalance callback sets it.
+        let (leader, holds_zero) = watch::channel(false);
         let fleet = match v.fleet.enabled {
             true => Some(crate::fleet::spawn(
                 crate::fleet::FleetTask {
@@ -245,6 +248,7 @@ impl Pipeline {
                     input_partitions,
                     output_partitions,
                     events: opts.fleet_events.take(),
+                    leader: holds_zero,
                 },
                 fleet_stopped,
             )?),
@@ -270,7 +274,7 @@ impl Pipeline {
         for (k, val) in &kc.consumer_properties {
             cc.set(k, val);
         }
-        let (context, events) = rebalance::channel();
+        let (context, events) = rebalance::channel(leader);
         let consumer: StreamConsumer<rebalance::Context> = cc
             .create_with_context(context)
             .context("creating consumer")?;

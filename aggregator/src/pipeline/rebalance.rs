@@ -1,7 +1,10 @@
 //! Consumer events. Rebalances, in the order the consumer saw them:
 //! librdkafka calls [`Context::post_rebalance`] inside `recv()`; the
 //! consuming loop drains the channel before it handles the next message (or
-//! on its idle tick) and acts on the net effect ([`net`]). Commit results:
+//! on its idle tick) and acts on the net effect ([`net`]). Whether input
+//! partition 0 is held is also set in the callback (the fleet writer's
+//! role, fleet/leader.rs), so a revoke reaches the fleet task before the
+//! partition moves to another instance. Commit results:
 //! an asynchronous commit that the broker refuses is counted and flagged, so
 //! the loop sends every partition's position again (an offset is only taken
 //! as committed until a failure says otherwise).
@@ -11,6 +14,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 
 /// One rebalance callback.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +73,10 @@ pub(crate) fn net(events: impl IntoIterator<Item = Event>) -> Changes {
 /// The consumer's context: forwards rebalances to the loop.
 pub(crate) struct Context {
     tx: Mutex<mpsc::Sender<Event>>,
+    /// True while this consumer holds input partition 0: the fleet task
+    /// writes fleet records then (fleet/leader.rs). Set here, in the
+    /// callback, so a revoke reaches it before the partition moves on.
+    leader: watch::Sender<bool>,
     pending: Arc<AtomicBool>,
     commit_failed: Arc<AtomicBool>,
 }
@@ -81,14 +89,15 @@ pub(crate) struct Events {
     commit_failed: Arc<AtomicBool>,
 }
 
-/// A connected context and receiver.
-pub(crate) fn channel() -> (Context, Events) {
+/// A connected context and receiver; `leader` follows input partition 0.
+pub(crate) fn channel(leader: watch::Sender<bool>) -> (Context, Events) {
     let (tx, rx) = mpsc::channel();
     let pending = Arc::new(AtomicBool::new(false));
     let commit_failed = Arc::new(AtomicBool::new(false));
     (
         Context {
             tx: Mutex::new(tx),
+            leader,
             pending: pending.clone(),
             commit_failed: commit_failed.clone(),
         },
@@ -122,6 +131,31 @@ impl Events {
 }
 
 impl Context {
+    /// A rebalance as librdkafka reported it: to the loop, and to the
+    /// fleet writer's flag when it moves input partition 0.
+    fn rebalanced(&self, rebalance: &Rebalance<'_>) {
+        let parts = |tpl: &rdkafka::TopicPartitionList| {
+            tpl.elements().iter().map(|e| e.partition()).collect()
+        };
+        let zero =
+            |tpl: &rdkafka::TopicPartitionList| tpl.elements().iter().any(|e| e.partition() == 0);
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                if zero(tpl) {
+                    self.leader.send_replace(true);
+                }
+                self.send(Event::Assigned(parts(tpl)))
+            }
+            Rebalance::Revoke(tpl) => {
+                if zero(tpl) {
+                    self.leader.send_replace(false);
+                }
+                self.send(Event::Revoked(parts(tpl)))
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+
     fn send(&self, e: Event) {
         // The receiver lives as long as the loop; after it, nobody cares.
         let _ = self.tx.lock().unwrap_or_else(|e| e.into_inner()).send(e);
@@ -145,14 +179,7 @@ impl ClientContext for Context {
 
 impl ConsumerContext for Context {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let parts = |tpl: &rdkafka::TopicPartitionList| {
-            tpl.elements().iter().map(|e| e.partition()).collect()
-        };
-        match rebalance {
-            Rebalance::Assign(tpl) => self.send(Event::Assigned(parts(tpl))),
-            Rebalance::Revoke(tpl) => self.send(Event::Revoked(parts(tpl))),
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
-        }
+        self.rebalanced(rebalance);
     }
 
     fn commit_callback(
@@ -205,7 +232,7 @@ mod tests {
 
     #[test]
     fn the_channel_keeps_order_and_flags_pending_events() {
-        let (ctx, events) = channel();
+        let (ctx, events) = channel(watch::channel(false).0);
         assert!(!events.pending());
         assert_eq!(events.take(), None);
         ctx.send(Assigned(vec![4]));
@@ -219,7 +246,7 @@ mod tests {
 
     #[test]
     fn a_failed_commit_is_flagged_once_and_a_good_one_is_not() {
-        let (ctx, events) = channel();
+        let (ctx, events) = channel(watch::channel(false).0);
         let tpl = rdkafka::TopicPartitionList::new();
         ctx.commit_callback(Ok(()), &tpl);
         assert!(!events.take_commit_failure());
@@ -231,5 +258,28 @@ mod tests {
         );
         assert!(events.take_commit_failure());
         assert!(!events.take_commit_failure(), "taken once");
+    }
+
+    #[test]
+    fn the_fleet_writer_flag_follows_input_partition_zero() {
+        let (tx, rx) = watch::channel(false);
+        let (ctx, events) = channel(tx);
+        let tpl = |ps: &[i32]| {
+            let mut t = rdkafka::TopicPartitionList::new();
+            for &p in ps {
+                t.add_partition("in", p);
+            }
+            t
+        };
+        ctx.rebalanced(&Rebalance::Assign(&tpl(&[2, 3])));
+        assert!(!*rx.borrow(), "no partition 0 yet");
+        ctx.rebalanced(&Rebalance::Assign(&tpl(&[0, 1])));
+        assert!(*rx.borrow());
+        ctx.rebalanced(&Rebalance::Revoke(&tpl(&[1, 2])));
+        assert!(*rx.borrow(), "partition 0 stays");
+        ctx.rebalanced(&Rebalance::Revoke(&tpl(&[0])));
+        assert!(!*rx.borrow(), "revoked before it moves on");
+        let c = events.take().unwrap();
+        assert_eq!((c.assigned, c.revoked), (vec![3], vec![0, 1, 2]));
     }
 }

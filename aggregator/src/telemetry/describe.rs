@@ -38,6 +38,7 @@ pub(crate) const FAMILIES: &[(&str, Kind, &str)] = &[
     (name::LANE_DEVICES, Kind::Gauge, "Devices a lane counts this horizon, against limits.max_devices_per_lane."),
     (name::FLEET_RELEASES, Kind::Counter, "Fleet-wide releases written, by stream and coverage (complete or partial)."),
     (name::FLEET_PENDING, Kind::Gauge, "Window seqs waiting for partitions' releases before a fleet-wide release."),
+    (name::FLEET_LEADER, Kind::Gauge, "1 while this instance writes the fleet-wide releases (it holds input partition 0), else 0; one instance of a group at a time."),
     (name::FLEET_VALUE, Kind::Gauge, "Last fleet-wide released (noisy) value, by stream and statistic."),
     (name::FLEET_HALF_WIDTH, Kind::Gauge, "Half-width of the 95% interval of the last fleet-wide value."),
     (name::REGISTRY_DEVICES, Kind::Gauge, "Devices held by the device registry."),
