@@ -271,3 +271,99 @@ fn one_instance_writes_the_fleet_records_and_hands_over_with_partition_zero() {
         }
     });
 }
+
+/// Running totals of a grouped stream (public keys): every group's lane
+/// carries its own, counting only its readings, continued across a
+/// restart, and each group's fleet record adds them up over the
+/// partitions. Before: `running_share` with `group_by` was refused at plan
+/// time.
+#[test]
+fn grouped_streams_carry_running_totals_per_group_and_fleet_wide() {
+    let broker = Broker::start();
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "grouped-running", PARTITIONS).await;
+        let stream = format!(
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = {N}\nmax_windows_per_device = 100\nstatistics = [\"count\", \"mean\"]\nrunning_share = 0.5\nrunning_lifetime = 1024\ngroup_by = [\"firmware\"]\nmax_groups_per_device = 1"
+        );
+        let privacy = "epsilon_per_device = 1.0\nhorizon = \"24h\"";
+        let dimensions = "[dimensions]\nfirmware = [\"a\", \"b\"]\n\n[fleet]\nmax_wait = \"1h\"";
+        // Two windows of each group on each partition, all readings 20.0:
+        // the first of each before a restart, the second after it.
+        let mut phases: [Vec<Out>; 2] = [vec![], vec![]];
+        for p in 0..PARTITIONS {
+            for (i, mut m) in readings(p, 4, "g").into_iter().enumerate() {
+                let fw = if i < 2 * N { "a" } else { "b" };
+                let json = String::from_utf8(m.payload).unwrap();
+                let labelled = format!(
+                    "{},\"labels\":{{\"firmware\":\"{fw}\"}}}}",
+                    json.trim_end_matches('}')
+                );
+                m.payload = labelled.into_bytes();
+                phases[usize::from(i % (2 * N) >= N)].push(m);
+            }
+        }
+        let per_phase = PARTITIONS as u64 * 2;
+        let v = config(&broker, &t, privacy, dimensions, &stream);
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        produce_each(&broker, &t.input, &phases[0]).await;
+        assert!(
+            wait_until(WAIT, || count(&c.windows_released) >= per_phase).await,
+            "released {} of {per_phase} before the restart",
+            count(&c.windows_released)
+        );
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        // A new process (a fresh group: tansu may not reassign a rejoined
+        // one) continues each group's totals from the state topic.
+        let v = config(&broker, &t.regroup(), privacy, dimensions, &stream);
+        let (stop, c, h) = spawn_pipeline(v, KEY);
+        produce_each(&broker, &t.input, &phases[1]).await;
+        let windows = 2 * per_phase;
+        assert!(
+            wait_until(WAIT, || count(&c.windows_released) >= per_phase).await,
+            "released {} of {per_phase} after the restart",
+            count(&c.windows_released)
+        );
+        let group_streams = ["temp[firmware=a]", "temp[firmware=b]"];
+        let fleet_done = || {
+            let fs = tokio::task::block_in_place(|| fleet_releases(&broker, &t.output));
+            group_streams.iter().all(|s| {
+                fs.iter()
+                    .any(|f| f.stream == *s && f.window_seq == 1 && f.complete)
+            })
+        };
+        let done = wait_until(WAIT, fleet_done).await;
+        stop.send(true).unwrap();
+        h.await.unwrap().unwrap();
+        assert!(done, "no complete fleet record per group");
+
+        let rs = tokio::task::block_in_place(|| releases(&broker, &t.output));
+        assert_eq!(rs.len() as u64, windows);
+        for r in &rs {
+            assert!(group_streams.contains(&r.stream.as_str()), "{}", r.stream);
+            let sum = r.running.iter().find(|x| x.name == "sum").expect("a running sum");
+            let readings = (r.window_seq + 1) * N as u64;
+            assert_eq!((sum.windows, sum.count), (r.window_seq + 1, readings), "{}", r.stream);
+            let truth = readings as f64 * 20.0;
+            assert!(
+                (sum.values[0] - truth).abs() <= 6.0 * sum.std,
+                "{} {}#{}: {} vs {truth} (std {})",
+                r.stream,
+                r.partition,
+                r.window_seq,
+                sum.values[0],
+                sum.std
+            );
+        }
+        let fs = tokio::task::block_in_place(|| fleet_releases(&broker, &t.output));
+        for s in group_streams {
+            let f = fs
+                .iter()
+                .rfind(|f| f.stream == s && f.window_seq == 1)
+                .expect("a fleet record");
+            let sum = f.running.iter().find(|x| x.name == "sum").expect("fleet running sum");
+            assert_eq!(sum.count, 2 * N as u64 * PARTITIONS as u64, "{s}");
+        }
+    });
+}

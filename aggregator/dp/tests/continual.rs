@@ -417,3 +417,103 @@ fn partitions_running_noises_are_independent() {
         );
     }
 }
+
+/// The dyadic nodes of a tree over `t = 2^(levels−1)` windows, as
+/// (first window, length).
+fn tree_nodes(levels: u32) -> Vec<(usize, usize)> {
+    let t = 1usize << (levels - 1);
+    (0..levels)
+        .flat_map(|h| (0..t >> h).map(move |k| (k << h, 1usize << h)))
+        .collect()
+}
+
+/// max over window sets S (|S| ≤ w) and changes u ∈ [−1, 1]^S of the L1
+/// change of the tree's node sums, Σ_node |Σ_{s∈S∩node} u_s| (a vertex:
+/// all changes of one sign attain it; checked over every sign pattern).
+fn tree_brute_force(levels: u32, w: usize) -> f64 {
+    let nodes = tree_nodes(levels);
+    let t = 1usize << (levels - 1);
+    let mut best = 0.0f64;
+    for set in 0u32..(1 << t) {
+        let s: Vec<usize> = (0..t).filter(|i| set >> i & 1 == 1).collect();
+        if s.is_empty() || s.len() > w {
+            continue;
+        }
+        for signs in 0u32..(1 << s.len()) {
+            let u = |a: usize| if signs >> a & 1 == 1 { -1.0 } else { 1.0 };
+            let l1: f64 = nodes
+                .iter()
+                .map(|&(first, len)| {
+                    s.iter()
+                        .enumerate()
+                        .filter(|(_, &x)| (first..first + len).contains(&x))
+                        .map(|(a, _)| u(a))
+                        .sum::<f64>()
+                        .abs()
+                })
+                .sum();
+            best = best.max(l1);
+        }
+    }
+    best
+}
+
+/// Running totals of a grouped stream (public keys): a device counts in up
+/// to `G` groups, each group's totals are their own mechanism, so its loss
+/// is the sum over its groups. By brute force over the tree (pure DP) the
+/// worst device in `G` groups spends at most the running share, and the
+/// bound is tight: totals calibrated for one group fewer than a device
+/// joins overspend. Under zCDP the BLT's `W`-window bound is checked above;
+/// here its per-group spend composes to the share.
+#[test]
+fn grouped_running_totals_compose_over_g_groups_within_the_share() {
+    use fleetdp_dp::continual::RunningNoise;
+    use fleetdp_dp::mechanism::Measure;
+    use fleetdp_dp::relation::Relation;
+    use fleetdp_dp::release::{plan, GroupSpec, StatKind};
+    let (epsilon, share, w) = (1.0, 0.5, 2u32);
+    let grouped = |g: u32, measure: Measure| {
+        let mut s = common::stream_spec((0.0, 10.0, 1.0), 10, vec![StatKind::Mean]);
+        s.max_windows_per_device = w;
+        s.running_share = share;
+        s.running_lifetime = 8;
+        s.groups = Some(GroupSpec {
+            keys: ["fw=a", "fw=b", "fw=c", "fw=d"].map(String::from).to_vec(),
+            max_groups_per_device: g,
+            private: None,
+        });
+        let p = common::privacy(Relation::ChangeOne, measure, epsilon);
+        plan(&p, &[s]).unwrap().streams.remove(0)
+    };
+    // The worst loss of a device in `joined` groups of a plan made for `g`.
+    let loss = |g: u32, joined: u32| {
+        let running = grouped(g, Measure::Pure).running.expect("running totals");
+        let per_group: f64 = running
+            .groups
+            .iter()
+            .map(|r| match &r.noise {
+                RunningNoise::Tree {
+                    levels, laplace, ..
+                } => {
+                    tree_brute_force(*levels, w as usize) * r.window_sensitivity
+                        / laplace.scale_f64()
+                }
+                other => panic!("pure DP runs a tree, not {other:?}"),
+            })
+            .sum();
+        per_group * joined as f64
+    };
+    let budget = epsilon * share;
+    for g in 1..=4 {
+        let worst = loss(g, g);
+        assert!(worst <= budget * (1.0 + 1e-12), "G={g}: {worst} > {budget}");
+        assert!(worst >= budget * (1.0 - 1e-9), "G={g}: {worst}, not tight");
+        if g >= 2 {
+            let short = loss(g - 1, g);
+            assert!(short > budget * 1.01, "calibrated for G={}: {short}", g - 1);
+        }
+        let zcdp = grouped(g, Measure::Zcdp).running.expect("running totals");
+        let spent = fleetdp_dp::rational::to_f64(&zcdp.spent()) * g as f64;
+        assert!((spent - budget).abs() <= 1e-12, "zCDP G={g}: {spent}");
+    }
+}

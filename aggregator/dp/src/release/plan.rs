@@ -525,9 +525,13 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             {
                 groups.push(("histogram", edges.len() - 1, 2 * k, 2 * k * k));
             }
+            // A device counts in up to `G` groups, each its own lanes and
+            // running totals: each group's get a `G`-th of the share
+            // (`per_horizon` charges them `G` times).
             let budget = exact(privacy.budget.per_horizon)
                 * rational::decimal(spec.budget_share)
-                * rational::decimal(spec.running_share);
+                * rational::decimal(spec.running_share)
+                / BigRational::from_integer(grouped::groups_per_device(spec).into());
             RunningPlan::calibrate(
                 measure,
                 &groups,
