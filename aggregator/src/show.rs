@@ -196,8 +196,27 @@ pub(crate) fn release(
 /// The running mean since the start (post-processing of the running sum),
 /// beside the summed windows and the combination of both, as a line of its
 /// own (`scope` says whose: "" or "fleet-wide "); "" without a running sum.
+/// Under add-remove the readings' count is a noisy total of its own: the
+/// line divides by it and shows both totals.
 fn running_mean(running: &[proto::v1::RunningTotal], unit: &str, scope: &str) -> String {
     let mut out = String::new();
+    let noisy_count = running
+        .iter()
+        .find(|t| t.name == "count")
+        .and_then(|t| Some((*t.values.first()?, t.std)));
+    if let (Some(sum), Some((c, c_std))) = (running.iter().find(|t| t.name == "sum"), noisy_count) {
+        let line = format!(
+            "{scope}running mean over {} windows: {:.2}{} (sum {:.2} ± {:.2}, count {:.0} ± {:.0}, 1 std)",
+            sum.windows,
+            sum.values[0] / c.max(1.0),
+            unit_of("mean", unit),
+            sum.values[0],
+            sum.std,
+            c,
+            c_std
+        );
+        return format!("\n{:>9} {line}", "");
+    }
     if let Some(sum) = running.iter().find(|t| t.name == "sum") {
         let count = sum.count.max(1) as f64;
         let mut line = format!(
@@ -414,6 +433,33 @@ mod tests {
             line.contains("hist [-20,0):3 [0,12.5]:5 (true 4 4)"),
             "{line}"
         );
+    }
+
+    #[test]
+    fn an_add_remove_running_mean_divides_by_the_noisy_count() {
+        let total = |name: &str, value: f64, std: f64| proto::v1::RunningTotal {
+            name: name.into(),
+            windows: 4,
+            count: 0,
+            values: vec![value],
+            std,
+            ..Default::default()
+        };
+        let line = running_mean(
+            &[total("sum", 1000.0, 20.0), total("count", 50.4, 3.0)],
+            "°C",
+            "",
+        );
+        assert!(
+            line.contains(
+                "running mean over 4 windows: 19.84 °C (sum 1000.00 ± 20.00, count 50 ± 3, 1 std)"
+            ),
+            "{line}"
+        );
+        // Change-one: the public count.
+        let mut sum = total("sum", 1000.0, 20.0);
+        sum.count = 50;
+        assert!(running_mean(&[sum], "", "").contains("running mean over 4 windows: 20.00 ± 0.40"));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! Required: every record of the output topics agrees between the two runs
 //! in key, headers, record timestamp and every published field but the
 //! noisy values (no exact count, padding, offset or data-dependent time),
-//! and the data's releases arrive in the same order;
+//! and the data's releases arrive in the same order (the temp stream's
+//! groups carry running totals: their public fields agree too, the
+//! readings' count among them being 0, not public);
 //! `/metrics` with `http.hide_exact_counts` shows no family that counts the
 //! input and the same lines otherwise (released values and times excepted);
 //! `/api/status` and `/readyz` carry no exact count; logs have the same lines once seqs
@@ -42,6 +44,7 @@ quantiles = [0.5]
 group_by = ["firmware"]
 max_groups_per_device = 2
 budget_share = 0.5
+running_share = 0.2
 
 [[stream]]
 name = "volt"
@@ -62,6 +65,60 @@ const GROUPS: [&str; 3] = [
     "temp[firmware=4.2]",
     "temp[firmware=other]",
 ];
+
+/// A record's running totals but their noisy values (and estimates) and
+/// what follows from the lane's start (`windows`, and `std`, a function of
+/// it): each process starts its lanes at its own assignment, a moment no
+/// reading decides, so those are checked by [`RunningSteps`] instead.
+#[allow(clippy::type_complexity)]
+fn running_public(
+    ts: &[proto::v1::RunningTotal],
+) -> Vec<(String, u64, usize, String, f64, bool, Vec<f64>)> {
+    ts.iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.count,
+                t.values.len(),
+                t.mechanism.clone(),
+                t.spent,
+                t.summed.is_some() || t.combined.is_some() || !t.summed_bins.is_empty(),
+                t.bin_edges.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Running totals' steps and stds across both runs: each total's `windows`
+/// counts the seqs since its lane's first release (its start), and its
+/// `std` is one function of (`name`, `windows`) for both runs — so neither
+/// depends on the input.
+#[derive(Default)]
+struct RunningSteps(BTreeMap<(String, String, u64), u64>);
+
+impl RunningSteps {
+    fn check(&mut self, stream: &str, seq: u64, first: u64, ts: &[proto::v1::RunningTotal]) {
+        for t in ts {
+            assert_eq!(
+                t.windows,
+                seq - first + 1,
+                "{stream}#{seq} {}: steps since the start",
+                t.name
+            );
+            let std = *self
+                .0
+                .entry((stream.to_string(), t.name.clone(), t.windows))
+                .or_insert(t.std.to_bits());
+            assert_eq!(
+                std,
+                t.std.to_bits(),
+                "{stream}#{seq} {}: std of {} steps",
+                t.name,
+                t.windows
+            );
+        }
+    }
+}
 
 struct Proc {
     child: Child,
@@ -364,6 +421,17 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
         };
         let (oa, ob) = (read(&all_a), read(&all_b));
         let common: Vec<Lane> = oa.keys().filter(|s| ob.contains_key(*s)).cloned().collect();
+        // Each lane's first release in a run: its start.
+        let firsts = |o: &BTreeMap<Lane, (Read, proto::WindowRelease)>| {
+            let mut f: BTreeMap<(String, i32), u64> = BTreeMap::new();
+            for (stream, p, seq) in o.keys() {
+                let e = f.entry((stream.clone(), *p)).or_insert(*seq);
+                *e = (*e).min(*seq);
+            }
+            f
+        };
+        let (first_a, first_b) = (firsts(&oa), firsts(&ob));
+        let mut steps = RunningSteps::default();
         for g in GROUPS {
             for p in 0..2 {
                 for s in first_data as u64..=last_data as u64 {
@@ -456,6 +524,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                             )
                         })
                         .collect::<Vec<_>>(),
+                    running_public(&r.running),
                 )
             };
             assert_eq!(
@@ -463,6 +532,12 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 public(b),
                 "window {s:?}: published fields differ"
             );
+            if GROUPS.contains(&s.0.as_str()) {
+                assert!(!a.running.is_empty(), "window {s:?}: no running totals");
+            }
+            let lane = (s.0.clone(), s.1);
+            steps.check(&s.0, s.2, first_a[&lane], &a.running);
+            steps.check(&s.0, s.2, first_b[&lane], &b.running);
         }
 
         // Fleet-wide records: for every seq both combined, the same key,
@@ -505,8 +580,35 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                         .iter()
                         .map(|x| (x.name.clone(), x.values.len(), x.half_width, x.std))
                         .collect::<Vec<_>>(),
+                    running_public(&f.running),
                 )
             };
+            // Running totals are added up where the partitions' lanes
+            // started at the same seq (the same steps): in each run, the
+            // record carries them exactly then.
+            for (f, first) in [(a, &first_a), (b, &first_b)] {
+                let starts: BTreeSet<u64> = (0..2).map(|p| first[&(s.0.clone(), p)]).collect();
+                assert_eq!(
+                    !f.running.is_empty(),
+                    starts.len() == 1,
+                    "fleet seq {s:?}: {starts:?}"
+                );
+                if let Some(&start) = starts.iter().next().filter(|_| starts.len() == 1) {
+                    steps.check(&format!("fleet {}", s.0), s.1, start, &f.running);
+                }
+            }
+            if a.running.is_empty() != b.running.is_empty() {
+                // One run's partitions started apart: nothing to compare.
+                let (mut a, mut b) = (a.clone(), b.clone());
+                a.running.clear();
+                b.running.clear();
+                assert_eq!(
+                    public(&a),
+                    public(&b),
+                    "fleet seq {s:?}: published fields differ"
+                );
+                continue;
+            }
             assert_eq!(
                 public(a),
                 public(b),

@@ -8,10 +8,20 @@
 //! of the BLT's generator checks the closed form at T = 2¹⁰, and the cost of
 //! one step is timed.
 //!
+//! Then the release path at 10⁶ windows per lane, change-one beside
+//! add-remove (which adds a noisy running count): the cost of one window's
+//! running step (its window estimates included) and the lane's state bytes
+//! (the JSON its state record carries), both measures.
+//!
 //! `cargo bench -p fleetdp-dp --bench continual`. Targets at T = 2¹⁶: BLT
 //! within 5% of the square-root factorization, ≥ 3× below the plain tree.
 
-use fleetdp_dp::continual::{baseline, Blt, BltNoise};
+use fleetdp_dp::accountant::Budget;
+use fleetdp_dp::continual::{baseline, Blt, BltNoise, RunningState};
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::rng::ReleaseKey;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use std::time::Instant;
@@ -65,6 +75,87 @@ fn main() {
         "one BLT step (d = 4, Gaussian draw included): {:.0} ns",
         per_step * 1e9
     );
+    release_path();
+}
+
+/// Windows per lane in the release-path figures.
+const LANE_WINDOWS: u64 = 1_000_000;
+
+/// One lane's running totals through [`LANE_WINDOWS`] windows of 10
+/// readings: (µs per window, state bytes at the end).
+fn lane(relation: Relation, measure: Measure) -> (f64, usize) {
+    let spec = StreamSpec {
+        name: "bench".into(),
+        lower: -20.0,
+        upper: 60.0,
+        resolution: 0.1,
+        window_size: if relation == Relation::ChangeOne {
+            10
+        } else {
+            0
+        },
+        max_readings_per_device: 1,
+        max_windows_per_device: 24,
+        budget_share: 1.0,
+        statistics: vec![StatKind::Mean, StatKind::Histogram],
+        histogram_edges: vec![-20.0, 0.0, 20.0, 40.0, 60.0],
+        quantiles: vec![],
+        quantile_candidates: None,
+        adaptive_quantiles: false,
+        joint_quantiles: false,
+        target_error: vec![],
+        window_timeout_ms: None,
+        window_ms: (relation == Relation::AddRemove).then_some(60_000),
+        running_share: 0.5,
+        running_lifetime: LANE_WINDOWS,
+        groups: None,
+    };
+    let privacy = PrivacySpec {
+        relation,
+        budget: Budget {
+            measure,
+            per_horizon: 1.0,
+            delta: 1e-6,
+        },
+    };
+    let planned = plan(&privacy, &[spec]).expect("plans");
+    let stream = &planned.streams[0];
+    let mut state = RunningState::new(stream.running.as_ref().expect("running totals"));
+    let key = ReleaseKey::from_bytes([3; 32]);
+    let values: Vec<i64> = (0..10).map(|i| 100 + 37 * i).collect();
+    let started = Instant::now();
+    for seq in 0..LANE_WINDOWS {
+        stream
+            .running_step(&key, 0, seq, &values, &mut state)
+            .expect("within the lifetime");
+    }
+    let per_window = started.elapsed().as_secs_f64() / LANE_WINDOWS as f64;
+    let bytes = serde_json::to_vec(&state).expect("serialises").len();
+    (per_window * 1e6, bytes)
+}
+
+fn release_path() {
+    println!(
+        "\nrelease path, {LANE_WINDOWS} windows of 10 readings per lane (sum + 4-bin histogram):"
+    );
+    println!(
+        "{:>6} {:>12} {:>14} {:>14} {:>12} {:>14}",
+        "", "change-one", "", "add-remove", "", "add-rem./c-one"
+    );
+    println!(
+        "{:>6} {:>12} {:>14} {:>14} {:>12} {:>14}",
+        "", "µs/window", "state bytes", "µs/window", "state bytes", "time, bytes"
+    );
+    for measure in [Measure::Zcdp, Measure::Pure] {
+        let (c_us, c_bytes) = lane(Relation::ChangeOne, measure);
+        let (a_us, a_bytes) = lane(Relation::AddRemove, measure);
+        println!(
+            "{:>6} {c_us:>12.2} {c_bytes:>14} {a_us:>14.2} {a_bytes:>12} {:>7.2}, {:>5.2}",
+            format!("{measure:?}"),
+            a_us / c_us,
+            a_bytes as f64 / c_bytes as f64
+        );
+    }
 }
 
 fn normal(rng: &mut ChaCha20Rng) -> f64 {

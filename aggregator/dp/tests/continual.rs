@@ -517,3 +517,197 @@ fn grouped_running_totals_compose_over_g_groups_within_the_share() {
         assert!((spent - budget).abs() <= 1e-12, "zCDP G={g}: {spent}");
     }
 }
+
+/// Every multiset of `len` values from `values`.
+fn multisets(values: &[i64], len: usize) -> Vec<Vec<i64>> {
+    if len == 0 {
+        return vec![vec![]];
+    }
+    let mut out = Vec::new();
+    for (i, &v) in values.iter().enumerate() {
+        for mut rest in multisets(&values[i..], len - 1) {
+            rest.insert(0, v);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// A window's effect on the running totals, per relation, by brute force
+/// over a small universe (grid −3..=2, bins [−3, 0) and [0, 2], k = 2):
+/// change-one replaces up to k readings, add-remove adds up to k. The
+/// largest change of the sum (L1), count and bins (L1 and L2²) equals what
+/// each planned total is calibrated to — so a bound one unit smaller would
+/// be exceeded — and the count is a total only where it is not public.
+#[test]
+fn running_window_sensitivities_are_the_brute_force_maxima() {
+    use fleetdp_dp::mechanism::Measure;
+    use fleetdp_dp::relation::Relation;
+    use fleetdp_dp::release::{plan, StatKind};
+    let (grid, k) = ((-3i64..=2).collect::<Vec<_>>(), 2usize);
+    let bin = |v: i64| usize::from(v >= 0);
+    let effect = |a: &[i64], b: &[i64]| {
+        let sum = |w: &[i64]| w.iter().sum::<i64>();
+        let bins = |w: &[i64]| {
+            w.iter().fold([0i64; 2], |mut h, &v| {
+                h[bin(v)] += 1;
+                h
+            })
+        };
+        let (ha, hb) = (bins(a), bins(b));
+        let d = [ha[0] - hb[0], ha[1] - hb[1]];
+        (
+            (sum(a) - sum(b)).abs(),
+            (a.len() as i64 - b.len() as i64).abs(),
+            d[0].abs() + d[1].abs(),
+            d[0] * d[0] + d[1] * d[1],
+        )
+    };
+    for relation in [Relation::ChangeOne, Relation::AddRemove] {
+        // (sum L1, count, bins L1, bins L2²) over neighbouring windows.
+        let mut worst = (0, 0, 0, 0);
+        for base_len in 0..=2 {
+            for base in multisets(&grid, base_len) {
+                for j in 1..=k {
+                    for extra in multisets(&grid, j) {
+                        let with: Vec<i64> = base.iter().chain(&extra).copied().collect();
+                        let pairs: Vec<Vec<i64>> = match relation {
+                            Relation::AddRemove => vec![base.clone()],
+                            // The same readings but j of them replaced.
+                            Relation::ChangeOne => multisets(&grid, j)
+                                .into_iter()
+                                .map(|r| base.iter().chain(&r).copied().collect())
+                                .collect(),
+                        };
+                        for other in pairs {
+                            let e = effect(&with, &other);
+                            worst = (
+                                worst.0.max(e.0),
+                                worst.1.max(e.1),
+                                worst.2.max(e.2),
+                                worst.3.max(e.3),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let window = match relation {
+            Relation::ChangeOne => 10,
+            Relation::AddRemove => 0,
+        };
+        let mut s = common::stream_spec(
+            (-3.0, 2.0, 1.0),
+            window,
+            vec![StatKind::Mean, StatKind::Histogram],
+        );
+        s.max_readings_per_device = k as u32;
+        s.histogram_edges = vec![-3.0, 0.0, 2.0];
+        s.running_share = 0.5;
+        s.running_lifetime = 8;
+        for measure in [Measure::Pure, Measure::Zcdp] {
+            let p = common::privacy(relation, measure, 1.0);
+            let planned = plan(&p, std::slice::from_ref(&s)).unwrap();
+            let running = planned.streams[0].running.as_ref().unwrap();
+            let of = |name: &str| {
+                running
+                    .groups
+                    .iter()
+                    .find(|g| g.name == name)
+                    .map(|g| g.window_sensitivity)
+            };
+            let l2 = |sq: i64| (sq as f64).sqrt();
+            let (sum, count, bins) = match measure {
+                Measure::Pure => (worst.0 as f64, worst.1 as f64, worst.2 as f64),
+                Measure::Zcdp => (worst.0 as f64, worst.1 as f64, l2(worst.3)),
+            };
+            let what = format!("{relation:?} {measure:?}");
+            assert_eq!(of("sum"), Some(sum), "{what}: sum");
+            assert_eq!(of("histogram"), Some(bins), "{what}: histogram");
+            match relation {
+                Relation::ChangeOne => assert_eq!(of("count"), None, "{what}: n is public"),
+                Relation::AddRemove => assert_eq!(of("count"), Some(count), "{what}: count"),
+            }
+        }
+    }
+}
+
+/// Add-remove running totals through the release path: the noisy running
+/// count (a total of its own, the `count` field 0) and sum are centred on
+/// the truth with the variance their `std` states, both measures, at
+/// several steps; no summed windows (a window's size is not public).
+#[test]
+fn add_remove_running_count_and_sum_carry_their_stated_noise() {
+    use fleetdp_dp::mechanism::Measure;
+    use fleetdp_dp::relation::Relation;
+    use fleetdp_dp::release::{plan, StatKind};
+    use fleetdp_dp::rng::ReleaseKey;
+    for measure in [Measure::Pure, Measure::Zcdp] {
+        let mut s =
+            common::stream_spec((-10.0, 30.0, 0.5), 0, vec![StatKind::Count, StatKind::Mean]);
+        s.running_share = 0.5;
+        s.running_lifetime = 16;
+        let p = common::privacy(Relation::AddRemove, measure, 1.0);
+        let planned = plan(&p, &[s]).unwrap();
+        let stream = &planned.streams[0];
+        let running = stream.running.as_ref().unwrap();
+        let names: Vec<&str> = running.groups.iter().map(|g| g.name).collect();
+        assert_eq!(names, ["sum", "count"]);
+        let at = [1u64, 5, 16];
+        let reps = 4000;
+        // Windows of 3 + seq readings of 12.5 (25 grid units).
+        let mut errors = vec![vec![Vec::with_capacity(reps); at.len()]; 2];
+        let mut stds = vec![vec![0.0; at.len()]; 2];
+        for rep in 0..reps {
+            let mut b = [7u8; 32];
+            b[..8].copy_from_slice(&(rep as u64).to_le_bytes());
+            let key = ReleaseKey::from_bytes(b);
+            let mut state = RunningState::new(running);
+            let (mut n, mut sum) = (0.0, 0.0);
+            for seq in 0..16u64 {
+                let values = vec![25i64; 3 + seq as usize];
+                n += values.len() as f64;
+                sum += 12.5 * values.len() as f64;
+                let totals = stream
+                    .running_step(&key, 0, seq, &values, &mut state)
+                    .unwrap();
+                let Some(i) = at.iter().position(|&t| t == seq + 1) else {
+                    continue;
+                };
+                for (j, (name, truth)) in [("sum", sum), ("count", n)].into_iter().enumerate() {
+                    let t = totals.iter().find(|t| t.name == name).unwrap();
+                    assert_eq!(
+                        (t.windows, t.count),
+                        (seq + 1, 0),
+                        "{name}: n is not public"
+                    );
+                    assert!(t.summed.is_none() && t.combined.is_none(), "{name}");
+                    errors[j][i].push(t.values[0] - truth);
+                    stds[j][i] = t.std;
+                }
+            }
+        }
+        for (j, name) in ["sum", "count"].into_iter().enumerate() {
+            for (i, t) in at.iter().enumerate() {
+                let e = &errors[j][i];
+                let (var, se) = var_and_se(e);
+                let mean = e.iter().sum::<f64>() / e.len() as f64;
+                // The BLT's noise is rounded to the grid (sum: units of 0.5).
+                let rounding = match (measure, name) {
+                    (Measure::Zcdp, "sum") => 0.25 / 12.0,
+                    (Measure::Zcdp, _) => 1.0 / 12.0,
+                    _ => 0.0,
+                };
+                let expected = stds[j][i].powi(2) + rounding;
+                assert!(
+                    (var - expected).abs() <= 5.0 * se,
+                    "{measure:?} {name} t={t}: variance {var} vs stated {expected} (se {se})"
+                );
+                assert!(
+                    mean.abs() <= 5.0 * (expected / e.len() as f64).sqrt(),
+                    "{measure:?} {name} t={t}: biased by {mean}"
+                );
+            }
+        }
+    }
+}

@@ -391,13 +391,6 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 format!("must be in [0, 1), got {r}"),
             ));
         }
-        if r > 0.0 && privacy.relation != Relation::ChangeOne {
-            return Err(field_err(
-                spec,
-                "running_share",
-                "running totals need relation = \"change-one\" (the running count must be public)",
-            ));
-        }
         if !(2..=1u64 << 40).contains(&spec.running_lifetime) {
             return Err(field_err(
                 spec,
@@ -503,9 +496,16 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
                 joint_half_widths,
             });
         }
-        // A window's effect on the running sum, and its square, in i64.
+        // A window's effect on the running sum, and its square, in i64:
+        // change-one moves k readings across the range; add-remove adds or
+        // removes k readings, each at most the largest |bound| (grid units).
         let k = spec.max_readings_per_device as i64;
-        let sum_l1 = k.checked_mul(u.width());
+        let change_one = privacy.relation == Relation::ChangeOne;
+        let reach = match change_one {
+            true => u.width(),
+            false => u.lower().abs().max(u.upper().abs()),
+        };
+        let sum_l1 = k.checked_mul(reach);
         let sum_l2_sq = sum_l1.and_then(|l| l.checked_mul(l));
         if spec.running_share > 0.0 && sum_l2_sq.is_none() {
             return Err(field_err(
@@ -518,12 +518,24 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         let running = (spec.running_share > 0.0).then(|| {
             let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
             let mut groups = vec![("sum", 1usize, l1, l2_sq)];
+            // Add-remove: the running count is not public, so it is a
+            // noisy total of its own (k readings a window).
+            if !change_one {
+                groups.push(("count", 1, k, k * k));
+            }
             if let Some(edges) = spec
                 .statistics
                 .contains(&StatKind::Histogram)
                 .then_some(&spec.histogram_edges)
             {
-                groups.push(("histogram", edges.len() - 1, 2 * k, 2 * k * k));
+                // k readings change bins: moved (change-one, L1 2k, L2² 2k²)
+                // or added/removed (add-remove, all in one bin at worst).
+                let (l1, l2_sq) = if change_one {
+                    (2 * k, 2 * k * k)
+                } else {
+                    (k, k * k)
+                };
+                groups.push(("histogram", edges.len() - 1, l1, l2_sq));
             }
             // A device counts in up to `G` groups, each its own lanes and
             // running totals: each group's get a `G`-th of the share

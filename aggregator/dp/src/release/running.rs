@@ -3,8 +3,15 @@
 //! own released sums (and noisy bins) and the inverse-variance combination
 //! of the two.
 //!
+//! Under add-remove the running count is not public: it is a noisy total
+//! of its own (`count`), the totals' `count` field is 0, and no summed
+//! windows sit beside the running sum (a window's sum estimate needs its
+//! size).
+//!
 //! Privacy argument: the running totals' noise is calibrated in
-//! [`crate::continual`]; the window sums are the window's released sums and
+//! [`crate::continual`] to each window's effect (plan.rs: change-one moves
+//! `k` readings across the range, add-remove adds or removes `k` readings
+//! of at most the largest |bound| each, one count each); the window sums are the window's released sums and
 //! its bins the histogram measurement behind its released histogram, both
 //! recomputed with the window's own keyed draws (the same bits as its
 //! release); adding them up and combining are post-processing of noisy
@@ -13,6 +20,7 @@
 use super::*;
 use crate::continual::RunningState;
 use crate::rational;
+use crate::relation::Relation;
 use crate::rng::{running_rng, window_digest, window_rng, ReleaseKey, WindowId};
 use crate::stats;
 use rand::Rng;
@@ -52,16 +60,20 @@ pub(super) fn running_step(
     state: &mut RunningState,
 ) -> Option<Vec<RunningValue>> {
     let plan = stream.running.as_ref()?;
-    let mut window = vec![vec![stats::sum(values)]];
-    if plan.groups.len() > 1 {
-        let edges = stream.histogram_edges_units();
-        window.push(
-            stats::histogram(values, &edges)
+    let change_one = stream.neighbouring.relation == Relation::ChangeOne;
+    let has_bins = plan.groups.iter().any(|g| g.name == "histogram");
+    let window: Vec<Vec<i128>> = plan
+        .groups
+        .iter()
+        .map(|g| match g.name {
+            "sum" => vec![stats::sum(values)],
+            "count" => vec![values.len() as i128],
+            _ => stats::histogram(values, &stream.histogram_edges_units())
                 .into_iter()
                 .map(|c| c as i128)
                 .collect(),
-        );
-    }
+        })
+        .collect();
     let digest = window_digest(values);
     let id = WindowId {
         stream: &stream.spec.name,
@@ -71,12 +83,11 @@ pub(super) fn running_step(
     // The window's released sum (the same keyed draws as its release),
     // summed over the windows so far: a second estimate of the sum
     // total, combined with the running total below.
-    let (window_sum, window_bins) = window_estimates(
-        stream,
-        values,
-        &mut window_rng(key, id, &digest),
-        plan.groups.len() > 1,
-    );
+    let (window_sum, window_bins) =
+        window_estimates(stream, values, &mut window_rng(key, id, &digest), has_bins);
+    // Under add-remove a window's sum estimate needs its size, which is not
+    // public there: no summed windows beside the running sum.
+    let window_sum = window_sum.filter(|_| change_one);
     let noisy = plan.step(state, &window, &mut running_rng(key, id, &digest))?;
     let t = state.steps;
     let res = plan.resolution;
@@ -128,7 +139,13 @@ pub(super) fn running_step(
                 RunningValue {
                     name: g.name,
                     windows: t,
-                    count: t * stream.spec.window_size,
+                    // Public under change-one only (count windows of n);
+                    // add-remove releases the noisy `count` total instead.
+                    count: if change_one {
+                        t * stream.spec.window_size
+                    } else {
+                        0
+                    },
                     values,
                     std,
                     mechanism: g.noise.name(),
