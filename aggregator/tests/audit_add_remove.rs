@@ -10,18 +10,21 @@
 //! each family of threshold events) stays within what is charged: for the
 //! window holding the device, the stated spend of its statistic; for the
 //! next window, which it does not touch, nothing; for the block's signed
-//! sum, the device's budget per horizon.
+//! sum, the device's budget per horizon. Running totals (a second test):
+//! the running count and sum after the block, each within its stated spend,
+//! their public fields identical on both sides.
 
 #[path = "../dp/tests/common/mod.rs"]
 mod common;
 
 use common::{cp_lower, cp_upper};
 use fleetdp::dp::accountant::Budget;
+use fleetdp::dp::continual::RunningState;
 use fleetdp::dp::mechanism::Measure;
 use fleetdp::dp::relation::Relation;
 use fleetdp::dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
 use fleetdp::dp::rng::ReleaseKey;
-use fleetdp::{device_key, PublishedWindow, StreamRules, Windower};
+use fleetdp::{device_key, ClosedWindow, PublishedWindow, StreamRules, Windower};
 
 const RUNS: u64 = 200_000;
 const ALPHA: f64 = 0.05;
@@ -30,6 +33,12 @@ const LEN: i64 = 10;
 const BUDGET: f64 = 2.0;
 
 fn stream() -> StreamPlan {
+    stream_with(0.0)
+}
+
+/// The audited stream with `running_share` of its budget on running totals
+/// (tuned for one block).
+fn stream_with(running_share: f64) -> StreamPlan {
     let spec = StreamSpec {
         name: "audit".into(),
         lower: 0.0,
@@ -48,8 +57,8 @@ fn stream() -> StreamPlan {
         joint_quantiles: false,
         target_error: vec![],
         window_timeout_ms: None,
-        running_share: 0.0,
-        running_lifetime: 1 << 24,
+        running_share,
+        running_lifetime: BLOCK,
         groups: None,
     };
     let privacy = PrivacySpec {
@@ -66,6 +75,18 @@ fn stream() -> StreamPlan {
 /// One block of run `run`: per window (published fields, released sum);
 /// `extra` adds the neighbour's device before the block.
 fn block(s: &StreamPlan, key: &ReleaseKey, run: u64, extra: bool) -> Vec<(PublishedWindow, f64)> {
+    closed_block(run, extra)
+        .iter()
+        .map(|c| {
+            let stats = s.release(key, 0, c.seq, &c.values);
+            let sum = stats.iter().find(|x| x.name == "sum").unwrap().values[0];
+            (c.published(0), sum)
+        })
+        .collect()
+}
+
+/// The windows of run `run`'s block, through the windower.
+fn closed_block(run: u64, extra: bool) -> Vec<ClosedWindow> {
     let rules = StreamRules {
         name: "audit".into(),
         window_size: 0,
@@ -108,13 +129,6 @@ fn block(s: &StreamPlan, key: &ReleaseKey, run: u64, extra: bool) -> Vec<(Publis
     w.close_due(end, |_| end, |_| 0, usize::MAX, &mut closed);
     assert_eq!(closed.len() as u64, BLOCK);
     closed
-        .iter()
-        .map(|c| {
-            let stats = s.release(key, 0, c.seq, &c.values);
-            let sum = stats.iter().find(|x| x.name == "sum").unwrap().values[0];
-            (c.published(0), sum)
-        })
-        .collect()
 }
 
 /// Largest Clopper–Pearson lower bound on ε over threshold events of `x`
@@ -181,4 +195,69 @@ fn add_remove_over_a_block_of_windows_stays_within_its_charge() {
     assert!(signed <= BUDGET, "{signed} > {BUDGET}");
     // Not vacuous: the window holding the device is distinguishable.
     assert!(holding > 0.3, "{holding}");
+}
+
+/// Running totals under add-remove through the windower and the release
+/// path: after the block (the device's window and three more), the noisy
+/// running count and sum each stay within their stated spend; every public
+/// field of the totals (steps, the count field, std, mechanism, spend) is
+/// the same on both sides.
+#[test]
+fn add_remove_running_totals_stay_within_their_charge() {
+    let s = stream_with(0.5);
+    let running = s.running.as_ref().unwrap();
+    let (ka, kb) = (
+        ReleaseKey::from_bytes([23; 32]),
+        ReleaseKey::from_bytes([24; 32]),
+    );
+    let totals = |key: &ReleaseKey, run: u64, extra: bool| {
+        let mut state = RunningState::new(running);
+        let mut last = Vec::new();
+        for c in closed_block(run, extra) {
+            last = s
+                .running_step(key, 0, c.seq, &c.values, &mut state)
+                .unwrap();
+        }
+        last
+    };
+    let names = ["sum", "count"];
+    let (mut with, mut without) = (vec![Vec::new(); 2], vec![Vec::new(); 2]);
+    for run in 0..RUNS / 2 {
+        let (a, b) = (totals(&ka, run, true), totals(&kb, run, false));
+        let public = |ts: &[fleetdp::dp::release::RunningValue]| {
+            ts.iter()
+                .map(|t| {
+                    (
+                        t.name,
+                        t.windows,
+                        t.count,
+                        t.std.to_bits(),
+                        t.mechanism,
+                        t.spent.to_bits(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            public(&a),
+            public(&b),
+            "published fields differ between neighbours"
+        );
+        for (i, name) in names.iter().enumerate() {
+            let value = |ts: &[fleetdp::dp::release::RunningValue]| {
+                ts.iter().find(|t| t.name == *name).unwrap().values[0]
+            };
+            with[i].push(value(&a));
+            without[i].push(value(&b));
+        }
+    }
+    for (i, name) in names.iter().enumerate() {
+        let stated = running.groups.iter().find(|g| g.name == *name).unwrap();
+        let stated = fleetdp::dp::rational::to_f64(&stated.spent);
+        let bound = epsilon_lower_bound(&with[i], &without[i]);
+        println!("add-remove running {name} audit: {bound:.3} (stated {stated})");
+        assert!(bound <= stated, "running {name}: {bound} > {stated}");
+        // Not vacuous: the device's reading shows in its totals.
+        assert!(bound > 0.02, "running {name}: {bound}");
+    }
 }
