@@ -16,11 +16,13 @@
 //! `cargo bench -p fleetdp-dp --bench continual`. Targets at T = 2¹⁶: BLT
 //! within 5% of the square-root factorization, ≥ 3× below the plain tree.
 
-use fleetdp_dp::accountant::Budget;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use fleetdp_dp::continual::{baseline, Blt, BltNoise, RunningState};
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::release::{plan, StatKind};
 use fleetdp_dp::rng::ReleaseKey;
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
@@ -84,40 +86,21 @@ const LANE_WINDOWS: u64 = 1_000_000;
 /// One lane's running totals through [`LANE_WINDOWS`] windows of 10
 /// readings: (µs per window, state bytes at the end).
 fn lane(relation: Relation, measure: Measure) -> (f64, usize) {
-    let spec = StreamSpec {
-        name: "bench".into(),
-        lower: -20.0,
-        upper: 60.0,
-        resolution: 0.1,
-        window_size: if relation == Relation::ChangeOne {
-            10
-        } else {
-            0
-        },
-        max_readings_per_device: 1,
-        max_windows_per_device: 24,
-        budget_share: 1.0,
-        statistics: vec![StatKind::Mean, StatKind::Histogram],
-        histogram_edges: vec![-20.0, 0.0, 20.0, 40.0, 60.0],
-        quantiles: vec![],
-        quantile_candidates: None,
-        adaptive_quantiles: false,
-        joint_quantiles: false,
-        target_error: vec![],
-        window_timeout_ms: None,
-        window_ms: (relation == Relation::AddRemove).then_some(60_000),
-        running_share: 0.5,
-        running_lifetime: LANE_WINDOWS,
-        groups: None,
+    let window_size = if relation == Relation::ChangeOne {
+        10
+    } else {
+        0
     };
-    let privacy = PrivacySpec {
-        relation,
-        budget: Budget {
-            measure,
-            per_horizon: 1.0,
-            delta: 1e-6,
-        },
-    };
+    let mut spec = common::stream_spec(
+        (-20.0, 60.0, 0.1),
+        window_size,
+        vec![StatKind::Mean, StatKind::Histogram],
+    );
+    spec.max_windows_per_device = 24;
+    spec.histogram_edges = vec![-20.0, 0.0, 20.0, 40.0, 60.0];
+    spec.running_share = 0.5;
+    spec.running_lifetime = LANE_WINDOWS;
+    let privacy = common::privacy(relation, measure, 1.0);
     let planned = plan(&privacy, &[spec]).expect("plans");
     let stream = &planned.streams[0];
     let mut state = RunningState::new(stream.running.as_ref().expect("running totals"));
