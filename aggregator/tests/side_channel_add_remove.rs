@@ -524,7 +524,14 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                             )
                         })
                         .collect::<Vec<_>>(),
-                    running_public(&r.running),
+                    (
+                        running_public(&r.running),
+                        // Which raw moments it carries (values are noisy).
+                        r.moments.as_ref().map(|m| {
+                            [m.count, m.centred_sum, m.centred_sum_sq, m.boundary]
+                                .map(|x| x.is_some())
+                        }),
+                    ),
                 )
             };
             assert_eq!(
@@ -534,6 +541,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
             );
             if GROUPS.contains(&s.0.as_str()) {
                 assert!(!a.running.is_empty(), "window {s:?}: no running totals");
+                assert!(a.moments.is_some(), "window {s:?}: no raw moments");
             }
             let lane = (s.0.clone(), s.1);
             steps.check(&s.0, s.2, first_a[&lane], &a.running);
@@ -565,6 +573,13 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 "fleet seq {s:?}"
             );
             assert!(a.complete && a.partitions == [0, 1], "{a:?}");
+            // The mean's interval from the partitions' summed raw moments.
+            assert!(
+                a.statistics
+                    .iter()
+                    .any(|x| x.name == "mean" && x.half_width.is_some() && x.std.is_none()),
+                "fleet seq {s:?}: no add-remove mean interval"
+            );
             let public = |f: &proto::FleetRelease| {
                 (
                     f.partitions.clone(),
@@ -578,7 +593,16 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                     f.guarantee.clone(),
                     f.statistics
                         .iter()
-                        .map(|x| (x.name.clone(), x.values.len(), x.half_width, x.std))
+                        .map(|x| {
+                            // An interval from one noise's exact
+                            // distribution (it states its std) is public;
+                            // one from the summed moments' box varies with
+                            // them (post-processing): only its presence.
+                            let public_width =
+                                x.half_width
+                                    .map(|h| if x.std.is_some() { h.to_bits() } else { 0 });
+                            (x.name.clone(), x.values.len(), public_width, x.std)
+                        })
                         .collect::<Vec<_>>(),
                     running_public(&f.running),
                 )

@@ -120,6 +120,7 @@ fn run(
                     0
                 },
                 statistics: r,
+                moments: None,
             })
             .collect();
         let fleet = s.combine(&parts, &mut cache).unwrap();

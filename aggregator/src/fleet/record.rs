@@ -4,7 +4,7 @@
 //! published releases; docs/DESIGN.md §6).
 
 use crate::config::Validated;
-use crate::dp::release::{FleetCache, PartRelease, ReleasedStatistic};
+use crate::dp::release::{FleetCache, PartRelease, RawMoments, ReleasedStatistic};
 use std::collections::{BTreeMap, HashMap};
 
 /// The record for the partitions' releases `parts` of one seq (none if they cannot be combined,
@@ -28,6 +28,12 @@ pub(super) fn build(
         .map(|(r, st)| PartRelease {
             n: r.n,
             statistics: st,
+            moments: r.moments.as_ref().map(|m| RawMoments {
+                count: m.count,
+                centred_sum: m.centred_sum,
+                centred_sum_sq: m.centred_sum_sq,
+                boundary: m.boundary,
+            }),
         })
         .collect();
     let combined = match plan.combine(&combined_parts, cache) {

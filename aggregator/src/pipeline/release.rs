@@ -70,6 +70,8 @@ pub fn build_release(
         statistics,
         guarantee: Some(v.guarantee(stream)),
         group: crate::config::dimensions::group_map(stream),
+        // Set by the caller, which holds the window's key and track.
+        moments: None,
         released_at_ms: public.released_at_ms.unwrap_or_else(now_ms),
         running: running
             .iter()
@@ -231,6 +233,15 @@ impl<'a> Releases<'a> {
             let stream = &v.plan.streams[w.stream];
             let stats = stream.release_after(&release_key, w.partition, w.seq, &w.values, &track);
             let mut release = build_release(&v, stream, &w, &stats, &running);
+            // Add-remove: the raw moments, for the fleet-wide intervals.
+            release.moments = stream
+                .raw_moments(&release_key, w.partition, w.seq, &w.values, &track)
+                .map(|m| proto::v1::RawMoments {
+                    count: m.count,
+                    centred_sum: m.centred_sum,
+                    centred_sum_sq: m.centred_sum_sq,
+                    boundary: m.boundary,
+                });
             // A slot of private keys publishes the key it is bound to.
             if let Some((dimension, value)) = bound {
                 release.group.insert(dimension, value);

@@ -4,6 +4,10 @@
 //! the count. (Under change-one `n` is public: `evaluate.rs` and
 //! `moments.rs` give those intervals.)
 //!
+//! The same box serves fleet-wide figures (`fleet.rs`): the partitions'
+//! raw moments add up to the fleet's, and their summed noise has its own
+//! exact `1 − 0.05/k` half-widths ([`crate::sums::sum_half_width_at`]).
+//!
 //! Privacy argument: everything here reads released noisy measurements and
 //! public noise parameters only, so it is post-processing and costs nothing.
 //!
@@ -29,14 +33,14 @@
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Noisy {
     pub value: f64,
-    pub half_widths: [u128; 2],
+    pub half_widths: [f64; 2],
 }
 
 impl Noisy {
     /// Where the true value lies when the noise is within its exact
     /// `1 − 0.05/k` half-width (`k` = 2 or 3).
     fn within(&self, k: usize) -> Range {
-        let h = self.half_widths[k - 2] as f64;
+        let h = self.half_widths[k - 2];
         Range {
             lo: self.value - h,
             hi: self.value + h,
@@ -188,7 +192,7 @@ mod tests {
             let sq = (mean_c * mean_c * count.max(1.0) * rng.gen_range(0.5..1.5)).round();
             let at = |value| Noisy {
                 value,
-                half_widths: [11, 12],
+                half_widths: [11.0, 12.0],
             };
             let (n, c, q) = (at(count), at(cs), at(sq));
             let checks: [(&str, Range, f64, Figure<'_>); 3] = [
@@ -274,7 +278,7 @@ mod tests {
     fn a_box_without_readings_bounds_ratios_by_their_natural_range() {
         let at = |value| Noisy {
             value,
-            half_widths: [2, 3],
+            half_widths: [2.0, 3.0],
         };
         let h = at(0.0).within(2).hi;
         let n = at(-h - 3.0);

@@ -231,7 +231,7 @@ impl StreamPlan {
         let noisy_at = |(i, m): (usize, &'a MeasurementPlan)| match &m.mechanism {
             Mechanism::Additive(_) if noisy => Some(Noisy {
                 value: scalar(i),
-                half_widths: m.joint_half_widths,
+                half_widths: m.joint_half_widths.map(|h| h as f64),
             }),
             _ => None,
         };

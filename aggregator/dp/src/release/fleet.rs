@@ -14,11 +14,18 @@
 //! Means and shares are weighted by `n` (the fleet's window mean is
 //! `Σ n_p·mean_p / Σ n_p`); under count windows every partition has the same
 //! `n` and noise, so these are also the inverse-variance weights.
+//!
+//! Under add-remove, figures derived with the noisy count (sum from the
+//! centred sum, mean, clamped share, variance, std) get their interval from
+//! the partitions' raw moments summed ([`RawMoments`]): the box of
+//! `derived.rs` around the pooled measurements, each with its summed
+//! noise's exact `1 − 0.05/k` half-width — at least 95%, conservative.
 
+use super::derived::{self, Noisy, Range};
 use super::*;
 use crate::mechanism::Noise;
 use crate::relation::Relation;
-use crate::sums::{sum_half_width, sum_variance};
+use crate::sums::{sum_half_width, sum_half_width_at, sum_variance};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -28,6 +35,23 @@ pub struct PartRelease<'a> {
     /// Window size (public under change-one; 0 under add-remove).
     pub n: u64,
     pub statistics: &'a [ReleasedStatistic],
+    /// Its raw noisy moments (add-remove), for the fleet-wide intervals of
+    /// figures derived with the noisy count.
+    pub moments: Option<RawMoments>,
+}
+
+/// A window's raw noisy measurements under add-remove, unclamped: the
+/// count, the centred sum `Σ(2x − L − U)` (half units), its square sum
+/// (quarter units²) and the readings at the bounds, where planned. They are
+/// the mechanisms' outputs the released figures were derived from, so
+/// publishing them costs nothing; summed over partitions they are the
+/// fleet's (with the summed noise), which a clamped figure is not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RawMoments {
+    pub count: Option<f64>,
+    pub centred_sum: Option<f64>,
+    pub centred_sum_sq: Option<f64>,
+    pub boundary: Option<f64>,
 }
 
 /// A fleet-wide statistic.
@@ -69,9 +93,20 @@ pub enum CombineError {
 pub struct FleetCache {
     layout: Option<Vec<String>>,
     widths: HashMap<(usize, usize), f64>,
+    /// Half-widths at `1 − 0.05/k` per (measurement, `m`, `k`).
+    joint: HashMap<(usize, usize, usize), f64>,
 }
 
 impl FleetCache {
+    /// The exact `1 − 0.05/k` half-width of `copies` draws of a
+    /// measurement's noise (`k` = 2 or 3: derived.rs's union bound).
+    fn joint_width(&mut self, noise: &Noise, measurement: usize, copies: usize, k: usize) -> f64 {
+        *self
+            .joint
+            .entry((measurement, copies, k))
+            .or_insert_with(|| sum_half_width_at(noise, copies, 1.0 - 0.05 / k as f64))
+    }
+
     fn width(&mut self, plan: &StreamPlan, measurement: usize, copies: usize) -> f64 {
         *self.widths.entry((measurement, copies)).or_insert_with(|| {
             match &plan.measurements[measurement].mechanism {
@@ -104,6 +139,12 @@ pub(super) fn combine_seq(
     }
     let m = parts.len();
     let res = stream.universe.resolution();
+    let res2 = res * res;
+    let (lo_u, hi_u) = (
+        stream.universe.lower() as f64,
+        stream.universe.upper() as f64,
+    );
+    let width_u = stream.universe.width() as f64;
     let change_one = stream.neighbouring.relation == Relation::ChangeOne;
     let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
     let count_at = layout.iter().position(|s| s == "count");
@@ -132,6 +173,9 @@ pub(super) fn combine_seq(
             .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
             .collect()
     };
+    let boxes = (!change_one)
+        .then(|| fleet_boxes(stream, parts, cache))
+        .flatten();
     // (std, half-width) of Σ over partitions of measurement `idx`'s
     // noise, times `per`.
     let mut noise_of = |idx: Option<usize>, per: f64| {
@@ -182,36 +226,62 @@ pub(super) fn combine_seq(
             "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
             "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
             "sum" => {
+                let values = summed(i);
                 let noise = match (direct, change_one) {
                     (Some(d), _) => noise_of(Some(d), res),
                     (None, true) => noise_of(centred, res / 2.0),
-                    (None, false) => None,
+                    (None, false) => boxes.as_ref().and_then(|b| {
+                        let r = derived::sum(b.n?, b.c?, lo_u, hi_u);
+                        Some((f64::NAN, r.half_width_about(values[0] / res) * res))
+                    }),
                 };
-                (summed(i), "sum", noise)
+                (values, "sum", noise)
             }
             "histogram" => (summed(i), "sum", noise_of(hist, 1.0)),
             "mean" => {
-                let noise = change_one
-                    .then(|| noise_of(centred, res / 2.0 / total))
-                    .flatten();
-                (vec![weighted(i)], "weighted_mean", noise)
+                let v = weighted(i);
+                let noise = match change_one {
+                    true => noise_of(centred, res / 2.0 / total),
+                    false => boxes.as_ref().and_then(|b| {
+                        let r = derived::mean(b.n?, b.c?, lo_u, hi_u);
+                        Some((f64::NAN, r.half_width_about(v / res) * res))
+                    }),
+                };
+                (vec![v], "weighted_mean", noise)
             }
             "clamped" => {
-                let noise = change_one
-                    .then(|| noise_of(boundary, 1.0 / total))
-                    .flatten();
-                (vec![weighted(i)], "weighted_mean", noise)
+                let v = weighted(i);
+                let noise = match change_one {
+                    true => noise_of(boundary, 1.0 / total),
+                    false => boxes.as_ref().and_then(|b| {
+                        Some((f64::NAN, derived::share(b.n?, b.b?).half_width_about(v)))
+                    }),
+                };
+                (vec![v], "weighted_mean", noise)
             }
             "variance" => {
                 let (v, how) = pooled(&|p| value(p, i));
-                (vec![v], how, None)
+                let noise = boxes.as_ref().and_then(|b| {
+                    let r = derived::variance(b.n?, b.c?, b.q?, width_u);
+                    Some((f64::NAN, r.half_width_about(v / res2) * res2))
+                });
+                (vec![v], how, noise)
             }
             "std" => {
                 let (v, how) = match variance_at {
                     Some(vi) => pooled(&|p| value(p, vi)),
                     None => pooled(&|p| value(p, i).powi(2)),
                 };
-                (vec![v.max(0.0).sqrt()], how, None)
+                let sd = v.max(0.0).sqrt();
+                let noise = boxes.as_ref().and_then(|b| {
+                    let r = derived::variance(b.n?, b.c?, b.q?, width_u);
+                    let r = Range {
+                        lo: r.lo.max(0.0).sqrt(),
+                        hi: r.hi.max(0.0).sqrt(),
+                    };
+                    Some((f64::NAN, r.half_width_about(sd / res) * res))
+                });
+                (vec![sd], how, noise)
             }
             _ => (vec![weighted(i)], "weighted_mean", None),
         };
@@ -220,9 +290,49 @@ pub(super) fn combine_seq(
             level: first.statistics[i].level,
             values,
             combination: combination.to_string(),
-            std: noise.map(|n| n.0),
+            // A box-derived interval states no std (not one noise's).
+            std: noise.map(|n| n.0).filter(|sd| !sd.is_nan()),
             half_width: noise.map(|n| n.1),
         });
     }
     Ok(out)
+}
+
+/// The fleet's raw moments under add-remove (every part's summed) as noisy
+/// measurements of the pooled window, each with its summed noise's joint
+/// half-widths; `None` unless every part carries its moments.
+struct Boxes {
+    n: Option<Noisy>,
+    c: Option<Noisy>,
+    q: Option<Noisy>,
+    b: Option<Noisy>,
+}
+
+fn fleet_boxes(
+    stream: &StreamPlan,
+    parts: &[PartRelease<'_>],
+    cache: &mut FleetCache,
+) -> Option<Boxes> {
+    let moments: Vec<RawMoments> = parts.iter().map(|p| p.moments).collect::<Option<_>>()?;
+    let m = parts.len();
+    let mut noisy = |want: Measurement, field: fn(&RawMoments) -> Option<f64>| {
+        let (i, plan) = stream.find(|x| *x == want)?;
+        let Mechanism::Additive(noise) = &plan.mechanism else {
+            return None;
+        };
+        let value = moments.iter().map(field).sum::<Option<f64>>()?;
+        Some(Noisy {
+            value,
+            half_widths: [
+                cache.joint_width(noise, i, m, 2),
+                cache.joint_width(noise, i, m, 3),
+            ],
+        })
+    };
+    Some(Boxes {
+        n: noisy(Measurement::Count, |x| x.count),
+        c: noisy(Measurement::CentredSum, |x| x.centred_sum),
+        q: noisy(Measurement::CentredSumSq, |x| x.centred_sum_sq),
+        b: noisy(Measurement::Boundary, |x| x.boundary),
+    })
 }

@@ -71,6 +71,44 @@ impl StreamPlan {
         out
     }
 
+    /// The raw noisy moments behind the release [`Self::release_after`]
+    /// makes of the same window (the same keyed draws, unclamped), under
+    /// add-remove only: a fleet record's intervals add them up (`fleet.rs`).
+    pub fn raw_moments(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        track: &QuantileTrack,
+    ) -> Option<RawMoments> {
+        if self.neighbouring.relation == crate::relation::Relation::ChangeOne {
+            return None;
+        }
+        let at = |want: Measurement| self.find(|m| *m == want).map(|(i, _)| i);
+        let idx = [
+            Measurement::Count,
+            Measurement::CentredSum,
+            Measurement::CentredSumSq,
+            Measurement::Boundary,
+        ]
+        .map(at);
+        let take = idx.iter().flatten().max()? + 1;
+        let adaptive = self.candidates_after(track);
+        let mut rng = self.keyed_rng(key, partition, seq, values);
+        let measured = self.measure_first(values, Some(&mut rng), take, adaptive.as_deref());
+        let scalar = |i: Option<usize>| match &measured[i?] {
+            Measured::Scalar(v) => Some(*v as f64),
+            _ => None,
+        };
+        Some(RawMoments {
+            count: scalar(idx[0]),
+            centred_sum: scalar(idx[1]),
+            centred_sum_sq: scalar(idx[2]),
+            boundary: scalar(idx[3]),
+        })
+    }
+
     /// Advance this lane's running totals by window `seq` (noise keyed like
     /// the window's, in its own domain; `running.rs`); `None` without
     /// running totals or past a pure-DP tree's lifetime.
