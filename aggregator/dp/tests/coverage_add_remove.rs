@@ -9,31 +9,13 @@
 
 mod common;
 
-use common::{privacy, stream_spec};
+use common::add_remove_figures as stream;
 use fleetdp_dp::mechanism::Measure;
-use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, Mechanism, StatKind, StreamPlan};
+use fleetdp_dp::release::{Mechanism, StreamPlan};
 use fleetdp_dp::rng::ReleaseKey;
 
 const TRIALS: u64 = 3000;
 const NAMES: [&str; 6] = ["count", "sum", "mean", "variance", "std", "clamped"];
-
-fn stream(measure: Measure, budget: f64) -> StreamPlan {
-    let spec = stream_spec(
-        (-20.0, 60.0, 0.5),
-        0,
-        vec![
-            StatKind::Count,
-            StatKind::Sum,
-            StatKind::Mean,
-            StatKind::Variance,
-            StatKind::Std,
-            StatKind::Clamped,
-        ],
-    );
-    let privacy = privacy(Relation::AddRemove, measure, budget);
-    plan(&privacy, &[spec]).unwrap().streams.remove(0)
-}
 
 /// Windows of `n` readings (grid units of 0.5 over [-40, 120]).
 fn data(kind: &str, n: i64) -> Vec<i64> {

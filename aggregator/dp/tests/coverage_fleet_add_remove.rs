@@ -8,33 +8,13 @@
 
 mod common;
 
-use common::{privacy, stream_spec};
+use common::add_remove_figures as stream;
 use fleetdp_dp::mechanism::Measure;
-use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, FleetCache, PartRelease, QuantileTrack, StatKind, StreamPlan};
+use fleetdp_dp::release::{FleetCache, PartRelease, QuantileTrack, StreamPlan};
 use fleetdp_dp::rng::ReleaseKey;
 
 const TRIALS: u64 = 2000;
 const NAMES: [&str; 5] = ["sum", "mean", "variance", "std", "clamped"];
-
-fn stream(measure: Measure, budget: f64) -> StreamPlan {
-    let spec = stream_spec(
-        (-20.0, 60.0, 0.5),
-        0,
-        vec![
-            StatKind::Count,
-            StatKind::Sum,
-            StatKind::Mean,
-            StatKind::Variance,
-            StatKind::Std,
-            StatKind::Clamped,
-        ],
-    );
-    plan(&privacy(Relation::AddRemove, measure, budget), &[spec])
-        .unwrap()
-        .streams
-        .remove(0)
-}
 
 /// Partition `p`'s window of `n` readings (grid units of 0.5 over
 /// [-40, 120]): spread, edge-heavy (mostly at the top, some clamped at the

@@ -5,7 +5,7 @@
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::release::{plan, PrivacySpec, StatKind, StreamPlan, StreamSpec};
 use statrs::distribution::{Beta, ChiSquared, ContinuousCDF};
 
 /// A stream of values in `[lower, upper]` at `resolution` releasing
@@ -38,6 +38,26 @@ pub fn stream_spec(
         running_lifetime: 1 << 24,
         groups: None,
     }
+}
+
+/// An add-remove stream over [-20, 60] at 0.5 releasing every figure
+/// derived with the noisy count (count, sum, mean, variance, std, clamped),
+/// with `budget` (ε or ρ) per device per horizon.
+pub fn add_remove_figures(measure: Measure, budget: f64) -> StreamPlan {
+    let spec = stream_spec(
+        (-20.0, 60.0, 0.5),
+        0,
+        vec![
+            StatKind::Count,
+            StatKind::Sum,
+            StatKind::Mean,
+            StatKind::Variance,
+            StatKind::Std,
+            StatKind::Clamped,
+        ],
+    );
+    let privacy = privacy(Relation::AddRemove, measure, budget);
+    plan(&privacy, &[spec]).unwrap().streams.remove(0)
 }
 
 /// `budget` (ε or ρ) per device per horizon under `relation`, δ = 10⁻⁶.
