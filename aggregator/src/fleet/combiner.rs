@@ -462,10 +462,12 @@ impl Combiner {
     }
 
     /// A fleet record read back from the topic (this or another instance's):
-    /// a complete one ends the wait for its seq.
-    pub(crate) fn seen(&mut self, f: &proto::FleetRelease) {
+    /// a complete one ends the wait for its seq. Whether it is one of this
+    /// plan's fleet streams: a caller keeps nothing of any other (the topic
+    /// may hold anyone's records; what is kept must stay bounded).
+    pub(crate) fn seen(&mut self, f: &proto::FleetRelease) -> bool {
         let Some(s) = self.stream_of(&f.stream) else {
-            return;
+            return false;
         };
         // The latest record a consumer keeps: a later one must hold more.
         let parts: BTreeSet<i32> = f.partitions.iter().copied().collect();
@@ -480,6 +482,7 @@ impl Combiner {
             }
             self.mark_done((s, f.window_seq));
         }
+        true
     }
 
     /// Change-one: partial records for seqs waiting longer than

@@ -117,11 +117,13 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
             let msg = msg.with_context(|| format!("reading {topic}"))?;
             match decode_output(&msg) {
+                // Whoever wrote it, a record of this plan's fleet streams:
+                // the gate notes it, this instance's page shows it.
                 Some(Ok(OutputRecord::Fleet(f))) => {
-                    combiner.seen(&f);
-                    gate.seen(&f);
-                    // Whoever wrote it: this instance's page shows the fleet.
-                    t.board.record_fleet(&f);
+                    if combiner.seen(&f) {
+                        gate.seen(&f);
+                        t.board.record_fleet(&f);
+                    }
                 }
                 Some(Ok(OutputRecord::Window(r))) => {
                     let at = Some((msg.partition(), msg.offset()));

@@ -195,13 +195,24 @@ fn a_complete_record_read_back_ends_the_wait() {
     let mut c = Combiner::new(v.clone(), 2);
     let t0 = Instant::now();
     c.offer(release(&v, 0, 0, &[1, 2, 3, 4]), t0);
-    c.seen(&proto::FleetRelease {
+    let known = c.seen(&proto::FleetRelease {
         stream: "t".into(),
         window_seq: 0,
         complete: true,
         ..Default::default()
     });
+    assert!(known);
     assert_eq!(c.waiting(), 0);
+    // Another plan's stream (anyone may write to the topic): not kept.
+    let foreign = proto::FleetRelease {
+        stream: "not-planned".into(),
+        complete: true,
+        ..Default::default()
+    };
+    assert!(
+        !c.seen(&foreign),
+        "a foreign stream is not one of the plan's"
+    );
     let (how, out) = c.offer(release(&v, 1, 0, &[1, 2, 3, 4]), t0);
     assert_eq!((how, out.len()), (Offered::Done, 0));
 }
@@ -373,7 +384,9 @@ fn a_restart_never_regresses_a_fleet_record() {
         for m in &lookback {
             match m {
                 Ok(r) => out.extend(after.offer(r.clone(), t0).1),
-                Err(f) => after.seen(f),
+                Err(f) => {
+                    after.seen(f);
+                }
             }
             out.extend(after.due(t0 + Duration::from_secs(3600)));
         }
@@ -393,7 +406,9 @@ fn a_restart_never_regresses_a_fleet_record() {
         for m in &lookback {
             match m {
                 Ok(r) => regressed.extend(naive.offer(r.clone(), t0).1),
-                Err(f) => naive.seen(f),
+                Err(f) => {
+                    naive.seen(f);
+                }
             }
         }
         kept.retain(|_, p| p.len() == 4);
