@@ -177,17 +177,17 @@ pub(super) fn combine_seq(
         .then(|| fleet_boxes(stream, parts, cache))
         .flatten();
     // (std, half-width) of Σ over partitions of measurement `idx`'s
-    // noise, times `per`.
+    // noise, times `per` (a box-derived half-width below has no std).
     let mut noise_of = |idx: Option<usize>, per: f64| {
         let idx = idx?;
         let Mechanism::Additive(noise) = &stream.measurements[idx].mechanism else {
             return None;
         };
         if matches!(noise, Noise::Exact) {
-            return Some((0.0, 0.0));
+            return Some((Some(0.0), 0.0));
         }
         let sd = sum_variance(noise, m).sqrt() * per;
-        Some((sd, cache.width(stream, idx, m) * per))
+        Some((Some(sd), cache.width(stream, idx, m) * per))
     };
     let idx = |pred: fn(&Measurement) -> bool| stream.find(pred).map(|(i, _)| i);
     let count_m = idx(|m| *m == Measurement::Count);
@@ -223,7 +223,7 @@ pub(super) fn combine_seq(
     for (i, name) in layout.iter().enumerate() {
         let (values, combination, noise) = match name.as_str() {
             // Change-one: the exact window sizes.
-            "count" if change_one => (summed(i), "sum", Some((0.0, 0.0))),
+            "count" if change_one => (summed(i), "sum", Some((Some(0.0), 0.0))),
             "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
             "sum" => {
                 let values = summed(i);
@@ -232,7 +232,7 @@ pub(super) fn combine_seq(
                     (None, true) => noise_of(centred, res / 2.0),
                     (None, false) => boxes.as_ref().and_then(|b| {
                         let r = derived::sum(b.n?, b.c?, lo_u, hi_u);
-                        Some((f64::NAN, r.half_width_about(values[0] / res) * res))
+                        Some((None, r.half_width_about(values[0] / res) * res))
                     }),
                 };
                 (values, "sum", noise)
@@ -244,7 +244,7 @@ pub(super) fn combine_seq(
                     true => noise_of(centred, res / 2.0 / total),
                     false => boxes.as_ref().and_then(|b| {
                         let r = derived::mean(b.n?, b.c?, lo_u, hi_u);
-                        Some((f64::NAN, r.half_width_about(v / res) * res))
+                        Some((None, r.half_width_about(v / res) * res))
                     }),
                 };
                 (vec![v], "weighted_mean", noise)
@@ -253,9 +253,9 @@ pub(super) fn combine_seq(
                 let v = weighted(i);
                 let noise = match change_one {
                     true => noise_of(boundary, 1.0 / total),
-                    false => boxes.as_ref().and_then(|b| {
-                        Some((f64::NAN, derived::share(b.n?, b.b?).half_width_about(v)))
-                    }),
+                    false => boxes
+                        .as_ref()
+                        .and_then(|b| Some((None, derived::share(b.n?, b.b?).half_width_about(v)))),
                 };
                 (vec![v], "weighted_mean", noise)
             }
@@ -263,7 +263,7 @@ pub(super) fn combine_seq(
                 let (v, how) = pooled(&|p| value(p, i));
                 let noise = boxes.as_ref().and_then(|b| {
                     let r = derived::variance(b.n?, b.c?, b.q?, width_u);
-                    Some((f64::NAN, r.half_width_about(v / res2) * res2))
+                    Some((None, r.half_width_about(v / res2) * res2))
                 });
                 (vec![v], how, noise)
             }
@@ -279,7 +279,7 @@ pub(super) fn combine_seq(
                         lo: r.lo.max(0.0).sqrt(),
                         hi: r.hi.max(0.0).sqrt(),
                     };
-                    Some((f64::NAN, r.half_width_about(sd / res) * res))
+                    Some((None, r.half_width_about(sd / res) * res))
                 });
                 (vec![sd], how, noise)
             }
@@ -291,7 +291,7 @@ pub(super) fn combine_seq(
             values,
             combination: combination.to_string(),
             // A box-derived interval states no std (not one noise's).
-            std: noise.map(|n| n.0).filter(|sd| !sd.is_nan()),
+            std: noise.and_then(|n| n.0),
             half_width: noise.map(|n| n.1),
         });
     }
