@@ -119,12 +119,11 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
             match decode_output(&msg) {
                 // Whoever wrote it, a record of this plan's fleet streams:
                 // the gate notes it, this instance's page shows it.
-                Some(Ok(OutputRecord::Fleet(f))) => {
-                    if combiner.seen(&f) {
-                        gate.seen(&f);
-                        t.board.record_fleet(&f);
-                    }
+                Some(Ok(OutputRecord::Fleet(f))) if combiner.seen(&f) => {
+                    gate.seen(&f);
+                    t.board.record_fleet(&f);
                 }
+                Some(Ok(OutputRecord::Fleet(_))) => {}
                 Some(Ok(OutputRecord::Window(r))) => {
                     let at = Some((msg.partition(), msg.offset()));
                     let (how, done) = combiner.offer_at(r, at, Instant::now());
