@@ -66,7 +66,7 @@ fn the_latest_fleet_record_per_key_is_complete_after_a_restart_and_an_overflow()
     rt.block_on(async {
         let t = Topics::created(&broker, "fleet-restart", PARTITIONS).await;
         let stream = format!(
-            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = {N}\nstatistics = [\"count\", \"mean\"]"
+            "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = {N}\nstatistics = [\"count\", \"mean\", \"variance\"]"
         );
         // No timer: only the pending cap cuts a wait short.
         let fleet = "[fleet]\nmax_pending = 2\nmax_wait = \"1h\"\nlookback = \"10m\"";
@@ -155,6 +155,13 @@ fn the_latest_fleet_record_per_key_is_complete_after_a_restart_and_an_overflow()
                 assert!(latest.complete, "seq {seq}: {latest:?}");
                 assert_eq!(latest.partitions, (0..PARTITIONS).collect::<Vec<_>>());
                 assert_eq!(latest.n, (PARTITIONS as usize * N) as u64, "seq {seq}");
+                // The pooled variance's interval, from the partitions'
+                // raw moments carried through the topic (change-one).
+                let var = latest.statistics.iter().find(|s| s.name == "variance").unwrap();
+                assert!(
+                    var.half_width.is_some_and(|h| h.is_finite() && h > 0.0) && var.std.is_none(),
+                    "seq {seq}: {var:?}"
+                );
             }
         }
         // The cap was reached: some seq had a partial record first.

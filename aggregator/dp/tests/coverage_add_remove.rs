@@ -9,8 +9,9 @@
 
 mod common;
 
-use common::add_remove_figures as stream;
+use common::derived_figures;
 use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
 use fleetdp_dp::release::{Mechanism, StreamPlan};
 use fleetdp_dp::rng::ReleaseKey;
 
@@ -87,7 +88,7 @@ fn add_remove_derived_intervals_cover_at_least_95_percent() {
         (Measure::Zcdp, 0.1),
         (Measure::Pure, 20.0),
     ] {
-        let s = stream(measure, budget);
+        let s = derived_figures(Relation::AddRemove, measure, budget, 0);
         for n in [1, 4, 30, 400, 5000] {
             for kind in ["spread", "edge", "flat"] {
                 seed += 1;
@@ -113,7 +114,7 @@ fn add_remove_derived_intervals_cover_at_least_95_percent() {
 #[test]
 fn the_normal_approximation_under_covers() {
     let trials = 20_000;
-    let s = stream(Measure::Pure, 1.0);
+    let s = derived_figures(Relation::AddRemove, Measure::Pure, 1.0, 0);
     let (rates, control) = coverage(&s, &data("spread", 400), 200, trials);
     let se = (0.95f64 * 0.05 / trials as f64).sqrt();
     println!("box {:.4}, delta method {control:.4}", rates[2]);

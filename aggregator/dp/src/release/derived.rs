@@ -37,6 +37,18 @@ pub(super) struct Noisy {
 }
 
 impl Noisy {
+    /// A measurement without noise (change-one's public `n`).
+    pub fn exact(value: f64) -> Self {
+        Self {
+            value,
+            half_widths: [0.0; 2],
+        }
+    }
+
+    fn is_exact(&self) -> bool {
+        self.half_widths == [0.0; 2]
+    }
+
     /// Where the true value lies when the noise is within its exact
     /// `1 − 0.05/k` half-width (`k` = 2 or 3).
     fn within(&self, k: usize) -> Range {
@@ -130,12 +142,15 @@ pub(super) fn share(n: Noisy, b: Noisy) -> Range {
 /// The variance `(Σc²/n − (Σc/n)²)/4` (units²) from the noisy count, `Σc`
 /// (half units) and `Σc²` (quarter units²); `width`: the universe's width
 /// (units).
+/// With an exact count only `Σc` and `Σc²` are noisy: each within its
+/// `1 − 0.05/2` half-width, else all three within `1 − 0.05/3`.
 pub(super) fn variance(n: Noisy, c: Noisy, q: Noisy, width: f64) -> Range {
     let top = width * width / 4.0;
-    let Some(count) = divisor(&n, 3) else {
+    let k = if n.is_exact() { 2 } else { 3 };
+    let Some(count) = divisor(&n, k) else {
         return Range { lo: 0.0, hi: top };
     };
-    let (c, q) = (c.within(3), q.within(3));
+    let (c, q) = (c.within(k), q.within(k));
     // In t = 1/n: g(t) = a·t − b·t² with a = Σc², b = (Σc)².
     let (t_lo, t_hi) = (1.0 / count.hi, 1.0 / count.lo);
     let g = |a: f64, b: f64, t: f64| a * t - b * t * t;

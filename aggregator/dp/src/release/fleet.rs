@@ -15,11 +15,15 @@
 //! `Σ n_p·mean_p / Σ n_p`); under count windows every partition has the same
 //! `n` and noise, so these are also the inverse-variance weights.
 //!
-//! Under add-remove, figures derived with the noisy count (sum from the
-//! centred sum, mean, clamped share, variance, std) get their interval from
+//! Figures that combine several noisy measurements get their interval from
 //! the partitions' raw moments summed ([`RawMoments`]): the box of
 //! `derived.rs` around the pooled measurements, each with its summed
 //! noise's exact `1 − 0.05/k` half-width — at least 95%, conservative.
+//! Under add-remove those are the figures derived with the noisy count
+//! (sum from the centred sum, mean, clamped share, variance, std); under
+//! change-one, with `n` public (exact in the box), variance and std. A
+//! released variance could not serve: each partition's is clamped and
+//! pooled with the partitions' clamped means.
 
 use super::derived::{self, Noisy, Range};
 use super::*;
@@ -35,13 +39,12 @@ pub struct PartRelease<'a> {
     /// Window size (public under change-one; 0 under add-remove).
     pub n: u64,
     pub statistics: &'a [ReleasedStatistic],
-    /// Its raw noisy moments (add-remove), for the fleet-wide intervals of
-    /// figures derived with the noisy count.
+    /// Its raw noisy moments, for the fleet-wide box intervals.
     pub moments: Option<RawMoments>,
 }
 
-/// A window's raw noisy measurements under add-remove, unclamped: the
-/// count, the centred sum `Σ(2x − L − U)` (half units), its square sum
+/// A window's raw noisy measurements, unclamped: the count (add-remove;
+/// change-one's is public), the centred sum `Σ(2x − L − U)` (half units), its square sum
 /// (quarter units²) and the readings at the bounds, where planned. They are
 /// the mechanisms' outputs the released figures were derived from, so
 /// publishing them costs nothing; summed over partitions they are the
@@ -83,6 +86,12 @@ pub enum CombineError {
         found: Vec<String>,
         expected: Vec<String>,
     },
+    #[error("a partition's {statistic} has {found} values, the plan {expected}")]
+    Values {
+        statistic: String,
+        found: usize,
+        expected: usize,
+    },
 }
 
 /// What a stream's combinations reuse: the plan's statistic names in
@@ -92,6 +101,8 @@ pub enum CombineError {
 #[derive(Debug, Default)]
 pub struct FleetCache {
     layout: Option<Vec<String>>,
+    /// How many values each statistic has (one, or one per bin).
+    shapes: Vec<usize>,
     widths: HashMap<(usize, usize), f64>,
     /// Half-widths at `1 − 0.05/k` per (measurement, `m`, `k`).
     joint: HashMap<(usize, usize, usize), f64>,
@@ -137,6 +148,27 @@ pub(super) fn combine_seq(
             });
         }
     }
+    // Shapes as the plan makes them (one value, or one per histogram bin):
+    // a foreign writer's record must not index past its values.
+    if cache.shapes.is_empty() {
+        let mid = (stream.universe.lower() + stream.universe.upper()).div_euclid(2);
+        cache.shapes = stream
+            .truth(&[mid])
+            .iter()
+            .map(|t| t.values.len())
+            .collect();
+    }
+    for p in parts {
+        for (s, &expected) in p.statistics.iter().zip(&cache.shapes) {
+            if s.values.len() != expected {
+                return Err(CombineError::Values {
+                    statistic: s.name.clone(),
+                    found: s.values.len(),
+                    expected,
+                });
+            }
+        }
+    }
     let m = parts.len();
     let res = stream.universe.resolution();
     let res2 = res * res;
@@ -173,9 +205,7 @@ pub(super) fn combine_seq(
             .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
             .collect()
     };
-    let boxes = (!change_one)
-        .then(|| fleet_boxes(stream, parts, cache))
-        .flatten();
+    let boxes = fleet_boxes(stream, parts, cache);
     // (std, half-width) of Σ over partitions of measurement `idx`'s
     // noise, times `per` (a box-derived half-width below has no std).
     let mut noise_of = |idx: Option<usize>, per: f64| {
@@ -298,9 +328,11 @@ pub(super) fn combine_seq(
     Ok(out)
 }
 
-/// The fleet's raw moments under add-remove (every part's summed) as noisy
-/// measurements of the pooled window, each with its summed noise's joint
-/// half-widths; `None` unless every part carries its moments.
+/// The fleet's raw moments (every part's summed) as noisy measurements of
+/// the pooled window, each with its summed noise's joint half-widths, and
+/// under change-one the exact `Σ n`; `None` unless every part carries its
+/// moments. A moment that is not finite (a foreign writer's) counts as
+/// missing.
 struct Boxes {
     n: Option<Noisy>,
     c: Option<Noisy>,
@@ -321,6 +353,9 @@ fn fleet_boxes(
             return None;
         };
         let value = moments.iter().map(field).sum::<Option<f64>>()?;
+        if !value.is_finite() {
+            return None;
+        }
         Some(Noisy {
             value,
             half_widths: [
@@ -329,8 +364,12 @@ fn fleet_boxes(
             ],
         })
     };
+    let n = match stream.neighbouring.relation {
+        Relation::ChangeOne => Some(Noisy::exact(parts.iter().map(|p| p.n as f64).sum())),
+        Relation::AddRemove => noisy(Measurement::Count, |x| x.count),
+    };
     Some(Boxes {
-        n: noisy(Measurement::Count, |x| x.count),
+        n,
         c: noisy(Measurement::CentredSum, |x| x.centred_sum),
         q: noisy(Measurement::CentredSumSq, |x| x.centred_sum_sq),
         b: noisy(Measurement::Boundary, |x| x.boundary),

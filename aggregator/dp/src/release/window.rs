@@ -72,8 +72,10 @@ impl StreamPlan {
     }
 
     /// The raw noisy moments behind the release [`Self::release_after`]
-    /// makes of the same window (the same keyed draws, unclamped), under
-    /// add-remove only: a fleet record's intervals add them up (`fleet.rs`).
+    /// makes of the same window (the same keyed draws, unclamped): a fleet
+    /// record's box intervals add them up (`fleet.rs`). The count is among
+    /// them under add-remove only (change-one's `n` is public); `None` when
+    /// the plan measures none of them.
     pub fn raw_moments(
         &self,
         key: &ReleaseKey,
@@ -82,9 +84,6 @@ impl StreamPlan {
         values: &[i64],
         track: &QuantileTrack,
     ) -> Option<RawMoments> {
-        if self.neighbouring.relation == crate::relation::Relation::ChangeOne {
-            return None;
-        }
         let at = |want: Measurement| self.find(|m| *m == want).map(|(i, _)| i);
         let idx = [
             Measurement::Count,

@@ -40,13 +40,20 @@ pub fn stream_spec(
     }
 }
 
-/// An add-remove stream over [-20, 60] at 0.5 releasing every figure
-/// derived with the noisy count (count, sum, mean, variance, std, clamped),
-/// with `budget` (ε or ρ) per device per horizon.
-pub fn add_remove_figures(measure: Measure, budget: f64) -> StreamPlan {
+/// A stream over [-20, 60] at 0.5 releasing count, sum, mean, variance,
+/// std and clamped (under add-remove, every figure derived with the noisy
+/// count), with `budget` (ε or ρ) per device per horizon under `relation`:
+/// count windows of `window_size` (change-one) or one-minute time windows
+/// (0, add-remove).
+pub fn derived_figures(
+    relation: Relation,
+    measure: Measure,
+    budget: f64,
+    window_size: u64,
+) -> StreamPlan {
     let spec = stream_spec(
         (-20.0, 60.0, 0.5),
-        0,
+        window_size,
         vec![
             StatKind::Count,
             StatKind::Sum,
@@ -56,7 +63,7 @@ pub fn add_remove_figures(measure: Measure, budget: f64) -> StreamPlan {
             StatKind::Clamped,
         ],
     );
-    let privacy = privacy(Relation::AddRemove, measure, budget);
+    let privacy = privacy(relation, measure, budget);
     plan(&privacy, &[spec]).unwrap().streams.remove(0)
 }
 

@@ -1,0 +1,201 @@
+//! Coverage of the fleet-wide intervals built from the partitions' summed
+//! raw moments (`dp/src/release/fleet.rs` with the box of `derived.rs`):
+//! three partitions with unlike data (spread, edge-heavy, flat), small and
+//! large windows, pure DP and zCDP. Under add-remove every figure derived
+//! with the noisy count (sum, mean, clamped share, variance, std); under
+//! change-one, where `n` is public, the pooled variance and std (the sum,
+//! mean and share there have the summed noise's exact interval). Each
+//! figure covers the fleet's truth (the pooled windows') in at least 95% of
+//! seqs. Before, these figures carried no interval at all.
+
+mod common;
+
+use common::derived_figures;
+use fleetdp_dp::mechanism::Measure;
+use fleetdp_dp::relation::Relation;
+use fleetdp_dp::release::{
+    FleetCache, PartRelease, QuantileTrack, RawMoments, ReleasedStatistic, StreamPlan,
+};
+use fleetdp_dp::rng::ReleaseKey;
+
+const TRIALS: u64 = 2000;
+/// Figures with a box interval under add-remove.
+const ADD_REMOVE: &[&str] = &["sum", "mean", "variance", "std", "clamped"];
+/// Figures with a box interval under change-one.
+const CHANGE_ONE: &[&str] = &["variance", "std"];
+
+/// Partition `p`'s window of `n` readings (grid units of 0.5 over
+/// [-40, 120]): spread, edge-heavy (mostly at the top, some clamped at the
+/// bottom) or flat.
+fn window(p: usize, n: i64) -> Vec<i64> {
+    (0..n)
+        .map(|i| match p % 3 {
+            0 => -40 + (i * 37) % 161,
+            1 if i % 10 == 3 => -40,
+            1 => 110 + i % 11,
+            _ => 50,
+        })
+        .collect()
+}
+
+/// Coverage of each of `names` over `TRIALS` seqs of `m` partitions.
+fn coverage(s: &StreamPlan, names: &[&str], n: i64, m: usize, seed: u8) -> Vec<f64> {
+    let change_one = s.neighbouring.relation == Relation::ChangeOne;
+    let windows: Vec<Vec<i64>> = (0..m).map(|p| window(p, n)).collect();
+    let pooled: Vec<i64> = windows.concat();
+    let truth = s.truth(&pooled);
+    let want = |name: &str| truth.iter().find(|t| t.name == name).unwrap().values[0];
+    let key = ReleaseKey::from_bytes([seed; 32]);
+    let track = QuantileTrack::default();
+    let mut cache = FleetCache::default();
+    let mut covered = vec![0u64; names.len()];
+    for seq in 0..TRIALS {
+        let releases: Vec<_> = windows
+            .iter()
+            .enumerate()
+            .map(|(p, w)| {
+                let r = s.release(&key, p as i32, seq, w);
+                let moments = s.raw_moments(&key, p as i32, seq, w, &track).unwrap();
+                // The raw count is the released one before its clamp at 0;
+                // change-one's is public and not among them.
+                let count = r.iter().find(|x| x.name == "count").unwrap().values[0];
+                match change_one {
+                    true => assert_eq!((moments.count, count), (None, w.len() as f64)),
+                    false => assert_eq!(moments.count.unwrap().max(0.0), count),
+                }
+                (r, moments, w.len() as u64)
+            })
+            .collect();
+        let parts: Vec<PartRelease> = releases
+            .iter()
+            .map(|(r, moments, len)| PartRelease {
+                n: if change_one { *len } else { 0 },
+                statistics: r,
+                moments: Some(*moments),
+            })
+            .collect();
+        let fleet = s.combine(&parts, &mut cache).unwrap();
+        for (i, name) in names.iter().enumerate() {
+            let f = fleet.iter().find(|f| f.name == *name).unwrap();
+            let h = f
+                .half_width
+                .unwrap_or_else(|| panic!("fleet {name} has an interval"));
+            assert_eq!(f.std, None, "{name}: a box interval states no std");
+            covered[i] += u64::from((f.values[0] - want(name)).abs() <= h + 1e-9);
+        }
+    }
+    covered
+        .into_iter()
+        .map(|c| c as f64 / TRIALS as f64)
+        .collect()
+}
+
+/// The stream: change-one's count windows hold `n` readings (public).
+fn stream(relation: Relation, measure: Measure, budget: f64, n: i64) -> StreamPlan {
+    let size = if relation == Relation::ChangeOne {
+        n
+    } else {
+        0
+    };
+    derived_figures(relation, measure, budget, size as u64)
+}
+
+fn check(relation: Relation, names: &[&str]) {
+    let mut seed = 0u8;
+    for (measure, budget) in [(Measure::Pure, 1.0), (Measure::Zcdp, 0.1)] {
+        for n in [1, 4, 30, 400] {
+            let s = stream(relation, measure, budget, n);
+            seed += 1;
+            let rates = coverage(&s, names, n, 3, seed);
+            println!("{relation:?} {measure:?} ε/ρ {budget} n {n} per partition, 3 partitions: {rates:?}");
+            for (name, rate) in names.iter().zip(rates) {
+                assert!(
+                    rate >= 0.95,
+                    "{relation:?} {measure:?} {budget} n={n}: fleet {name} covers {rate}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn fleet_add_remove_derived_intervals_cover_at_least_95_percent() {
+    check(Relation::AddRemove, ADD_REMOVE);
+}
+
+#[test]
+fn fleet_change_one_variance_and_std_intervals_cover_at_least_95_percent() {
+    check(Relation::ChangeOne, CHANGE_ONE);
+}
+
+/// Without the moments (a record from before they were carried) the
+/// figures state no interval rather than a guess, under either relation.
+#[test]
+fn without_moments_there_is_no_interval() {
+    for (relation, names, n) in [
+        (Relation::AddRemove, ADD_REMOVE, 0),
+        (Relation::ChangeOne, CHANGE_ONE, 30),
+    ] {
+        let s = stream(relation, Measure::Pure, 1.0, 30);
+        let key = ReleaseKey::from_bytes([9; 32]);
+        let r = s.release(&key, 0, 0, &window(0, 30));
+        let parts = [PartRelease {
+            n,
+            statistics: &r,
+            moments: None,
+        }];
+        let fleet = s.combine(&parts, &mut FleetCache::default()).unwrap();
+        for name in names {
+            let f = fleet.iter().find(|f| f.name == *name).unwrap();
+            assert_eq!(f.half_width, None, "{relation:?} {name}");
+        }
+    }
+}
+
+/// A partition release read from the output topic may come from another
+/// writer: a statistic with too few or too many values is refused with an
+/// error naming it (before, an empty one panicked the combination), and a
+/// moment that is not finite leaves the figures without an interval instead
+/// of a NaN one.
+fn part(statistics: &[ReleasedStatistic], moments: Option<RawMoments>) -> PartRelease<'_> {
+    PartRelease {
+        n: 0,
+        statistics,
+        moments,
+    }
+}
+
+#[test]
+fn a_malformed_partition_release_is_refused_and_bad_moments_give_no_interval() {
+    let s = stream(Relation::AddRemove, Measure::Pure, 1.0, 0);
+    let key = ReleaseKey::from_bytes([7; 32]);
+    let track = QuantileTrack::default();
+    let (a, b) = (window(0, 30), window(1, 30));
+    let ra = s.release(&key, 0, 0, &a);
+    let ma = s.raw_moments(&key, 0, 0, &a, &track);
+    let mb = s.raw_moments(&key, 1, 0, &b, &track);
+    for values in [vec![], vec![1.0, 2.0]] {
+        let mut rb = s.release(&key, 1, 0, &b);
+        rb.iter_mut().find(|x| x.name == "mean").unwrap().values = values.clone();
+        let parts = [part(&ra, ma), part(&rb, mb)];
+        let err = s.combine(&parts, &mut FleetCache::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("a partition's mean has {} values, the plan 1", values.len())
+        );
+    }
+    let rb = s.release(&key, 1, 0, &b);
+    for bad in [f64::NAN, f64::INFINITY] {
+        let mut mb = mb.unwrap();
+        mb.centred_sum = Some(bad);
+        let parts = [part(&ra, ma), part(&rb, Some(mb))];
+        let fleet = s.combine(&parts, &mut FleetCache::default()).unwrap();
+        for name in ["sum", "mean", "variance", "std"] {
+            let f = fleet.iter().find(|f| f.name == name).unwrap();
+            assert_eq!(f.half_width, None, "{bad} {name}");
+        }
+        // The share does not read the centred sum: its interval stays.
+        let share = fleet.iter().find(|f| f.name == "clamped").unwrap();
+        assert!(share.half_width.is_some_and(f64::is_finite));
+    }
+}
