@@ -113,6 +113,181 @@ fn no_source_file_is_over_the_limit() {
     assert!(over.is_empty(), "over {MAX_LINES} lines of code: {over:?}");
 }
 
+/// Most lines per function outside tests (signature to closing brace,
+/// comments not counted).
+const MAX_FN_LINES: usize = 80;
+
+/// The functions over [`MAX_FN_LINES`] today (file, name, lines), each held
+/// to its present length: the list only shrinks. A function split under the
+/// limit must leave it, and none may join it.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("aggregator/dp/src/release/evaluate.rs", "post_process", 253),
+    ("aggregator/src/state/restore.rs", "restore", 250),
+    ("aggregator/src/demo.rs", "run_async", 210),
+    ("aggregator/dp/src/release/plan.rs", "plan", 208),
+    ("aggregator/dp/src/release/fleet.rs", "combine_seq", 188),
+    ("aggregator/dp/src/release/plan.rs", "measurements_for", 171),
+    ("aggregator/src/config/security.rs", "properties", 161),
+    ("ingest/src/decoder.rs", "decode", 160),
+    ("aggregator/src/pipeline/consume.rs", "run", 155),
+    ("aggregator/src/advise.rs", "run_with_rng", 137),
+    ("aggregator/src/pipeline/assign.rs", "apply_rebalance", 137),
+    ("aggregator/src/pipeline/mod.rs", "run", 134),
+    ("aggregator/src/report/mod.rs", "to_text", 133),
+    ("aggregator/src/pipeline/dead_letter.rs", "send", 120),
+    ("aggregator/src/report/mod.rs", "new", 118),
+    ("aggregator/src/config/mod.rs", "validate", 111),
+    ("aggregator/src/window/mod.rs", "admit_one", 107),
+    ("aggregator/dp/src/release/targets.rs", "needs", 106),
+    ("ingest/src/avro_reader.rs", "value", 102),
+    ("aggregator/src/config/stream.rs", "to_spec", 101),
+    ("aggregator/dp/src/release/running.rs", "running_step", 99),
+    ("aggregator/src/main.rs", "main", 97),
+    ("aggregator/dp/src/release/spec.rs", "validate_spec", 96),
+    ("ingest/src/described_reader.rs", "merge_field", 95),
+    ("aggregator/dp/src/release/targets.rs", "split", 92),
+    ("aggregator/src/sim/mod.rs", "produce_fleet", 90),
+    ("aggregator/src/dashboard.rs", "stream_panels", 84),
+    ("aggregator/src/report/warnings.rs", "warnings", 84),
+    ("aggregator/src/state/fingerprint.rs", "between", 83),
+];
+
+/// `code` with the insides of string and char literals blanked (newlines
+/// kept), so braces in them are not counted.
+fn without_literals(code: &str) -> String {
+    let c: Vec<char> = code.chars().collect();
+    let mut out = String::with_capacity(code.len());
+    let mut i = 0;
+    while i < c.len() {
+        let raw = c[i] == 'r' && (c.get(i + 1) == Some(&'"') || c.get(i + 1) == Some(&'#'));
+        if c[i] == '"' || (raw && (i == 0 || !c[i - 1].is_alphanumeric())) {
+            // "…" with escapes, or r#"…"# with as many hashes.
+            let hashes = if raw {
+                c[i + 1..].iter().take_while(|x| **x == '#').count()
+            } else {
+                0
+            };
+            let open = i + usize::from(raw) + hashes;
+            if c.get(open) != Some(&'"') {
+                out.push(c[i]);
+                i += 1;
+                continue;
+            }
+            let mut j = open + 1;
+            while j < c.len() {
+                if !raw && c[j] == '\\' {
+                    j += 2;
+                    continue;
+                }
+                if c[j] == '"' && c[j + 1..].iter().take(hashes).filter(|x| **x == '#').count() == hashes {
+                    break;
+                }
+                j += 1;
+            }
+            let end = (j + 1 + hashes).min(c.len());
+            out.extend(c[i..end].iter().map(|x| if *x == '\n' { '\n' } else { ' ' }));
+            i = end;
+        } else if c[i] == '\'' && (c.get(i + 1) == Some(&'\\') || c.get(i + 2) == Some(&'\'')) {
+            // A char literal ('{', '\n', '\u{7b}'); a lifetime has no closing quote.
+            let end = c[i + 2..].iter().position(|x| *x == '\'').map_or(c.len(), |k| i + 3 + k);
+            out.extend(std::iter::repeat_n(' ', end - i));
+            i = end;
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// (name, lines) of every function with a body in `code`, from its `fn`
+/// line to the line closing its body.
+fn functions(code: &str) -> Vec<(String, usize)> {
+    let lines: Vec<String> = without_literals(code).lines().map(String::from).collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|w| *w == "fn") else {
+            continue;
+        };
+        let qualifiers = ["pub", "const", "async", "unsafe", "extern", "default"];
+        if !words[..at].iter().all(|w| qualifiers.iter().any(|q| w.starts_with(q)) || w.starts_with('"')) {
+            continue;
+        }
+        let Some(name) = words.get(at + 1).map(|w| {
+            w.split(|c: char| !c.is_alphanumeric() && c != '_').next().unwrap_or("").to_string()
+        }) else {
+            continue;
+        };
+        let (mut depth, mut opened) = (0i64, false);
+        'scan: for (j, l) in lines.iter().enumerate().skip(i) {
+            for ch in l.chars() {
+                match ch {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth -= 1,
+                    ';' if !opened => break 'scan,
+                    _ => {}
+                }
+                if opened && depth == 0 {
+                    out.push((name.clone(), j - i + 1));
+                    break 'scan;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_function_scan_counts_bodies_not_literals() {
+    let text = "pub(crate) fn a(x: &'static str) -> char {\n    let s = \"}}{\";\n    let r = r#\"\"}\"#;\n    '}'\n}\nfn decl();\n    async fn b<'a>(\n        y: &'a str,\n    ) {\n        if true { '\\u{7b}'; }\n    }\n";
+    assert_eq!(
+        functions(text),
+        [("a".to_string(), 5), ("b".to_string(), 5)]
+    );
+}
+
+#[test]
+fn no_function_is_over_the_limit() {
+    let mut files = Vec::new();
+    for dir in [
+        "aggregator/src",
+        "aggregator/dp/src",
+        "ingest/src",
+        "proto/src",
+    ] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let mut found = BTreeMap::new();
+    for p in &files {
+        let rel = p.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/");
+        let rel = rel.trim_start_matches("./").to_string();
+        for (name, n) in functions(&code(p)) {
+            if n > MAX_FN_LINES {
+                found.insert((rel.clone(), name), n);
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for ((file, name), n) in &found {
+        match LONG_FUNCTIONS.iter().find(|(f, m, _)| f == file && m == name) {
+            Some((_, _, cap)) if n <= cap => {}
+            Some((_, _, cap)) => wrong.push(format!("{file}: {name} grew to {n} lines (held to {cap})")),
+            None => wrong.push(format!("{file}: {name} is {n} lines (at most {MAX_FN_LINES})")),
+        }
+    }
+    for (file, name, _) in LONG_FUNCTIONS {
+        if !found.contains_key(&(file.to_string(), name.to_string())) {
+            wrong.push(format!("{file}: {name} is no longer over {MAX_FN_LINES} lines: take it off LONG_FUNCTIONS"));
+        }
+    }
+    assert!(found.len() >= LONG_FUNCTIONS.len() / 2, "the scan found the long functions: {found:?}");
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// The service module a source file belongs to (`pipeline/consume.rs` →
 /// `pipeline`); `None` for the crate roots.
 fn module_of(src: &Path, p: &Path) -> Option<String> {
