@@ -65,191 +65,207 @@ fn skip(skipped: &mut u64, at: String, why: &str) {
     tracing::warn!(record = %at, why, "restore skips a record that is not FleetDP's or does not decode");
 }
 
-/// Restore the state of input `partitions`: the ledger entries and live
-/// window charges from the (compacted) state topic, then the output topic
-/// from the oldest recorded release onwards (all of it for an output
-/// partition with no entry), for releases acknowledged after their entry
-/// was written. Each (stream, partition) resumes after the end of its
-/// contiguous run of released seqs; a gap is re-released from replay and
-/// what follows repeats bit for bit (keyed noise).
-pub fn restore(
-    config: &ClientConfig,
-    output_topic: &str,
-    state_topic: &str,
-    partitions: &[i32],
-    stop: &tokio::sync::watch::Receiver<bool>,
-    progress: ReadProgress<'_>,
-) -> Result<Restored> {
-    let mut entries: HashMap<(String, i32), proto::v1::LedgerEntry> = HashMap::new();
-    // Per window: the record count it declares and the records read.
-    let mut records: HashMap<(String, i32, u64), WindowRecords> = HashMap::new();
-    let mut lanes = HashMap::new();
-    let mut window_plans = HashMap::new();
-    // Per window: its last reading's (offset, index in its message).
-    let mut window_last: HashMap<(String, i32, u64), (i64, u32)> = HashMap::new();
-    let mut skipped = 0u64;
-    let mut devices: HashMap<(String, i32), super::Distinct> = HashMap::new();
-    let mut keys = HashMap::new();
-    read_topic(
-        config,
-        state_topic,
-        |_, low| Some(low),
-        stop,
-        progress,
-        |msg| {
-            let at = || {
-                format!(
-                    "state at {state_topic}/{}@{}",
-                    msg.partition(),
-                    msg.offset()
-                )
-            };
-            let kind = header(msg, RECORD_KIND);
-            if kind == Some(super::ADVISE) {
-                // An advisor run's spend: not the service's state.
-                return Ok(());
-            }
-            if kind == Some(KEYS) {
-                let Some(Ok(r)) = msg.payload().map(serde_json::from_slice::<KeysRecord>) else {
-                    skip(&mut skipped, at(), "not a keys record");
-                    return Ok(());
-                };
-                if partitions.contains(&r.partition) {
-                    keys.insert((r.stream, r.partition), r.bindings);
-                }
-                return Ok(());
-            }
-            if kind == Some(LEDGER) {
-                let Some(payload) = msg.payload() else {
-                    return Ok(());
-                };
-                let Ok(e) = proto::v1::LedgerEntry::decode(payload) else {
-                    skip(&mut skipped, at(), "not a ledger entry");
-                    return Ok(());
-                };
-                let lane = (e.stream.clone(), e.partition);
-                if entries
-                    .get(&lane)
-                    .is_none_or(|old| old.last_seq <= e.last_seq)
-                {
-                    entries.insert(lane, e);
-                }
-                return Ok(());
-            }
-            // Charges (a record without the header whose key and payload
-            // are charges is taken as one, as earlier builds may write).
-            if kind.is_some_and(|k| k != CHARGES) {
-                skip(&mut skipped, at(), "unknown fleetdp-record kind");
-                return Ok(());
-            }
-            let Some((stream, partition, seq, record)) = msg
-                .key()
-                .and_then(|k| std::str::from_utf8(k).ok())
-                .and_then(super::parse_charges_key)
-            else {
-                skip(
-                    &mut skipped,
-                    at(),
-                    "key is not stream/partition/seq[/record]",
-                );
-                return Ok(());
-            };
-            if !partitions.contains(&partition) {
-                return Ok(());
-            }
-            let window = (stream, partition, seq);
-            match msg.payload() {
-                // A tombstone: the window's charges (this record) are retired.
-                None => {
-                    if let Some((_, parts)) = records.get_mut(&window) {
-                        parts.remove(&record);
-                        if parts.is_empty() {
-                            records.remove(&window);
-                        }
-                    }
-                    if record == 0 {
-                        window_plans.remove(&window);
-                        lanes.remove(&window);
-                    }
-                }
-                Some(payload) => {
-                    let Ok(c) = proto::v1::WindowCharges::decode(payload) else {
-                        skip(&mut skipped, at(), "charges do not decode");
-                        return Ok(());
-                    };
-                    if c.device_key_scheme != DEVICE_KEY_SCHEME {
-                        return Err(anyhow!(
-                            "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
-                             they cannot be matched to devices (see docs/operations.md, Operator's playbook: state topic deleted)",
-                            at(),
-                            c.device_key_scheme,
-                            DEVICE_KEY_SCHEME
-                        ));
-                    }
-                    if c.device_keys.len() != c.horizons.len() || c.record != record {
-                        skip(
-                            &mut skipped,
-                            at(),
-                            "device keys and horizons differ in length, or the record number is not its key's",
-                        );
-                        return Ok(());
-                    }
-                    let entry = records.entry(window.clone()).or_default();
-                    entry.0 = c.records.max(1);
-                    entry.1.insert(record, (msg.partition(), msg.offset()));
-                    let sketch = devices.entry((window.0.clone(), window.1)).or_default();
-                    c.device_keys.iter().for_each(|&k| sketch.add(k));
-                    if record == 0 {
-                        window_last.insert(window.clone(), (c.last_offset, c.last_index));
-                        match c.plan {
-                            Some(plan) => window_plans.insert(window.clone(), plan),
-                            None => window_plans.remove(&window),
-                        };
-                        lanes.insert(
-                            window,
-                            LaneState {
-                                running: c.running_state,
-                                quantile_track: c.quantile_track,
-                            },
-                        );
-                    }
-                }
-            }
-            Ok(())
-        },
-    )?;
+/// A window: (stream, input partition, seq).
+type Window = (String, i32, u64);
 
-    // A window's charges records. A partial set (a crash while retiring
-    // it) keeps what is there: charges that remain can only drop more
-    // readings, never fewer.
-    let mut charges: Charges = HashMap::new();
-    for ((stream, partition, seq), (declared, parts)) in records {
-        if parts.len() as u32 != declared {
-            tracing::warn!(
-                stream = %stream,
-                partition,
-                seq,
-                declared,
-                found = parts.len(),
-                "a window's charges are incomplete in the state topic; keeping the records found"
-            );
+/// What the state topic holds for the assigned partitions, gathered record
+/// by record, each kind by its own method.
+#[derive(Default)]
+struct StateScan {
+    /// Per lane: its latest ledger entry.
+    entries: HashMap<(String, i32), proto::v1::LedgerEntry>,
+    /// Per window: the record count it declares and the records read.
+    records: HashMap<Window, WindowRecords>,
+    lanes: HashMap<Window, LaneState>,
+    window_plans: HashMap<Window, proto::v1::PlanFingerprint>,
+    /// Per window: its last reading's (offset, index in its message).
+    window_last: HashMap<Window, (i64, u32)>,
+    skipped: u64,
+    devices: HashMap<(String, i32), super::Distinct>,
+    keys: HashMap<(String, i32), crate::keys::Bindings>,
+}
+
+impl StateScan {
+    /// One state-topic record, by its kind (a record without the header
+    /// whose key and payload are charges is taken as charges, as earlier
+    /// builds may write).
+    fn record<M: Message>(&mut self, msg: &M, partitions: &[i32], topic: &str) -> Result<()> {
+        let at = || format!("state at {topic}/{}@{}", msg.partition(), msg.offset());
+        match header(msg, RECORD_KIND) {
+            // An advisor run's spend: not the service's state.
+            Some(super::ADVISE) => {}
+            Some(KEYS) => self.keys_record(msg.payload(), partitions, at),
+            Some(LEDGER) => self.ledger_entry(msg.payload(), at),
+            Some(kind) if kind != CHARGES => {
+                skip(&mut self.skipped, at(), "unknown fleetdp-record kind")
+            }
+            _ => return self.charges_record(msg, partitions, at),
         }
-        charges.entry((stream, partition)).or_default().insert(
-            seq,
-            WindowAt {
-                records: declared,
-                found: parts.into_values().collect(),
-            },
-        );
+        Ok(())
     }
 
-    // Releases after the recorded ones.
+    fn keys_record(&mut self, payload: Option<&[u8]>, partitions: &[i32], at: impl Fn() -> String) {
+        let Some(Ok(r)) = payload.map(serde_json::from_slice::<KeysRecord>) else {
+            return skip(&mut self.skipped, at(), "not a keys record");
+        };
+        if partitions.contains(&r.partition) {
+            self.keys.insert((r.stream, r.partition), r.bindings);
+        }
+    }
+
+    /// A lane's ledger entry: the latest seq wins.
+    fn ledger_entry(&mut self, payload: Option<&[u8]>, at: impl Fn() -> String) {
+        let Some(payload) = payload else {
+            return;
+        };
+        let Ok(e) = proto::v1::LedgerEntry::decode(payload) else {
+            return skip(&mut self.skipped, at(), "not a ledger entry");
+        };
+        let lane = (e.stream.clone(), e.partition);
+        if self
+            .entries
+            .get(&lane)
+            .is_none_or(|old| old.last_seq <= e.last_seq)
+        {
+            self.entries.insert(lane, e);
+        }
+    }
+
+    /// A window's charges record (key `stream/partition/seq[/record]`), or
+    /// its tombstone. Charges keyed by another device-key scheme cannot be
+    /// matched to devices: an error, not a skip.
+    fn charges_record<M: Message>(
+        &mut self,
+        msg: &M,
+        partitions: &[i32],
+        at: impl Fn() -> String,
+    ) -> Result<()> {
+        let Some((stream, partition, seq, record)) = msg
+            .key()
+            .and_then(|k| std::str::from_utf8(k).ok())
+            .and_then(super::parse_charges_key)
+        else {
+            skip(
+                &mut self.skipped,
+                at(),
+                "key is not stream/partition/seq[/record]",
+            );
+            return Ok(());
+        };
+        if !partitions.contains(&partition) {
+            return Ok(());
+        }
+        let window = (stream, partition, seq);
+        let Some(payload) = msg.payload() else {
+            self.retire(window, record);
+            return Ok(());
+        };
+        let Ok(c) = proto::v1::WindowCharges::decode(payload) else {
+            skip(&mut self.skipped, at(), "charges do not decode");
+            return Ok(());
+        };
+        if c.device_key_scheme != DEVICE_KEY_SCHEME {
+            return Err(anyhow!(
+                "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
+                 they cannot be matched to devices (see docs/operations.md, Operator's playbook: state topic deleted)",
+                at(),
+                c.device_key_scheme,
+                DEVICE_KEY_SCHEME
+            ));
+        }
+        if c.device_keys.len() != c.horizons.len() || c.record != record {
+            skip(
+                &mut self.skipped,
+                at(),
+                "device keys and horizons differ in length, or the record number is not its key's",
+            );
+            return Ok(());
+        }
+        let entry = self.records.entry(window.clone()).or_default();
+        entry.0 = c.records.max(1);
+        entry.1.insert(record, (msg.partition(), msg.offset()));
+        let sketch = self
+            .devices
+            .entry((window.0.clone(), window.1))
+            .or_default();
+        c.device_keys.iter().for_each(|&k| sketch.add(k));
+        if record == 0 {
+            self.window_last
+                .insert(window.clone(), (c.last_offset, c.last_index));
+            match c.plan {
+                Some(plan) => self.window_plans.insert(window.clone(), plan),
+                None => self.window_plans.remove(&window),
+            };
+            let lane = LaneState {
+                running: c.running_state,
+                quantile_track: c.quantile_track,
+            };
+            self.lanes.insert(window, lane);
+        }
+        Ok(())
+    }
+
+    /// A tombstone: the window's charges (this record) are retired; record
+    /// 0 takes the window's plan and lane state with it.
+    fn retire(&mut self, window: Window, record: u32) {
+        if let Some((_, parts)) = self.records.get_mut(&window) {
+            parts.remove(&record);
+            if parts.is_empty() {
+                self.records.remove(&window);
+            }
+        }
+        if record == 0 {
+            self.window_plans.remove(&window);
+            self.lanes.remove(&window);
+        }
+    }
+
+    /// The windows' charges records by lane. A partial set (a crash while
+    /// retiring it) keeps what is there: charges that remain can only drop
+    /// more readings, never fewer.
+    fn charges(&mut self) -> Charges {
+        let mut charges: Charges = HashMap::new();
+        for ((stream, partition, seq), (declared, parts)) in std::mem::take(&mut self.records) {
+            if parts.len() as u32 != declared {
+                tracing::warn!(
+                    stream = %stream,
+                    partition,
+                    seq,
+                    declared,
+                    found = parts.len(),
+                    "a window's charges are incomplete in the state topic; keeping the records found"
+                );
+            }
+            charges.entry((stream, partition)).or_default().insert(
+                seq,
+                WindowAt {
+                    records: declared,
+                    found: parts.into_values().collect(),
+                },
+            );
+        }
+        charges
+    }
+}
+
+/// Per lane, the releases on the output topic from the oldest recorded
+/// release onwards (all of it for an output partition with no entry): seq
+/// → (last offset, last event time).
+type Seen = HashMap<(String, i32), BTreeMap<u64, (i64, i64)>>;
+
+fn releases_after(
+    config: &ClientConfig,
+    output_topic: &str,
+    scan: &mut StateScan,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    progress: ReadProgress<'_>,
+) -> Result<Seen> {
     let mut from: HashMap<i32, i64> = HashMap::new();
-    for e in entries.values() {
+    for e in scan.entries.values() {
         let o = from.entry(e.output_partition).or_insert(i64::MAX);
         *o = (*o).min(e.output_offset + 1);
     }
-    let mut seen: HashMap<(String, i32), BTreeMap<u64, (i64, i64)>> = HashMap::new();
+    let mut seen = Seen::new();
     read_topic(
         config,
         output_topic,
@@ -267,25 +283,34 @@ pub fn restore(
                 Some(Ok(super::OutputRecord::Fleet(_))) | None => {}
                 Some(Err(_)) => {
                     let at = format!("{output_topic}/{}@{}", msg.partition(), msg.offset());
-                    skip(&mut skipped, at, "not a release");
+                    skip(&mut scan.skipped, at, "not a release");
                 }
             }
             Ok(())
         },
     )?;
+    Ok(seen)
+}
 
-    let mut resume: HashMap<(String, i32), Resume> = entries
+/// Where each lane of `partitions` resumes: after its ledger entry, moved
+/// on over the contiguous run of releases that follow it (a gap stops it:
+/// what follows is re-released from replay).
+fn resume_points(
+    scan: &StateScan,
+    seen: Seen,
+    partitions: &[i32],
+) -> HashMap<(String, i32), Resume> {
+    let mut resume: HashMap<(String, i32), Resume> = scan
+        .entries
         .iter()
         .map(|(lane, e)| {
-            (
-                lane.clone(),
-                Resume {
-                    last_seq: e.last_seq,
-                    last_offset: e.last_offset,
-                    last_index: e.last_index,
-                    reference_event_ms: e.reference_event_time_ms,
-                },
-            )
+            let at = Resume {
+                last_seq: e.last_seq,
+                last_offset: e.last_offset,
+                last_index: e.last_index,
+                reference_event_ms: e.reference_event_time_ms,
+            };
+            (lane.clone(), at)
         })
         .collect();
     for (lane, seqs) in seen {
@@ -293,7 +318,8 @@ pub fn restore(
         for (seq, (published_offset, last_event)) in seqs {
             // Where its last reading was: from its charges record (written
             // before the release); else the whole message counts as released.
-            let (last_offset, last_index) = window_last
+            let (last_offset, last_index) = scan
+                .window_last
                 .get(&(lane.0.clone(), lane.1, seq))
                 .copied()
                 .unwrap_or((published_offset, u32::MAX));
@@ -321,7 +347,37 @@ pub fn restore(
         }
     }
     resume.retain(|(_, p), _| partitions.contains(p));
-    let lane_plans = entries
+    resume
+}
+
+/// Restore the state of input `partitions`: the ledger entries and live
+/// window charges from the (compacted) state topic, then the output topic
+/// from the oldest recorded release onwards (all of it for an output
+/// partition with no entry), for releases acknowledged after their entry
+/// was written. Each (stream, partition) resumes after the end of its
+/// contiguous run of released seqs; a gap is re-released from replay and
+/// what follows repeats bit for bit (keyed noise).
+pub fn restore(
+    config: &ClientConfig,
+    output_topic: &str,
+    state_topic: &str,
+    partitions: &[i32],
+    stop: &tokio::sync::watch::Receiver<bool>,
+    progress: ReadProgress<'_>,
+) -> Result<Restored> {
+    let mut scan = StateScan::default();
+    read_topic(
+        config,
+        state_topic,
+        |_, low| Some(low),
+        stop,
+        progress,
+        |msg| scan.record(msg, partitions, state_topic),
+    )?;
+    let charges = scan.charges();
+    let seen = releases_after(config, output_topic, &mut scan, stop, progress)?;
+    let resume = resume_points(&scan, seen, partitions);
+    let lane_plans = std::mem::take(&mut scan.entries)
         .into_iter()
         .filter(|((_, p), _)| partitions.contains(p))
         .filter_map(|(lane, e)| Some((lane, e.plan?)))
@@ -329,12 +385,12 @@ pub fn restore(
     Ok(Restored {
         resume,
         charges,
-        lanes,
-        window_plans,
+        lanes: scan.lanes,
+        window_plans: scan.window_plans,
         lane_plans,
-        skipped,
-        devices,
-        keys,
+        skipped: scan.skipped,
+        devices: scan.devices,
+        keys: scan.keys,
     })
 }
 
