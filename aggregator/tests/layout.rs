@@ -124,7 +124,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("aggregator/dp/src/release/evaluate.rs", "post_process", 253),
     ("aggregator/src/demo.rs", "run_async", 210),
     ("aggregator/dp/src/release/plan.rs", "plan", 208),
-    ("aggregator/dp/src/release/fleet.rs", "combine_seq", 188),
     ("aggregator/dp/src/release/plan.rs", "measurements_for", 171),
     ("aggregator/src/config/security.rs", "properties", 161),
     ("ingest/src/decoder.rs", "decode", 160),

@@ -128,17 +128,23 @@ impl FleetCache {
     }
 }
 
-/// Combine one seq's releases from `parts` (distinct partitions).
-pub(super) fn combine_seq(
+/// The plan's statistic names, once every part lists them in that order
+/// with the plan's number of values each (one, or one per histogram bin):
+/// a foreign writer's record must not index past its values.
+fn check_parts(
     stream: &StreamPlan,
     parts: &[PartRelease<'_>],
     cache: &mut FleetCache,
-) -> Result<Vec<FleetStatistic>, CombineError> {
-    let first = parts.first().ok_or(CombineError::Empty)?;
+) -> Result<Vec<String>, CombineError> {
     let layout = cache
         .layout
         .get_or_insert_with(|| stream.describe().into_iter().map(|s| s.name).collect())
         .clone();
+    if cache.shapes.is_empty() {
+        let mid = (stream.universe.lower() + stream.universe.upper()).div_euclid(2);
+        let truth = stream.truth(&[mid]);
+        cache.shapes = truth.iter().map(|t| t.values.len()).collect();
+    }
     for p in parts {
         if !p.statistics.iter().map(|s| &s.name).eq(layout.iter()) {
             let found = p.statistics.iter().map(|s| s.name.clone()).collect();
@@ -147,18 +153,6 @@ pub(super) fn combine_seq(
                 expected: layout,
             });
         }
-    }
-    // Shapes as the plan makes them (one value, or one per histogram bin):
-    // a foreign writer's record must not index past its values.
-    if cache.shapes.is_empty() {
-        let mid = (stream.universe.lower() + stream.universe.upper()).div_euclid(2);
-        cache.shapes = stream
-            .truth(&[mid])
-            .iter()
-            .map(|t| t.values.len())
-            .collect();
-    }
-    for p in parts {
         for (s, &expected) in p.statistics.iter().zip(&cache.shapes) {
             if s.values.len() != expected {
                 return Err(CombineError::Values {
@@ -169,158 +163,220 @@ pub(super) fn combine_seq(
             }
         }
     }
-    let m = parts.len();
-    let res = stream.universe.resolution();
-    let res2 = res * res;
-    let (lo_u, hi_u) = (
-        stream.universe.lower() as f64,
-        stream.universe.upper() as f64,
-    );
-    let width_u = stream.universe.width() as f64;
-    let change_one = stream.neighbouring.relation == Relation::ChangeOne;
-    let value = |p: &PartRelease<'_>, i: usize| p.statistics[i].values[0];
-    let count_at = layout.iter().position(|s| s == "count");
-    // Weights: n (public) under change-one; the released noisy count
-    // under add-remove if there is one, else equal.
-    let weights: Vec<f64> = parts
-        .iter()
-        .map(|p| match (change_one, count_at) {
-            (true, _) => p.n as f64,
-            (false, Some(i)) => value(p, i).max(1.0),
-            (false, None) => 1.0,
-        })
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let weighted = |i: usize| -> f64 {
-        parts
+    Ok(layout)
+}
+
+/// A statistic's combined noise: (std, 95% half-width); a box-derived
+/// interval states no std (not one noise's).
+type Spread = (Option<f64>, f64);
+
+/// One seq's checked parts and their weights: `n` (public) under
+/// change-one; the released noisy count under add-remove if there is one,
+/// else equal.
+struct Seq<'a> {
+    stream: &'a StreamPlan,
+    parts: &'a [PartRelease<'a>],
+    layout: &'a [String],
+    weights: Vec<f64>,
+    total: f64,
+    change_one: bool,
+    boxes: Option<Boxes>,
+}
+
+impl Seq<'_> {
+    fn value(p: &PartRelease<'_>, i: usize) -> f64 {
+        p.statistics[i].values[0]
+    }
+
+    fn at(&self, name: &str) -> Option<usize> {
+        self.layout.iter().position(|s| s == name)
+    }
+
+    fn weighted(&self, i: usize) -> f64 {
+        self.parts
             .iter()
-            .zip(&weights)
-            .map(|(p, w)| w * value(p, i))
+            .zip(&self.weights)
+            .map(|(p, w)| w * Self::value(p, i))
             .sum::<f64>()
-            / total
-    };
-    let summed = |i: usize| -> Vec<f64> {
-        let len = first.statistics[i].values.len();
-        (0..len)
-            .map(|j| parts.iter().map(|p| p.statistics[i].values[j]).sum())
+            / self.total
+    }
+
+    fn summed(&self, i: usize) -> Vec<f64> {
+        (0..self.parts[0].statistics[i].values.len())
+            .map(|j| self.parts.iter().map(|p| p.statistics[i].values[j]).sum())
             .collect()
-    };
-    let boxes = fleet_boxes(stream, parts, cache);
-    // (std, half-width) of Σ over partitions of measurement `idx`'s
-    // noise, times `per` (a box-derived half-width below has no std).
-    let mut noise_of = |idx: Option<usize>, per: f64| {
-        let idx = idx?;
-        let Mechanism::Additive(noise) = &stream.measurements[idx].mechanism else {
-            return None;
-        };
-        if matches!(noise, Noise::Exact) {
-            return Some((Some(0.0), 0.0));
-        }
-        let sd = sum_variance(noise, m).sqrt() * per;
-        Some((Some(sd), cache.width(stream, idx, m) * per))
-    };
-    let idx = |pred: fn(&Measurement) -> bool| stream.find(pred).map(|(i, _)| i);
-    let count_m = idx(|m| *m == Measurement::Count);
-    let centred = idx(|m| *m == Measurement::CentredSum);
-    let direct = idx(|m| *m == Measurement::Sum);
-    let hist = idx(|m| matches!(m, Measurement::Histogram { .. }));
-    let boundary = idx(|m| *m == Measurement::Boundary);
-    let mean_at = layout.iter().position(|s| s == "mean");
-    let fleet_mean = mean_at.map(weighted);
-    let variance_at = layout.iter().position(|s| s == "variance");
-    // Pooled variance: Σ w_p (v_p + (μ_p − μ)²) / Σ w_p, with the
-    // between-partition term where the means are released.
-    let pooled = |var_of: &dyn Fn(&PartRelease<'_>) -> f64| -> (f64, &'static str) {
+    }
+
+    /// Pooled variance: `Σ w_p (v_p + (μ_p − μ)²) / Σ w_p`, with the
+    /// between-partition term where the means are released.
+    fn pooled(&self, var_of: &dyn Fn(&PartRelease<'_>) -> f64) -> (f64, &'static str) {
+        let mean_at = self.at("mean");
+        let fleet_mean = mean_at.map(|i| self.weighted(i));
         let between = |p: &PartRelease<'_>| match (mean_at, fleet_mean) {
-            (Some(i), Some(mu)) => (value(p, i) - mu).powi(2),
+            (Some(i), Some(mu)) => (Self::value(p, i) - mu).powi(2),
             _ => 0.0,
         };
-        let v = parts
+        let v = self
+            .parts
             .iter()
-            .zip(&weights)
+            .zip(&self.weights)
             .map(|(p, w)| w * (var_of(p) + between(p)))
             .sum::<f64>()
-            / total;
+            / self.total;
         let how = if mean_at.is_some() {
             "pooled"
         } else {
             "weighted_mean"
         };
         (v, how)
-    };
+    }
 
-    let mut out = Vec::with_capacity(layout.len());
-    for (i, name) in layout.iter().enumerate() {
-        let (values, combination, noise) = match name.as_str() {
+    /// The spread of Σ over partitions of the noise of the measurement
+    /// `which` picks, times `per`.
+    fn noise_of(
+        &self,
+        cache: &mut FleetCache,
+        which: impl Fn(&Measurement) -> bool,
+        per: f64,
+    ) -> Option<Spread> {
+        let (idx, plan) = self.stream.find(which)?;
+        let Mechanism::Additive(noise) = &plan.mechanism else {
+            return None;
+        };
+        if matches!(noise, Noise::Exact) {
+            return Some((Some(0.0), 0.0));
+        }
+        let m = self.parts.len();
+        let sd = sum_variance(noise, m).sqrt() * per;
+        Some((Some(sd), cache.width(self.stream, idx, m) * per))
+    }
+
+    /// The box interval of `figure` (units) about `value`: `None` without
+    /// every part's moments.
+    fn boxed(&self, figure: &str, value: f64) -> Option<Spread> {
+        let (b, u) = (self.boxes.as_ref()?, &self.stream.universe);
+        let res = u.resolution();
+        let (lo, hi, width) = (u.lower() as f64, u.upper() as f64, u.width() as f64);
+        let half_width = match figure {
+            "sum" => derived::sum(b.n?, b.c?, lo, hi).half_width_about(value / res) * res,
+            "mean" => derived::mean(b.n?, b.c?, lo, hi).half_width_about(value / res) * res,
+            "clamped" => derived::share(b.n?, b.b?).half_width_about(value),
+            "variance" => {
+                let r = derived::variance(b.n?, b.c?, b.q?, width);
+                r.half_width_about(value / (res * res)) * res * res
+            }
+            _ => {
+                let r = derived::variance(b.n?, b.c?, b.q?, width);
+                let r = Range {
+                    lo: r.lo.max(0.0).sqrt(),
+                    hi: r.hi.max(0.0).sqrt(),
+                };
+                r.half_width_about(value / res) * res
+            }
+        };
+        Some((None, half_width))
+    }
+
+    /// Statistic `i`, `name`: its values, how they were combined and their
+    /// spread.
+    fn statistic(
+        &self,
+        cache: &mut FleetCache,
+        i: usize,
+        name: &str,
+    ) -> (Vec<f64>, &'static str, Option<Spread>) {
+        let res = self.stream.universe.resolution();
+        let direct = self.stream.find(|m| *m == Measurement::Sum).is_some();
+        match name {
             // Change-one: the exact window sizes.
-            "count" if change_one => (summed(i), "sum", Some((Some(0.0), 0.0))),
-            "count" => (summed(i), "sum", noise_of(count_m, 1.0)),
+            "count" if self.change_one => (self.summed(i), "sum", Some((Some(0.0), 0.0))),
+            "count" => (
+                self.summed(i),
+                "sum",
+                self.noise_of(cache, |m| *m == Measurement::Count, 1.0),
+            ),
             "sum" => {
-                let values = summed(i);
-                let noise = match (direct, change_one) {
-                    (Some(d), _) => noise_of(Some(d), res),
-                    (None, true) => noise_of(centred, res / 2.0),
-                    (None, false) => boxes.as_ref().and_then(|b| {
-                        let r = derived::sum(b.n?, b.c?, lo_u, hi_u);
-                        Some((None, r.half_width_about(values[0] / res) * res))
-                    }),
+                let values = self.summed(i);
+                let noise = match (direct, self.change_one) {
+                    (true, _) => self.noise_of(cache, |m| *m == Measurement::Sum, res),
+                    (false, true) => {
+                        self.noise_of(cache, |m| *m == Measurement::CentredSum, res / 2.0)
+                    }
+                    (false, false) => self.boxed("sum", values[0]),
                 };
                 (values, "sum", noise)
             }
-            "histogram" => (summed(i), "sum", noise_of(hist, 1.0)),
-            "mean" => {
-                let v = weighted(i);
-                let noise = match change_one {
-                    true => noise_of(centred, res / 2.0 / total),
-                    false => boxes.as_ref().and_then(|b| {
-                        let r = derived::mean(b.n?, b.c?, lo_u, hi_u);
-                        Some((None, r.half_width_about(v / res) * res))
-                    }),
-                };
-                (vec![v], "weighted_mean", noise)
+            "histogram" => {
+                let hist = |m: &Measurement| matches!(m, Measurement::Histogram { .. });
+                (self.summed(i), "sum", self.noise_of(cache, hist, 1.0))
             }
-            "clamped" => {
-                let v = weighted(i);
-                let noise = match change_one {
-                    true => noise_of(boundary, 1.0 / total),
-                    false => boxes
-                        .as_ref()
-                        .and_then(|b| Some((None, derived::share(b.n?, b.b?).half_width_about(v)))),
+            "mean" | "clamped" => {
+                let v = self.weighted(i);
+                let noise = match (self.change_one, name) {
+                    (true, "mean") => self.noise_of(
+                        cache,
+                        |m| *m == Measurement::CentredSum,
+                        res / 2.0 / self.total,
+                    ),
+                    (true, _) => {
+                        self.noise_of(cache, |m| *m == Measurement::Boundary, 1.0 / self.total)
+                    }
+                    (false, _) => self.boxed(name, v),
                 };
                 (vec![v], "weighted_mean", noise)
             }
             "variance" => {
-                let (v, how) = pooled(&|p| value(p, i));
-                let noise = boxes.as_ref().and_then(|b| {
-                    let r = derived::variance(b.n?, b.c?, b.q?, width_u);
-                    Some((None, r.half_width_about(v / res2) * res2))
-                });
-                (vec![v], how, noise)
+                let (v, how) = self.pooled(&|p| Self::value(p, i));
+                (vec![v], how, self.boxed("variance", v))
             }
             "std" => {
-                let (v, how) = match variance_at {
-                    Some(vi) => pooled(&|p| value(p, vi)),
-                    None => pooled(&|p| value(p, i).powi(2)),
+                let (v, how) = match self.at("variance") {
+                    Some(vi) => self.pooled(&|p| Self::value(p, vi)),
+                    None => self.pooled(&|p| Self::value(p, i).powi(2)),
                 };
                 let sd = v.max(0.0).sqrt();
-                let noise = boxes.as_ref().and_then(|b| {
-                    let r = derived::variance(b.n?, b.c?, b.q?, width_u);
-                    let r = Range {
-                        lo: r.lo.max(0.0).sqrt(),
-                        hi: r.hi.max(0.0).sqrt(),
-                    };
-                    Some((None, r.half_width_about(sd / res) * res))
-                });
-                (vec![sd], how, noise)
+                (vec![sd], how, self.boxed("std", sd))
             }
-            _ => (vec![weighted(i)], "weighted_mean", None),
-        };
+            _ => (vec![self.weighted(i)], "weighted_mean", None),
+        }
+    }
+}
+
+/// Combine one seq's releases from `parts` (distinct partitions).
+pub(super) fn combine_seq(
+    stream: &StreamPlan,
+    parts: &[PartRelease<'_>],
+    cache: &mut FleetCache,
+) -> Result<Vec<FleetStatistic>, CombineError> {
+    let first = parts.first().ok_or(CombineError::Empty)?;
+    let layout = check_parts(stream, parts, cache)?;
+    let change_one = stream.neighbouring.relation == Relation::ChangeOne;
+    let count_at = layout.iter().position(|s| s == "count");
+    let weights: Vec<f64> = parts
+        .iter()
+        .map(|p| match (change_one, count_at) {
+            (true, _) => p.n as f64,
+            (false, Some(i)) => Seq::value(p, i).max(1.0),
+            (false, None) => 1.0,
+        })
+        .collect();
+    let seq = Seq {
+        stream,
+        parts,
+        layout: &layout,
+        total: weights.iter().sum(),
+        weights,
+        change_one,
+        boxes: fleet_boxes(stream, parts, cache),
+    };
+    let mut out = Vec::with_capacity(layout.len());
+    for (i, name) in layout.iter().enumerate() {
+        let (values, combination, noise) = seq.statistic(cache, i, name);
         out.push(FleetStatistic {
             name: name.clone(),
             level: first.statistics[i].level,
             values,
             combination: combination.to_string(),
-            // A box-derived interval states no std (not one noise's).
             std: noise.and_then(|n| n.0),
             half_width: noise.map(|n| n.1),
         });
