@@ -129,7 +129,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("ingest/src/decoder.rs", "decode", 160),
     ("aggregator/src/pipeline/consume.rs", "run", 155),
     ("aggregator/src/advise.rs", "run_with_rng", 137),
-    ("aggregator/src/pipeline/assign.rs", "apply_rebalance", 137),
     ("aggregator/src/pipeline/mod.rs", "run", 134),
     ("aggregator/src/report/mod.rs", "to_text", 133),
     ("aggregator/src/pipeline/dead_letter.rs", "send", 120),

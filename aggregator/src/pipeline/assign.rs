@@ -9,7 +9,7 @@ use super::now_ms;
 use crate::faults::{crash_point, CrashPoint};
 use crate::kafka::Stopped;
 use crate::state::{self, PlanChange, Restored};
-use crate::window::RestoredLane;
+use crate::window::{RestoredLane, Resume};
 use anyhow::{Context as _, Result};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -18,6 +18,10 @@ use std::time::Duration;
 const PLAN_CHANGE_FIX: &str =
     "restore the previous settings, or, at a horizon boundary, restart with \
      `fleetdp run --allow-plan-change` (see docs/operations.md, Operator's playbook: changing the plan)";
+
+/// The charges records to read back: (state partition, offset) → (stream,
+/// input partition, seq, records of that window).
+type Wanted = HashMap<(i32, i64), (usize, i32, u64, u32)>;
 
 /// A shared [`crate::kafka::ReadProgress`] callback.
 type Progress = std::sync::Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
@@ -43,30 +47,22 @@ impl Consuming<'_> {
         if assigned.is_empty() {
             return Ok(());
         }
-        let Restored {
-            resume: ledger,
-            mut charges,
-            lanes: lane_states,
-            window_plans,
-            lane_plans,
-            skipped,
-            devices,
-            keys,
-        } = {
-            self.p.board.restoring(Some("starting".into()));
-            self.read_state(&assigned).await?
-        };
-        self.p.counters.restore_skipped(skipped);
+        self.p.board.restoring(Some("starting".into()));
+        let mut restored = self.read_state(&assigned).await?;
+        self.p.counters.restore_skipped(restored.skipped);
         crash_point(CrashPoint::DuringRebalance);
-        let mut resumed = 0;
         // Windows of an old plan dropped with --allow-plan-change.
-        let mut dropped = Vec::new();
+        let mut dropped = self.check_unplanned(
+            &assigned,
+            &restored.charges,
+            &restored.lane_plans,
+            &restored.window_plans,
+        )?;
         // The device counts being rebuilt per lane, and the charges records
-        // they need: (state partition, offset) → (stream, partition, seq,
-        // records of that window).
+        // they need.
         let mut lanes = HashMap::new();
-        let mut wanted = HashMap::new();
-        dropped.extend(self.check_unplanned(&assigned, &charges, &lane_plans, &window_plans)?);
+        let mut wanted = Wanted::new();
+        let ledger = std::mem::take(&mut restored.resume);
         for ((stream, partition), r) in &ledger {
             let (true, Some(i)) = (
                 assigned.contains(partition),
@@ -74,97 +70,21 @@ impl Consuming<'_> {
             ) else {
                 continue;
             };
-            // The plan the lane's state was written under must be this one
-            // (state/fingerprint.rs), unless the operator declares a change
-            // at a horizon boundary: then the old plan's charges belong to
-            // finished horizons and are not restored.
-            let now = state::fingerprint(&self.p.v, i, self.input_partitions);
             let lane = (stream.clone(), *partition);
-            let changed = |plan: Option<&proto::v1::PlanFingerprint>| {
-                plan.and_then(|p| PlanChange::between(p, &now))
-            };
-            if let Some(c) = changed(lane_plans.get(&lane)) {
-                if !self.opts.allow_plan_change {
-                    anyhow::bail!(
-                        "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
-                         Within a horizon this would give devices fresh caps or another spend per window; {PLAN_CHANGE_FIX}",
-                        c.describe()
-                    );
-                }
-                tracing::warn!(
-                    stream = %stream,
-                    partition,
-                    change = %c.describe(),
-                    "plan changed (--allow-plan-change): charges of the old plan are not restored"
-                );
-            }
-            self.processor.windower_mut().resume(i, *partition, *r);
-            // Only released windows count; later ones are charged again by
-            // replay; windows charged under another plan only with the
-            // switch. Their records are read below, one at a time.
-            let mut lane_charges = charges.remove(&lane).unwrap_or_default();
-            let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
-            let expected = devices.get(&lane).map_or(0, |d| d.estimate());
-            let mut restorer = self.processor.windower().restorer(i, expected as usize);
-            for (seq, at) in lane_charges {
-                // A window charged under the lane's recorded plan (the same
-                // digest) shares its verdict; its record names no settings.
-                let window = window_plans.get(&(stream.clone(), *partition, seq));
-                let window = match (window, lane_plans.get(&lane)) {
-                    (Some(w), Some(l)) if !w.digest.is_empty() && w.digest == l.digest => Some(l),
-                    (w, _) => w,
-                };
-                if let Some(ch) = changed(window) {
-                    if !self.opts.allow_plan_change {
-                        anyhow::bail!(
-                            "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
-                             {PLAN_CHANGE_FIX}",
-                            ch.describe()
-                        );
-                    }
-                    dropped.push((stream.clone(), *partition, seq, at.records));
-                    continue;
-                }
-                // Live now; its records add their charges as they are read.
-                restorer.add(seq, at.records, &[]);
-                for pos in at.found {
-                    wanted.insert(pos, (i, *partition, seq, at.records));
-                }
-            }
+            let restorer =
+                self.restore_lane(i, &lane, *r, &mut restored, &mut dropped, &mut wanted)?;
             lanes.insert((i, *partition), restorer);
-            let lane = (stream.clone(), *partition, r.last_seq);
-            let stream = &self.p.v.plan.streams[i];
-            self.releases.lanes().restore(
-                (i, *partition),
-                stream,
-                r.last_seq,
-                lane_states.get(&lane),
-            )?;
-            resumed += 1;
         }
+        let resumed = lanes.len();
         let lanes = self.read_charges(lanes, wanted).await?;
         self.p.board.restoring(None);
         for ((i, partition), restorer) in lanes {
             self.processor.install_restored(i, partition, restorer);
         }
-        for ((stream, partition), b) in keys {
+        for ((stream, partition), b) in restored.keys {
             self.processor.restore_keys(&stream, partition, b);
         }
-        if !dropped.is_empty() {
-            // So later restarts do not meet them again.
-            let mut stop = self.stop.clone();
-            state::retire(
-                &self.producer,
-                &self.p.v.config.kafka.state_topic(),
-                &dropped,
-                &mut stop,
-            )
-            .await?;
-            tracing::warn!(
-                windows = dropped.len(),
-                "charges of the old plan retired (--allow-plan-change)"
-            );
-        }
+        self.retire_dropped(&dropped).await?;
         // Time windows of lanes with no ledger start at a moment no reading
         // decides: now.
         let now = now_ms();
@@ -175,6 +95,102 @@ impl Consuming<'_> {
             ?assigned,
             resumed,
             "partitions assigned; resumed from the release ledger"
+        );
+        Ok(())
+    }
+
+    /// Resume one lane (stream `i`) after its ledger entry `r`: its plan
+    /// checked against the running one, its released windows' charges
+    /// noted in `wanted` (windows of another plan go to `dropped` with
+    /// `--allow-plan-change`), its state across windows restored. Returns
+    /// the device counts to fill.
+    fn restore_lane(
+        &mut self,
+        i: usize,
+        lane: &(String, i32),
+        r: Resume,
+        restored: &mut Restored,
+        dropped: &mut Vec<(String, i32, u64, u32)>,
+        wanted: &mut Wanted,
+    ) -> Result<RestoredLane> {
+        let (stream, partition) = (&lane.0, lane.1);
+        // The plan the lane's state was written under must be this one
+        // (state/fingerprint.rs), unless the operator declares a change
+        // at a horizon boundary: then the old plan's charges belong to
+        // finished horizons and are not restored.
+        let now = state::fingerprint(&self.p.v, i, self.input_partitions);
+        let changed = |plan: Option<&proto::v1::PlanFingerprint>| {
+            plan.and_then(|p| PlanChange::between(p, &now))
+        };
+        let lane_plan = restored.lane_plans.get(lane);
+        if let Some(c) = changed(lane_plan) {
+            if !self.opts.allow_plan_change {
+                anyhow::bail!(
+                    "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
+                     Within a horizon this would give devices fresh caps or another spend per window; {PLAN_CHANGE_FIX}",
+                    c.describe()
+                );
+            }
+            tracing::warn!(
+                stream = %stream,
+                partition,
+                change = %c.describe(),
+                "plan changed (--allow-plan-change): charges of the old plan are not restored"
+            );
+        }
+        self.processor.windower_mut().resume(i, partition, r);
+        // Only released windows count; later ones are charged again by
+        // replay; windows charged under another plan only with the
+        // switch. Their records are read later, one at a time.
+        let mut lane_charges = restored.charges.remove(lane).unwrap_or_default();
+        let _later = lane_charges.split_off(&r.last_seq.saturating_add(1));
+        let expected = restored.devices.get(lane).map_or(0, |d| d.estimate());
+        let mut restorer = self.processor.windower().restorer(i, expected as usize);
+        for (seq, at) in lane_charges {
+            // A window charged under the lane's recorded plan (the same
+            // digest) shares its verdict; its record names no settings.
+            let window = restored.window_plans.get(&(stream.clone(), partition, seq));
+            let window = match (window, lane_plan) {
+                (Some(w), Some(l)) if !w.digest.is_empty() && w.digest == l.digest => Some(l),
+                (w, _) => w,
+            };
+            if let Some(ch) = changed(window) {
+                if !self.opts.allow_plan_change {
+                    anyhow::bail!(
+                        "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
+                         {PLAN_CHANGE_FIX}",
+                        ch.describe()
+                    );
+                }
+                dropped.push((stream.clone(), partition, seq, at.records));
+                continue;
+            }
+            // Live now; its records add their charges as they are read.
+            restorer.add(seq, at.records, &[]);
+            for pos in at.found {
+                wanted.insert(pos, (i, partition, seq, at.records));
+            }
+        }
+        let state = restored.lanes.get(&(stream.clone(), partition, r.last_seq));
+        let plan = &self.p.v.plan.streams[i];
+        self.releases
+            .lanes()
+            .restore((i, partition), plan, r.last_seq, state)?;
+        Ok(restorer)
+    }
+
+    /// Retire the charges of an old plan's windows dropped with
+    /// `--allow-plan-change`, so later restarts do not meet them again.
+    async fn retire_dropped(&self, dropped: &[(String, i32, u64, u32)]) -> Result<()> {
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        let mut stop = self.stop.clone();
+        let topic = self.p.v.config.kafka.state_topic();
+        state::retire(&self.producer, &topic, dropped, &mut stop).await?;
+        tracing::warn!(
+            windows = dropped.len(),
+            "charges of the old plan retired (--allow-plan-change)"
         );
         Ok(())
     }
@@ -253,7 +269,7 @@ impl Consuming<'_> {
     async fn read_charges(
         &self,
         lanes: HashMap<(usize, i32), RestoredLane>,
-        wanted: HashMap<(i32, i64), (usize, i32, u64, u32)>,
+        wanted: Wanted,
     ) -> Result<HashMap<(usize, i32), RestoredLane>> {
         if wanted.is_empty() {
             return Ok(lanes);
