@@ -131,7 +131,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("aggregator/src/advise.rs", "run_with_rng", 137),
     ("aggregator/src/pipeline/mod.rs", "run", 134),
     ("aggregator/src/report/mod.rs", "to_text", 133),
-    ("aggregator/src/pipeline/dead_letter.rs", "send", 120),
     ("aggregator/src/report/mod.rs", "new", 118),
     ("aggregator/src/config/mod.rs", "validate", 111),
     ("aggregator/src/window/mod.rs", "admit_one", 107),

@@ -181,87 +181,17 @@ impl<'a> DeadLetters<'a> {
             self.done(done, offsets)?;
         }
         let source = (kc.input_topic.as_str(), msg.partition(), msg.offset());
-        let payload = msg.payload().unwrap_or(&[]);
-        let key = msg.key().unwrap_or(&[]);
-        let key = &key[..key.len().min(MAX_KEY)];
-        let original = |form: Form| -> OwnedHeaders {
-            let mut headers = OwnedHeaders::new();
-            if form == Form::Whole {
-                if let Some(h) = msg.headers() {
-                    for i in 0..h.count() {
-                        if let Some(hd) = h.try_get(i) {
-                            headers = headers.insert(Header {
-                                key: hd.key,
-                                value: hd.value,
-                            });
-                        }
-                    }
-                }
-            }
-            fleetdp_headers(headers, rejection, source, form, payload.len())
-        };
-        let mut form = Form::Whole;
-        let delivery = loop {
-            let body = match form {
-                Form::Whole => payload,
-                Form::Truncated => &payload[..payload.len().min(TRUNCATED_PAYLOAD)],
-                Form::HeadersOnly => &[],
-            };
-            let record = FutureRecord::to(&kc.dead_letter_topic)
-                .key(if form == Form::Whole {
-                    msg.key().unwrap_or(&[])
-                } else {
-                    key
-                })
-                .payload(body)
-                .headers(original(form));
-            match self.producer.send_result(record) {
-                Ok(d) => break d,
-                // A full queue drains as acks arrive.
-                Err((e, _)) if queue_full(&e) => {
-                    tracing::debug!("dead-letter queue full; waiting");
-                    match self.tasks.join_next().await {
-                        Some(done) => self.done(done, offsets)?,
-                        None => tokio::time::sleep(Duration::from_millis(10)).await,
-                    }
-                }
-                Err((e, _)) if too_large(&e) && form != Form::HeadersOnly => {
-                    tracing::warn!(
-                        partition = source.1,
-                        offset = source.2,
-                        size = payload.len(),
-                        "dead letter too large for the producer; sending it truncated"
-                    );
-                    form = match form {
-                        Form::Whole => Form::Truncated,
-                        _ => Form::HeadersOnly,
-                    };
-                }
-                Err((e, _)) => {
-                    telemetry::produce_failed(&kc.dead_letter_topic, kafka::error_kind(&e).0);
-                    bail!(
-                        "dead-lettering {}@{} to kafka.dead_letter_topic {}: {e}; exiting (nothing was committed past it)",
-                        source.1,
-                        source.2,
-                        kc.dead_letter_topic
-                    );
-                }
-            }
-        };
+        let (delivery, form) = self
+            .produce(msg, rejection, source, &kc.dead_letter_topic, offsets)
+            .await?;
         let (p, o, reason) = (msg.partition(), msg.offset(), rejection.reason);
         offsets.dead_letter_sent(p, o);
         // Sent again with headers only if the broker refuses it as too large.
+        let size = msg.payload().map_or(0, <[u8]>::len);
         let fallback = (form != Form::HeadersOnly).then(|| {
-            (
-                key.to_vec(),
-                fleetdp_headers(
-                    OwnedHeaders::new(),
-                    rejection,
-                    source,
-                    Form::HeadersOnly,
-                    payload.len(),
-                ),
-            )
+            let headers = OwnedHeaders::new();
+            let headers = fleetdp_headers(headers, rejection, source, Form::HeadersOnly, size);
+            (short_key(msg).to_vec(), headers)
         });
         let (producer, topic) = (self.producer.clone(), kc.dead_letter_topic.clone());
         self.tasks.spawn(async move {
@@ -291,6 +221,77 @@ impl<'a> DeadLetters<'a> {
         Ok(())
     }
 
+    /// Hand `msg`'s dead letter to the producer: whole, or smaller each
+    /// time the producer refuses it as too large; a full queue is waited
+    /// out (acks drain it). Returns its delivery and the form it went in.
+    async fn produce(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        rejection: &Rejection,
+        source: (&str, i32, i64),
+        topic: &str,
+        offsets: &mut Offsets,
+    ) -> Result<(rdkafka::producer::DeliveryFuture, Form)> {
+        let payload = msg.payload().unwrap_or(&[]);
+        let mut form = Form::Whole;
+        loop {
+            let body = match form {
+                Form::Whole => payload,
+                Form::Truncated => &payload[..payload.len().min(TRUNCATED_PAYLOAD)],
+                Form::HeadersOnly => &[],
+            };
+            let headers = match form {
+                Form::Whole => original_headers(msg),
+                _ => OwnedHeaders::new(),
+            };
+            let record = FutureRecord::to(topic)
+                .key(if form == Form::Whole {
+                    msg.key().unwrap_or(&[])
+                } else {
+                    short_key(msg)
+                })
+                .payload(body)
+                .headers(fleetdp_headers(
+                    headers,
+                    rejection,
+                    source,
+                    form,
+                    payload.len(),
+                ));
+            match self.producer.send_result(record) {
+                Ok(d) => return Ok((d, form)),
+                // A full queue drains as acks arrive.
+                Err((e, _)) if queue_full(&e) => {
+                    tracing::debug!("dead-letter queue full; waiting");
+                    match self.tasks.join_next().await {
+                        Some(done) => self.done(done, offsets)?,
+                        None => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                }
+                Err((e, _)) if too_large(&e) && form != Form::HeadersOnly => {
+                    tracing::warn!(
+                        partition = source.1,
+                        offset = source.2,
+                        size = payload.len(),
+                        "dead letter too large for the producer; sending it truncated"
+                    );
+                    form = match form {
+                        Form::Whole => Form::Truncated,
+                        _ => Form::HeadersOnly,
+                    };
+                }
+                Err((e, _)) => {
+                    telemetry::produce_failed(topic, kafka::error_kind(&e).0);
+                    bail!(
+                        "dead-lettering {}@{} to kafka.dead_letter_topic {topic}: {e}; exiting (nothing was committed past it)",
+                        source.1,
+                        source.2,
+                    );
+                }
+            }
+        }
+    }
+
     /// A dead letter ended: acknowledged (its offset may be committed), or
     /// failed (fatal).
     pub fn done(&self, done: Done, offsets: &mut Offsets) -> Result<()> {
@@ -299,6 +300,27 @@ impl<'a> DeadLetters<'a> {
         self.p.counters.dead_lettered(reason);
         Ok(())
     }
+}
+
+/// A message's key as a shortened dead letter carries it (at most
+/// [`MAX_KEY`] bytes).
+fn short_key<'a>(msg: &'a BorrowedMessage<'_>) -> &'a [u8] {
+    let key = msg.key().unwrap_or(&[]);
+    &key[..key.len().min(MAX_KEY)]
+}
+
+/// A message's own headers, as a whole dead letter carries them.
+fn original_headers(msg: &BorrowedMessage<'_>) -> OwnedHeaders {
+    let mut headers = OwnedHeaders::new();
+    if let Some(h) = msg.headers() {
+        for hd in (0..h.count()).filter_map(|i| h.try_get(i)) {
+            headers = headers.insert(Header {
+                key: hd.key,
+                value: hd.value,
+            });
+        }
+    }
+    headers
 }
 
 /// Send a headers-only dead letter and wait for its ack.
