@@ -1,9 +1,9 @@
 //! Evaluation: a window's integer values through the calibrated measurements
-//! (keyed noise), then post-processing into the published statistics.
-//! Everything after the noisy measurements is post-processing: free.
+//! (keyed noise), then post-processing into the published statistics
+//! (`post.rs`). Everything after the noisy measurements is post-processing:
+//! free.
 
-use super::derived::{self, Noisy};
-use super::moments::Spread;
+use super::post::Measured;
 use super::*;
 use crate::mechanism::Measure;
 use crate::rational::{self};
@@ -14,16 +14,6 @@ use crate::universe::TopCoder;
 use num_rational::BigRational;
 use num_traits::Zero;
 use rand::Rng;
-
-/// What a measurement produced for one window.
-#[derive(Debug, Clone)]
-pub(super) enum Measured {
-    Scalar(i128),
-    Vector(Vec<i128>),
-    Choice(i64),
-    /// One candidate per level, ascending (a joint selection).
-    Choices(Vec<i64>),
-}
 
 /// A selection's choice among `util` (noisy with a generator; without one,
 /// the first of the highest utilities: the noise-free truth).
@@ -120,7 +110,7 @@ impl StreamPlan {
         out
     }
 
-    fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
+    pub(super) fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
         let total: BigRational = ms.iter().map(|m| m.spent.clone()).sum();
         rational::to_f64(&total)
     }
@@ -136,7 +126,7 @@ impl StreamPlan {
     }
 
     /// Calibrated sensitivity (L1 pure / L2 zCDP) of a measurement, as f64.
-    fn calibrated_sensitivity(&self, m: &MeasurementPlan) -> f64 {
+    pub(super) fn calibrated_sensitivity(&self, m: &MeasurementPlan) -> f64 {
         match self.measure {
             Measure::Pure => m.sensitivity.l1_f64(),
             Measure::Zcdp => m.sensitivity.l2_f64(),
@@ -164,283 +154,13 @@ impl StreamPlan {
     /// Every statistic from the measurements (noisy or not) and public
     /// parameters only: the post-processing that costs nothing more.
     /// `values` is read for its length under change-one (public `n`).
-    pub(super) fn post_process<'a>(
-        &'a self,
+    pub(super) fn post_process(
+        &self,
         values: &[i64],
         measured: &[Measured],
         noisy: bool,
     ) -> Vec<ReleasedStatistic> {
-        let u = &self.universe;
-        let res = u.resolution();
-        let (lo, hi) = (u.lower() as f64, u.upper() as f64);
-        let change_one = self.neighbouring.relation == Relation::ChangeOne;
-        let scalar = |i: usize| match measured[i] {
-            Measured::Scalar(v) => v as f64,
-            _ => unreachable!("scalar measurement"),
-        };
-        let hw = |m: &MeasurementPlan, per_unit: f64| {
-            (noisy && matches!(m.mechanism, Mechanism::Additive(_)))
-                .then_some(m.half_width as f64 * per_unit)
-        };
-        let stat =
-            |name: &str, values: Vec<f64>, m: &[&MeasurementPlan], per_unit: f64, half_width| {
-                let primary = m[0];
-                ReleasedStatistic {
-                    name: name.to_string(),
-                    level: None,
-                    values,
-                    mechanism: if noisy {
-                        match &primary.mechanism {
-                            Mechanism::Additive(n) => n.name().to_string(),
-                            Mechanism::Select(s) => s.name().to_string(),
-                        }
-                    } else {
-                        "none".to_string()
-                    },
-                    sensitivity: self.calibrated_sensitivity(primary) * per_unit,
-                    scale: match &primary.mechanism {
-                        Mechanism::Additive(n) => n.scale_f64() * per_unit,
-                        Mechanism::Select(s) => {
-                            2.0 * self.calibrated_sensitivity(primary) / s.epsilon_f64()
-                        }
-                    },
-                    spent: self.spent_f64(m),
-                    half_width,
-                    rank_half_width: None,
-                }
-            };
-
-        // Window size: public under change-one, noisy under add-remove.
-        let count = self.find(|m| *m == Measurement::Count);
-        let n_hat = match count {
-            Some((i, _)) => scalar(i).max(1.0),
-            None => values.len() as f64,
-        };
-        // The divisor of reported sensitivities and scales: `n` where it is
-        // public, else 1 (never the noisy count: metadata that varied with
-        // it would look like data).
-        let n_public = if change_one { n_hat } else { 1.0 };
-        let sum = self.find(|m| *m == Measurement::CentredSum).map(|(i, m)| {
-            // Σx = (C1 + n(L+U))/2, clamped to [nL, nU].
-            let s = ((scalar(i) + n_hat * (lo + hi)) / 2.0).clamp(n_hat * lo, n_hat * hi);
-            (s, m)
-        });
-        let sum_sq = self.find(|m| *m == Measurement::CentredSumSq);
-        // Under add-remove, intervals of figures derived with the noisy
-        // count come from the box of their measurements (derived.rs).
-        let noisy_at = |(i, m): (usize, &'a MeasurementPlan)| match &m.mechanism {
-            Mechanism::Additive(_) if noisy => Some(Noisy {
-                value: scalar(i),
-                half_widths: m.joint_half_widths.map(|h| h as f64),
-            }),
-            _ => None,
-        };
-        let with_n = |other: Option<(usize, &'a MeasurementPlan)>| {
-            count
-                .filter(|_| !change_one)
-                .and_then(noisy_at)
-                .zip(other.and_then(noisy_at))
-        };
-        let centred = with_n(self.find(|m| *m == Measurement::CentredSum));
-        let direct_sum = self.find(|m| *m == Measurement::Sum);
-        // Variance and std: with noise and a public n, bias-corrected with a
-        // 95% interval (moments.rs); otherwise the plain moment estimate.
-        let variance = sum.zip(sum_sq).map(|((s, m1), (j, m2))| {
-            let s1 = 2.0 * s - n_hat * (lo + hi); // clamped Σc, half units
-            let w = u.width() as f64;
-            let spread = match (&m1.mechanism, &m2.mechanism) {
-                (Mechanism::Additive(_), Mechanism::Additive(_)) if noisy && change_one => {
-                    Some(super::moments::spread(s1, scalar(j), n_hat, [m1, m2], w))
-                }
-                _ => None,
-            };
-            let plain = {
-                let mean_c = s1 / n_hat;
-                ((scalar(j) / n_hat - mean_c * mean_c) / 4.0).clamp(0.0, w * w / 4.0)
-            };
-            let spread = spread.or_else(|| {
-                let ((n, c), q) = centred.zip(noisy_at((j, m2)))?;
-                let r = derived::variance(n, c, q, w);
-                Some(Spread::new(plain, r.lo, r.hi))
-            });
-            (spread.map_or(plain, |s| s.variance), spread, [m2, m1])
-        });
-
-        // Under add-remove these statistics are post-processed with the
-        // noisy count: their stated spend includes its (the first
-        // measurement named stays the primary: mechanism, scale).
-        let count_plan: Option<&MeasurementPlan> = count.map(|(_, m)| m);
-        fn joined<'a>(
-            ms: &[&'a MeasurementPlan],
-            count: Option<&'a MeasurementPlan>,
-        ) -> Vec<&'a MeasurementPlan> {
-            let mut v = ms.to_vec();
-            v.extend(count);
-            v
-        }
-        let with_count = |ms: &[&'a MeasurementPlan]| joined(ms, count_plan);
-        let mut out = Vec::new();
-        for kind in &self.spec.statistics {
-            match kind {
-                StatKind::Count => match count {
-                    Some((i, m)) => out.push(stat(
-                        "count",
-                        vec![scalar(i).max(0.0)],
-                        &[m],
-                        1.0,
-                        hw(m, 1.0),
-                    )),
-                    None => out.push(ReleasedStatistic {
-                        name: "count".into(),
-                        level: None,
-                        values: vec![values.len() as f64],
-                        mechanism: "exact".into(),
-                        sensitivity: 0.0,
-                        scale: 0.0,
-                        spent: 0.0,
-                        half_width: Some(0.0),
-                        rank_half_width: None,
-                    }),
-                },
-                StatKind::Sum if direct_sum.is_some() => {
-                    let (i, m) = direct_sum.expect("matched");
-                    // n is not public: only the sign of the universe bounds
-                    // the sum (Σx ≥ 0 when lower ≥ 0, ≤ 0 when upper ≤ 0).
-                    let mut v = scalar(i);
-                    if lo >= 0.0 {
-                        v = v.max(0.0);
-                    }
-                    if hi <= 0.0 {
-                        v = v.min(0.0);
-                    }
-                    out.push(stat("sum", vec![v * res], &[m], res, hw(m, res)));
-                }
-                StatKind::Sum => {
-                    let (s, m) = sum.expect("planned");
-                    let h = if change_one {
-                        hw(m, res / 2.0)
-                    } else {
-                        centred.map(|(n, c)| derived::sum(n, c, lo, hi).half_width_about(s) * res)
-                    };
-                    out.push(stat("sum", vec![s * res], &with_count(&[m]), res / 2.0, h));
-                }
-                StatKind::Mean => {
-                    let (s, m) = sum.expect("planned");
-                    // Metadata from public quantities only: under add-remove
-                    // `n` is not public, so the mean states the sensitivity
-                    // and scale of the centred sum it divides (stream units).
-                    let per = res / 2.0 / n_public;
-                    let h = if change_one {
-                        hw(m, per)
-                    } else {
-                        centred.map(|(n, c)| {
-                            derived::mean(n, c, lo, hi).half_width_about(s / n_hat) * res
-                        })
-                    };
-                    out.push(stat(
-                        "mean",
-                        vec![s / n_hat * res],
-                        &with_count(&[m]),
-                        per,
-                        h,
-                    ));
-                }
-                StatKind::Variance => {
-                    let (v, spread, ms) = variance.expect("planned");
-                    out.push(stat(
-                        "variance",
-                        vec![v * res * res],
-                        &with_count(&ms),
-                        res * res / 4.0 / n_public,
-                        spread.map(|s| s.variance_half_width() * res * res),
-                    ));
-                }
-                StatKind::Std => {
-                    let (v, spread, ms) = variance.expect("planned");
-                    out.push(stat(
-                        "std",
-                        vec![v.sqrt() * res],
-                        &with_count(&ms),
-                        res * res / 4.0 / n_public,
-                        spread.map(|s| s.std_half_width() * res),
-                    ));
-                }
-                StatKind::Clamped => {
-                    let (i, m) = self.find(|m| *m == Measurement::Boundary).expect("planned");
-                    // A share of the window: divided by n (change-one) or
-                    // the noisy count (add-remove, whose spend it states).
-                    let share = (scalar(i) / n_hat).clamp(0.0, 1.0);
-                    let h = if change_one {
-                        hw(m, 1.0 / n_hat)
-                    } else {
-                        with_n(Some((i, m)))
-                            .map(|(n, b)| derived::share(n, b).half_width_about(share))
-                    };
-                    out.push(stat(
-                        "clamped",
-                        vec![share],
-                        &with_count(&[m]),
-                        1.0 / n_public,
-                        h,
-                    ));
-                }
-                StatKind::Histogram => {
-                    let (i, m) = self
-                        .find(|m| matches!(m, Measurement::Histogram { .. }))
-                        .expect("planned");
-                    let Measured::Vector(raw) = &measured[i] else {
-                        unreachable!("histogram is a vector")
-                    };
-                    let raw: Vec<f64> = raw.iter().map(|&c| c as f64).collect();
-                    // Onto the window size: n (change-one), the noisy count
-                    // where one is measured, else the bins' own noisy total.
-                    let (total, spent_with) = match count {
-                        Some(_) => (n_hat.round(), with_count(&[m])),
-                        None if change_one => (n_hat.round(), vec![m]),
-                        None => (raw.iter().sum::<f64>().max(0.0).round(), vec![m]),
-                    };
-                    let counts = project_to_simplex(&raw, total);
-                    out.push(stat("histogram", counts, &spent_with, 1.0, hw(m, 1.0)));
-                }
-                StatKind::Quantiles => {
-                    let mut qs: Vec<(f64, f64, &MeasurementPlan)> = self
-                        .measurements
-                        .iter()
-                        .zip(measured.iter())
-                        .flat_map(|(m, v)| match (&m.measurement, v) {
-                            (Measurement::Quantile { level, .. }, Measured::Choice(c)) => {
-                                vec![(level.as_f64(), *c as f64 * res, m)]
-                            }
-                            (Measurement::JointQuantiles { levels, .. }, Measured::Choices(cs)) => {
-                                levels
-                                    .iter()
-                                    .zip(cs)
-                                    .map(|(l, c)| (l.as_f64(), *c as f64 * res, m))
-                                    .collect()
-                            }
-                            _ => vec![],
-                        })
-                        .collect();
-                    // Quantiles are monotone in the level: sorting is free,
-                    // but a sorted value depends on every level's selection
-                    // (the lowest level's is the minimum of all), so each
-                    // states the joint spend of all levels.
-                    let mut vals: Vec<f64> = qs.iter().map(|q| q.1).collect();
-                    vals.sort_by(f64::total_cmp);
-                    qs.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    let mut all: Vec<&MeasurementPlan> = qs.iter().map(|q| q.2).collect();
-                    all.dedup_by(|a, b| std::ptr::eq(*a, *b));
-                    for ((level, _, m), v) in qs.iter().zip(vals) {
-                        let mut s = stat("quantile", vec![v], &[m], 1.0, None);
-                        s.spent = self.spent_f64(&all);
-                        s.level = Some(*level);
-                        s.rank_half_width = self.rank_half_width.filter(|_| noisy);
-                        out.push(s);
-                    }
-                }
-            }
-        }
-        out
+        super::post::post_process(self, values.len(), measured, noisy)
     }
 
     /// Release a window with noise from `rng`.

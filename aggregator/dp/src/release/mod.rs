@@ -16,6 +16,7 @@ mod fleet;
 mod grouped;
 mod moments;
 mod plan;
+mod post;
 mod rank;
 mod running;
 mod spec;
@@ -26,13 +27,13 @@ mod tests;
 mod window;
 
 pub use adaptive::*;
-use evaluate::*;
 pub use fleet::*;
 pub use grouped::{
     group_stream_name, slot_value, GroupOf, GroupSpec, PrivateKeys, MAX_GROUPS_PER_STREAM,
     MAX_GROUP_KEY, MAX_PRIVATE_KEYS,
 };
 pub use plan::*;
+use post::Measured;
 pub use running::*;
 pub use spec::*;
 pub use statistic::*;
