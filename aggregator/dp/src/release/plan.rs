@@ -7,7 +7,7 @@ use crate::accountant::{Accountant, BudgetError, StreamClaim, StreamSpend};
 use crate::accuracy;
 use crate::continual::RunningPlan;
 use crate::mechanism::{Measure, Noise, Selection};
-use crate::rational::{self, exact};
+use crate::rational;
 use crate::relation::{Neighbouring, Relation};
 use crate::stats::{QuantileLevel, Sensitivity, Statistic};
 use crate::universe::Universe;
@@ -370,6 +370,131 @@ pub fn joint_utility_sensitivity(nb: Neighbouring) -> u64 {
     2 * u64::from(nb.k) * QuantileLevel::DEN as u64
 }
 
+/// The running-totals settings, each in its range.
+fn check_running(spec: &StreamSpec) -> Result<(), PlanError> {
+    let r = spec.running_share;
+    if !(r.is_finite() && (0.0..1.0).contains(&r)) {
+        return Err(field_err(
+            spec,
+            "running_share",
+            format!("must be in [0, 1), got {r}"),
+        ));
+    }
+    if !(2..=1u64 << 40).contains(&spec.running_lifetime) {
+        return Err(field_err(
+            spec,
+            "running_lifetime",
+            "must be in [2, 2^40] windows",
+        ));
+    }
+    Ok(())
+}
+
+/// One measurement's mechanism for `budget`: a selection for quantiles
+/// (utilities in units of 1/den), else additive noise for `sensitivity`;
+/// with its exact 95% half-width and the `1 − 0.05/k` ones (`k` = 2, 3).
+fn calibrate_one(
+    m: Measurement,
+    sensitivity: Sensitivity,
+    budget: &BigRational,
+    measure: Measure,
+    nb: Neighbouring,
+) -> MeasurementPlan {
+    let (mechanism, spent) = match &m {
+        Measurement::Quantile { level, .. } => {
+            let du = level.utility_sensitivity(nb);
+            let (sel, spent) = Selection::calibrate(measure, du, budget);
+            (Mechanism::Select(sel), spent)
+        }
+        Measurement::JointQuantiles { .. } => {
+            let du = joint_utility_sensitivity(nb);
+            let (sel, spent) = Selection::calibrate(measure, du, budget);
+            (Mechanism::Select(sel), spent)
+        }
+        _ => {
+            let (noise, spent) = Noise::calibrate(measure, &sensitivity, budget);
+            (Mechanism::Additive(noise), spent)
+        }
+    };
+    let at = |level: f64| match &mechanism {
+        Mechanism::Additive(n) => accuracy::half_width_at(n, level),
+        Mechanism::Select(_) => 0,
+    };
+    let miss = 1.0 - accuracy::LEVEL;
+    let (half_width, joint_half_widths) = (
+        at(accuracy::LEVEL),
+        [at(1.0 - miss / 2.0), at(1.0 - miss / 3.0)],
+    );
+    MeasurementPlan {
+        measurement: m,
+        sensitivity,
+        mechanism,
+        spent,
+        half_width,
+        joint_half_widths,
+    }
+}
+
+/// Calibrate a stream's measurements `ms` to its per-window allocation
+/// (`None`: nothing noisy to calibrate): each measurement's sensitivity,
+/// budget (split evenly or by the stream's targets), mechanism and
+/// intervals. Returns them and the per-window spend.
+fn calibrate_measurements(
+    privacy: &PrivacySpec,
+    spec: &StreamSpec,
+    u: &Universe,
+    ms: Vec<Measurement>,
+    alloc: Option<&BigRational>,
+) -> Result<(Vec<MeasurementPlan>, BigRational), PlanError> {
+    let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
+    let mut measurements = Vec::new();
+    let mut per_window = BigRational::zero();
+    // No noisy measurement (e.g. only `count` under change-one, where
+    // it is public): nothing to calibrate, nothing spent per window.
+    let no_budget = BigRational::zero();
+    let budget = alloc.unwrap_or(&no_budget);
+    let measure = privacy.budget.measure;
+    let (floor, field, what) = match measure {
+        Measure::Pure => (MIN_MEASUREMENT_EPSILON, "epsilon_per_device", "ε"),
+        Measure::Zcdp => (MIN_MEASUREMENT_RHO, "rho_per_device", "ρ"),
+    };
+    if !ms.is_empty() && rational::to_f64(budget) < floor {
+        return Err(field_err(
+            spec,
+            field,
+            format!(
+                "each of this stream's {} measurements would get {what} = {:e} per window, below the floor {floor:e}: \
+                 raise privacy.{field} or budget_share, or lower max_windows_per_device",
+                ms.len(),
+                rational::to_f64(budget)
+            ),
+        ));
+    }
+    let sensitivities: Vec<Sensitivity> = ms
+        .iter()
+        .map(|m| sensitivity_of(m, nb, u, spec.window_size))
+        .collect();
+    // The stream's per-window budget, split evenly or by its targets.
+    let budgets = match ms.iter().map(Measurement::weight).sum::<usize>() {
+        0 => vec![],
+        count => targets::split(
+            spec,
+            privacy.relation,
+            measure,
+            u.resolution(),
+            &ms.iter().zip(&sensitivities).collect::<Vec<_>>(),
+            &(budget * BigRational::from_integer(count.into())),
+            floor,
+        )?,
+    };
+    for ((m, sensitivity), budget) in ms.into_iter().zip(sensitivities).zip(&budgets) {
+        let planned = calibrate_one(m, sensitivity, budget, measure, nb);
+        per_window += &planned.spent;
+        measurements.push(planned);
+    }
+    Ok((measurements, per_window))
+}
+
 /// Validate every stream, split the budget, calibrate every measurement and
 /// check the composition.
 pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanError> {
@@ -383,21 +508,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         let u = validate_spec(spec, privacy.relation)?;
         grouped::validate_groups(spec)?;
         let ms = measurements_for(spec, &u, privacy.relation)?;
-        let r = spec.running_share;
-        if !(r.is_finite() && (0.0..1.0).contains(&r)) {
-            return Err(field_err(
-                spec,
-                "running_share",
-                format!("must be in [0, 1), got {r}"),
-            ));
-        }
-        if !(2..=1u64 << 40).contains(&spec.running_lifetime) {
-            return Err(field_err(
-                spec,
-                "running_lifetime",
-                "must be in [2, 2^40] windows",
-            ));
-        }
+        check_running(spec)?;
         prepared.push((spec, u, ms));
     }
     let claims: Vec<StreamClaim> = prepared
@@ -420,139 +531,9 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
     let mut selection_spend = Vec::new();
     for ((spec, u, ms), alloc) in prepared.into_iter().zip(allocations) {
         let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
-        let mut measurements = Vec::new();
-        let mut per_window = BigRational::zero();
-        // No noisy measurement (e.g. only `count` under change-one, where
-        // it is public): nothing to calibrate, nothing spent per window.
-        let no_budget = BigRational::zero();
-        let budget = alloc.as_ref().unwrap_or(&no_budget);
-        let (floor, field, what) = match measure {
-            Measure::Pure => (MIN_MEASUREMENT_EPSILON, "epsilon_per_device", "ε"),
-            Measure::Zcdp => (MIN_MEASUREMENT_RHO, "rho_per_device", "ρ"),
-        };
-        if !ms.is_empty() && rational::to_f64(budget) < floor {
-            return Err(field_err(
-                spec,
-                field,
-                format!(
-                    "each of this stream's {} measurements would get {what} = {:e} per window, below the floor {floor:e}: \
-                     raise privacy.{field} or budget_share, or lower max_windows_per_device",
-                    ms.len(),
-                    rational::to_f64(budget)
-                ),
-            ));
-        }
-        let sensitivities: Vec<Sensitivity> = ms
-            .iter()
-            .map(|m| sensitivity_of(m, nb, &u, spec.window_size))
-            .collect();
-        // The stream's per-window budget, split evenly or by its targets.
-        let budgets = match ms.iter().map(Measurement::weight).sum::<usize>() {
-            0 => vec![],
-            count => targets::split(
-                spec,
-                privacy.relation,
-                measure,
-                u.resolution(),
-                &ms.iter().zip(&sensitivities).collect::<Vec<_>>(),
-                &(budget * BigRational::from_integer(count.into())),
-                floor,
-            )?,
-        };
-        for ((m, sensitivity), budget) in ms.into_iter().zip(sensitivities).zip(&budgets) {
-            let (mechanism, spent) = match &m {
-                Measurement::Quantile { level, .. } => {
-                    // Utilities are in units of 1/den.
-                    let du = level.utility_sensitivity(nb);
-                    let (sel, spent) = Selection::calibrate(measure, du, budget);
-                    (Mechanism::Select(sel), spent)
-                }
-                Measurement::JointQuantiles { .. } => {
-                    let du = joint_utility_sensitivity(nb);
-                    let (sel, spent) = Selection::calibrate(measure, du, budget);
-                    (Mechanism::Select(sel), spent)
-                }
-                _ => {
-                    let (noise, spent) = Noise::calibrate(measure, &sensitivity, budget);
-                    (Mechanism::Additive(noise), spent)
-                }
-            };
-            let at = |level: f64| match &mechanism {
-                Mechanism::Additive(n) => accuracy::half_width_at(n, level),
-                Mechanism::Select(_) => 0,
-            };
-            let miss = 1.0 - accuracy::LEVEL;
-            let (half_width, joint_half_widths) = (
-                at(accuracy::LEVEL),
-                [at(1.0 - miss / 2.0), at(1.0 - miss / 3.0)],
-            );
-            per_window += &spent;
-            measurements.push(MeasurementPlan {
-                measurement: m,
-                sensitivity,
-                mechanism,
-                spent,
-                half_width,
-                joint_half_widths,
-            });
-        }
-        // A window's effect on the running sum, and its square, in i64:
-        // change-one moves k readings across the range; add-remove adds or
-        // removes k readings, each at most the largest |bound| (grid units).
-        let k = spec.max_readings_per_device as i64;
-        let change_one = privacy.relation == Relation::ChangeOne;
-        let reach = match change_one {
-            true => u.width(),
-            false => u.lower().abs().max(u.upper().abs()),
-        };
-        let sum_l1 = k.checked_mul(reach);
-        let sum_l2_sq = sum_l1.and_then(|l| l.checked_mul(l));
-        if spec.running_share > 0.0 && sum_l2_sq.is_none() {
-            return Err(field_err(
-                spec,
-                "running_share",
-                "running totals need (max_readings_per_device × (upper − lower) / resolution)² below 2⁶³; \
-                 use a coarser resolution or turn running totals off",
-            ));
-        }
-        let running = (spec.running_share > 0.0).then(|| {
-            let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
-            let mut groups = vec![("sum", 1usize, l1, l2_sq)];
-            // Add-remove: the running count is not public, so it is a
-            // noisy total of its own (k readings a window).
-            if !change_one {
-                groups.push(("count", 1, k, k * k));
-            }
-            if let Some(edges) = spec
-                .statistics
-                .contains(&StatKind::Histogram)
-                .then_some(&spec.histogram_edges)
-            {
-                // k readings change bins: moved (change-one, L1 2k, L2² 2k²)
-                // or added/removed (add-remove, all in one bin at worst).
-                let (l1, l2_sq) = if change_one {
-                    (2 * k, 2 * k * k)
-                } else {
-                    (k, k * k)
-                };
-                groups.push(("histogram", edges.len() - 1, l1, l2_sq));
-            }
-            // A device counts in up to `G` groups, each its own lanes and
-            // running totals: each group's get a `G`-th of the share
-            // (`per_horizon` charges them `G` times).
-            let budget = exact(privacy.budget.per_horizon)
-                * rational::decimal(spec.budget_share)
-                * rational::decimal(spec.running_share)
-                / BigRational::from_integer(grouped::groups_per_device(spec).into());
-            RunningPlan::calibrate(
-                measure,
-                &groups,
-                spec.max_windows_per_device,
-                &budget,
-                64 - (spec.running_lifetime - 1).leading_zeros(),
-                u.resolution(),
-            )
-        });
+        let (measurements, per_window) =
+            calibrate_measurements(privacy, spec, &u, ms, alloc.as_ref())?;
+        let running = super::running::running_plan(privacy, spec, &u)?;
         let selection = grouped::key_selection(privacy, spec)?;
         let rank_half_width = super::rank::half_width(&measurements, &u, nb);
         streams.push(StreamPlan {

@@ -9,7 +9,7 @@
 //! size).
 //!
 //! Privacy argument: the running totals' noise is calibrated in
-//! [`crate::continual`] to each window's effect (plan.rs: change-one moves
+//! [`crate::continual`] to each window's effect ([`running_plan`]: change-one moves
 //! `k` readings across the range, add-remove adds or removes `k` readings
 //! of at most the largest |bound| each, one count each); the window sums are the window's released sums and
 //! its bins the histogram measurement behind its released histogram, both
@@ -18,11 +18,14 @@
 //! measurements already paid for, so nothing here spends budget.
 
 use super::*;
-use crate::continual::RunningState;
+use crate::continual::{RunningPlan, RunningState};
 use crate::rational;
+use crate::rational::exact;
 use crate::relation::Relation;
 use crate::rng::{running_rng, window_digest, window_rng, ReleaseKey, WindowId};
 use crate::stats;
+use crate::universe::Universe;
+use num_rational::BigRational;
 use rand::Rng;
 
 /// A running total after one window (metric units).
@@ -218,4 +221,73 @@ pub fn combine(a: (f64, f64), b: (f64, f64)) -> (f64, f64) {
         (true, false) => a,
         _ => b,
     }
+}
+
+/// The running totals' plan for `spec` (none without `running_share`):
+/// each total calibrated to one window's effect on it (L1 and L2²) over
+/// `W` windows a horizon, with a `G`-th of the stream's running share per
+/// group. Refused when those effects overflow i64.
+pub(super) fn running_plan(
+    privacy: &PrivacySpec,
+    spec: &StreamSpec,
+    u: &Universe,
+) -> Result<Option<RunningPlan>, PlanError> {
+    let measure = privacy.budget.measure;
+    // A window's effect on the running sum, and its square, in i64:
+    // change-one moves k readings across the range; add-remove adds or
+    // removes k readings, each at most the largest |bound| (grid units).
+    let k = spec.max_readings_per_device as i64;
+    let change_one = privacy.relation == Relation::ChangeOne;
+    let reach = match change_one {
+        true => u.width(),
+        false => u.lower().abs().max(u.upper().abs()),
+    };
+    let sum_l1 = k.checked_mul(reach);
+    let sum_l2_sq = sum_l1.and_then(|l| l.checked_mul(l));
+    if spec.running_share > 0.0 && sum_l2_sq.is_none() {
+        return Err(field_err(
+            spec,
+            "running_share",
+            "running totals need (max_readings_per_device × (upper − lower) / resolution)² below 2⁶³; \
+             use a coarser resolution or turn running totals off",
+        ));
+    }
+    Ok((spec.running_share > 0.0).then(|| {
+        let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
+        let mut groups = vec![("sum", 1usize, l1, l2_sq)];
+        // Add-remove: the running count is not public, so it is a
+        // noisy total of its own (k readings a window).
+        if !change_one {
+            groups.push(("count", 1, k, k * k));
+        }
+        if let Some(edges) = spec
+            .statistics
+            .contains(&StatKind::Histogram)
+            .then_some(&spec.histogram_edges)
+        {
+            // k readings change bins: moved (change-one, L1 2k, L2² 2k²)
+            // or added/removed (add-remove, all in one bin at worst).
+            let (l1, l2_sq) = if change_one {
+                (2 * k, 2 * k * k)
+            } else {
+                (k, k * k)
+            };
+            groups.push(("histogram", edges.len() - 1, l1, l2_sq));
+        }
+        // A device counts in up to `G` groups, each its own lanes and
+        // running totals: each group's get a `G`-th of the share
+        // (`per_horizon` charges them `G` times).
+        let budget = exact(privacy.budget.per_horizon)
+            * rational::decimal(spec.budget_share)
+            * rational::decimal(spec.running_share)
+            / BigRational::from_integer(grouped::groups_per_device(spec).into());
+        RunningPlan::calibrate(
+            measure,
+            &groups,
+            spec.max_windows_per_device,
+            &budget,
+            64 - (spec.running_lifetime - 1).leading_zeros(),
+            u.resolution(),
+        )
+    }))
 }
