@@ -14,6 +14,7 @@ mod derived;
 mod evaluate;
 mod fleet;
 mod grouped;
+mod measurements;
 mod moments;
 mod plan;
 mod post;
