@@ -134,7 +134,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("aggregator/dp/src/release/targets.rs", "needs", 106),
     ("ingest/src/avro_reader.rs", "value", 102),
     ("aggregator/src/config/stream.rs", "to_spec", 101),
-    ("aggregator/dp/src/release/running.rs", "running_step", 99),
     ("aggregator/src/main.rs", "main", 97),
     ("aggregator/dp/src/release/spec.rs", "validate_spec", 96),
     ("ingest/src/described_reader.rs", "merge_field", 95),

@@ -18,7 +18,7 @@
 //! measurements already paid for, so nothing here spends budget.
 
 use super::*;
-use crate::continual::{RunningPlan, RunningState};
+use crate::continual::{RunningGroup, RunningPlan, RunningState};
 use crate::rational;
 use crate::rational::exact;
 use crate::relation::Relation;
@@ -65,17 +65,11 @@ pub(super) fn running_step(
     let plan = stream.running.as_ref()?;
     let change_one = stream.neighbouring.relation == Relation::ChangeOne;
     let has_bins = plan.groups.iter().any(|g| g.name == "histogram");
+    // The window's own totals, one per running total.
     let window: Vec<Vec<i128>> = plan
         .groups
         .iter()
-        .map(|g| match g.name {
-            "sum" => vec![stats::sum(values)],
-            "count" => vec![values.len() as i128],
-            _ => stats::histogram(values, &stream.histogram_edges_units())
-                .into_iter()
-                .map(|c| c as i128)
-                .collect(),
-        })
+        .map(|g| window_total(stream, g.name, values))
         .collect();
     let digest = window_digest(values);
     let id = WindowId {
@@ -98,69 +92,102 @@ pub(super) fn running_step(
         state.summed += s;
         (state.summed * res, (t as f64 * var).sqrt() * res)
     });
-    // Only while every window so far was summed (a state written by a
-    // version without bins starts them late: never published then).
-    let summed_bins = window_bins.and_then(|(bins, var)| {
-        if state.summed_bins.is_empty() && state.summed_bins_steps == 0 {
-            state.summed_bins = vec![0.0; bins.len()];
-        }
-        if state.summed_bins.len() != bins.len() {
-            return None;
-        }
-        state
-            .summed_bins
-            .iter_mut()
-            .zip(&bins)
-            .for_each(|(s, b)| *s += b);
-        state.summed_bins_steps += 1;
-        (state.summed_bins_steps == t).then(|| (state.summed_bins.clone(), (t as f64 * var).sqrt()))
-    });
-    Some(
-        plan.groups
-            .iter()
-            .zip(noisy)
-            .map(|(g, v)| {
-                let scale = if g.name == "sum" {
-                    plan.resolution
-                } else {
-                    1.0
-                };
-                let values: Vec<f64> = v.into_iter().map(|x| x * scale).collect();
-                let std = g.noise.std_after(t).unwrap_or(f64::NAN) * scale;
-                let summed = summed.filter(|_| g.name == "sum");
-                let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
-                let summed_bins = summed_bins.clone().filter(|_| g.name == "histogram");
-                let combined_bins = summed_bins.as_ref().map(|(bins, s_std)| {
-                    let both: Vec<(f64, f64)> = values
-                        .iter()
-                        .zip(bins)
-                        .map(|(&v, &b)| combine((v, std), (b, *s_std)))
-                        .collect();
-                    let std = both.first().map_or(f64::NAN, |c| c.1);
-                    (both.into_iter().map(|c| c.0).collect(), std)
-                });
-                RunningValue {
-                    name: g.name,
-                    windows: t,
-                    // Public under change-one only (count windows of n);
-                    // add-remove releases the noisy `count` total instead.
-                    count: if change_one {
-                        t * stream.spec.window_size
-                    } else {
-                        0
-                    },
-                    values,
-                    std,
-                    mechanism: g.noise.name(),
-                    spent: rational::to_f64(&g.spent),
-                    summed,
-                    combined,
-                    summed_bins,
-                    combined_bins,
-                }
-            })
+    let summed_bins = window_bins.and_then(|bins| add_bins(state, bins));
+    let total = |(g, v): (&RunningGroup, Vec<f64>)| {
+        let totals = Totals {
+            resolution: res,
+            windows: t,
+            count: if change_one {
+                t * stream.spec.window_size
+            } else {
+                0
+            },
+            summed,
+            summed_bins: summed_bins.clone(),
+        };
+        running_value(g, v, totals)
+    };
+    Some(plan.groups.iter().zip(noisy).map(total).collect())
+}
+
+/// A window's own total for the running total `name`: its sum (grid
+/// units), its count, or its histogram's bins.
+fn window_total(stream: &StreamPlan, name: &str, values: &[i64]) -> Vec<i128> {
+    match name {
+        "sum" => vec![stats::sum(values)],
+        "count" => vec![values.len() as i128],
+        _ => stats::histogram(values, &stream.histogram_edges_units())
+            .into_iter()
+            .map(|c| c as i128)
             .collect(),
-    )
+    }
+}
+
+/// Add a window's noisy bins (and their noise variance) to the summed
+/// bins: their sum and std, only while every window so far was summed (a
+/// state written by a version without bins starts them late: never
+/// published then).
+fn add_bins(state: &mut RunningState, (bins, var): (Vec<f64>, f64)) -> Option<(Vec<f64>, f64)> {
+    if state.summed_bins.is_empty() && state.summed_bins_steps == 0 {
+        state.summed_bins = vec![0.0; bins.len()];
+    }
+    if state.summed_bins.len() != bins.len() {
+        return None;
+    }
+    state
+        .summed_bins
+        .iter_mut()
+        .zip(&bins)
+        .for_each(|(s, b)| *s += b);
+    state.summed_bins_steps += 1;
+    let t = state.steps;
+    (state.summed_bins_steps == t).then(|| (state.summed_bins.clone(), (t as f64 * var).sqrt()))
+}
+
+/// What every running total of a window shares: its number of windows,
+/// the public count (change-one), the summed windows' sum and bins.
+struct Totals {
+    resolution: f64,
+    windows: u64,
+    count: u64,
+    summed: Option<(f64, f64)>,
+    summed_bins: Option<(Vec<f64>, f64)>,
+}
+
+/// One running total `g` after a window: its noisy values `v` (grid units
+/// for the sum), with the summed windows' estimate and the combination
+/// where it has one.
+fn running_value(g: &RunningGroup, v: Vec<f64>, t: Totals) -> RunningValue {
+    let scale = if g.name == "sum" { t.resolution } else { 1.0 };
+    let values: Vec<f64> = v.into_iter().map(|x| x * scale).collect();
+    let std = g.noise.std_after(t.windows).unwrap_or(f64::NAN) * scale;
+    let summed = t.summed.filter(|_| g.name == "sum");
+    let combined = summed.map(|(s, s_std)| combine((values[0], std), (s, s_std)));
+    let summed_bins = t.summed_bins.filter(|_| g.name == "histogram");
+    let combined_bins = summed_bins.as_ref().map(|(bins, s_std)| {
+        let both: Vec<(f64, f64)> = values
+            .iter()
+            .zip(bins)
+            .map(|(&v, &b)| combine((v, std), (b, *s_std)))
+            .collect();
+        let std = both.first().map_or(f64::NAN, |c| c.1);
+        (both.into_iter().map(|c| c.0).collect(), std)
+    });
+    RunningValue {
+        name: g.name,
+        windows: t.windows,
+        // Public under change-one only (count windows of n); add-remove
+        // releases the noisy `count` total instead.
+        count: t.count,
+        values,
+        std,
+        mechanism: g.noise.name(),
+        spent: rational::to_f64(&g.spent),
+        summed,
+        combined,
+        summed_bins,
+        combined_bins,
+    }
 }
 
 /// The window's released sum in units, unrounded as post-processing
