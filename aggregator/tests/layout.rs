@@ -135,7 +135,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("ingest/src/avro_reader.rs", "value", 102),
     ("aggregator/src/config/stream.rs", "to_spec", 101),
     ("aggregator/src/main.rs", "main", 97),
-    ("aggregator/dp/src/release/spec.rs", "validate_spec", 96),
     ("ingest/src/described_reader.rs", "merge_field", 95),
     ("aggregator/dp/src/release/targets.rs", "split", 92),
     ("aggregator/src/sim/mod.rs", "produce_fleet", 90),

@@ -157,22 +157,10 @@ pub(super) fn max_window_readings(spec: &StreamSpec) -> u64 {
 /// Most readings a time window holds (the windower drops more, counted).
 pub const MAX_TIME_WINDOW_READINGS: u64 = 1 << 32;
 
-pub(super) fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, PlanError> {
-    if spec.name.is_empty()
-        || spec.name.len() > MAX_STREAM_NAME
-        || !spec
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
-    {
-        return Err(field_err(
-            spec,
-            "name",
-            format!("1 to {MAX_STREAM_NAME} characters of A-Z, a-z, 0-9, '_', '.', '-' (it is part of the output and state keys)"),
-        ));
-    }
-    let u = Universe::new(spec.lower, spec.upper, spec.resolution)
-        .map_err(|e| universe_err(spec, e))?;
+/// The windows the relation needs: time windows (no `window_size` or
+/// `window_timeout`) under add-remove, count windows of
+/// `[1, MAX_WINDOW_SIZE]` under change-one.
+fn check_windows(spec: &StreamSpec, relation: Relation) -> Result<(), PlanError> {
     match (relation, &spec.window_ms) {
         (Relation::AddRemove, None) => {
             return Err(field_err(
@@ -217,6 +205,28 @@ pub(super) fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Uni
             }
         }
     }
+    Ok(())
+}
+
+/// A declaration's own settings, each in its range (name, universe,
+/// windows, caps, levels, exact-sum overflow); returns its universe.
+pub(super) fn validate_spec(spec: &StreamSpec, relation: Relation) -> Result<Universe, PlanError> {
+    if spec.name.is_empty()
+        || spec.name.len() > MAX_STREAM_NAME
+        || !spec
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err(field_err(
+            spec,
+            "name",
+            format!("1 to {MAX_STREAM_NAME} characters of A-Z, a-z, 0-9, '_', '.', '-' (it is part of the output and state keys)"),
+        ));
+    }
+    let u = Universe::new(spec.lower, spec.upper, spec.resolution)
+        .map_err(|e| universe_err(spec, e))?;
+    check_windows(spec, relation)?;
     let n = max_window_readings(spec);
     let k = spec.max_readings_per_device;
     let k_max = n.min(MAX_READINGS_PER_DEVICE as u64);
