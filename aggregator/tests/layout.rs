@@ -131,7 +131,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("aggregator/src/report/mod.rs", "new", 118),
     ("aggregator/src/config/mod.rs", "validate", 111),
     ("aggregator/src/window/mod.rs", "admit_one", 107),
-    ("aggregator/dp/src/release/targets.rs", "needs", 106),
     ("ingest/src/avro_reader.rs", "value", 102),
     ("aggregator/src/config/stream.rs", "to_spec", 101),
     ("aggregator/src/main.rs", "main", 97),

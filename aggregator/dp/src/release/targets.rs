@@ -152,10 +152,51 @@ fn needs(
             format!("{}: not among the stream's statistics", stat.name()),
         ));
     }
+    let planned = target_of(spec, relation, resolution, ms, stat)?;
+    let n = spec.window_size as f64;
+    let calibrate = |i: usize, s: f64| Noise::calibrate(measure, ms[i].1, &exact(s)).0;
+    let meets = |s: f64| -> bool {
+        match planned {
+            Target::Linear(i, a) => accuracy::half_width(&calibrate(i, s)) as f64 * a <= target,
+            Target::Variance(c1, c2) => {
+                // The error bound of `moments`, h₂/n + 2(|m̂| + h₁/n)h₁/n +
+                // h₁²/n² (quarter units²), for data centred in the universe
+                // (|m̂| is then at most the noise, h₁/n, at 95%): h₂/n +
+                // 5h₁²/n², with both measurements at the same spend.
+                let level = 1.0 - (1.0 - accuracy::LEVEL) / 2.0;
+                let h1 = accuracy::half_width_at(&calibrate(c1, s), level) as f64;
+                let h2 = accuracy::half_width_at(&calibrate(c2, s), level) as f64;
+                (h2 / n + 5.0 * h1 * h1 / (n * n)) / 4.0 * resolution * resolution <= target
+            }
+        }
+    };
+    let reads = match planned {
+        Target::Linear(i, _) => vec![i],
+        Target::Variance(a, b) => vec![a, b],
+    };
+    let spend = least_spend(meets, cap);
+    Ok(reads.into_iter().map(|i| (i, spend)).collect())
+}
+
+/// How the target of `stat` reads the plan's measurements `ms`, or why
+/// it has no closed form.
+fn target_of(
+    spec: &StreamSpec,
+    relation: Relation,
+    resolution: f64,
+    ms: &[(&Measurement, &Sensitivity)],
+    stat: StatKind,
+) -> Result<Target, PlanError> {
     let find = |pred: &dyn Fn(&Measurement) -> bool| ms.iter().position(|(m, _)| pred(m));
     let change_one = relation == Relation::ChangeOne;
     let n = spec.window_size as f64;
-    let unsupported = |why: &str| Err(field_err(spec, field, format!("{}: {why}", stat.name())));
+    let unsupported = |why: &str| {
+        Err(field_err(
+            spec,
+            "target_error",
+            format!("{}: {why}", stat.name()),
+        ))
+    };
     let centred = find(&|m| *m == Measurement::CentredSum);
     let squares = find(&|m| *m == Measurement::CentredSumSq);
     let linear = |i: Option<usize>, a: f64| i.map(|i| Target::Linear(i, a));
@@ -197,32 +238,13 @@ fn needs(
             )
         }
     };
-    let Some(planned) = planned else {
-        return unsupported("no measurement of the plan computes it");
-    };
-    let calibrate = |i: usize, s: f64| Noise::calibrate(measure, ms[i].1, &exact(s)).0;
-    let meets = |s: f64| -> bool {
-        match planned {
-            Target::Linear(i, a) => accuracy::half_width(&calibrate(i, s)) as f64 * a <= target,
-            Target::Variance(c1, c2) => {
-                // The error bound of `moments`, h₂/n + 2(|m̂| + h₁/n)h₁/n +
-                // h₁²/n² (quarter units²), for data centred in the universe
-                // (|m̂| is then at most the noise, h₁/n, at 95%): h₂/n +
-                // 5h₁²/n², with both measurements at the same spend.
-                let level = 1.0 - (1.0 - accuracy::LEVEL) / 2.0;
-                let h1 = accuracy::half_width_at(&calibrate(c1, s), level) as f64;
-                let h2 = accuracy::half_width_at(&calibrate(c2, s), level) as f64;
-                (h2 / n + 5.0 * h1 * h1 / (n * n)) / 4.0 * resolution * resolution <= target
-            }
-        }
-    };
-    let reads = match planned {
-        Target::Linear(i, _) => vec![i],
-        Target::Variance(a, b) => vec![a, b],
-    };
-    // The least spend that meets the target: bisection in log space below
-    // the budget, or (for the refusal's message) below the first doubling
-    // of it that meets the target.
+    planned.map_or_else(|| unsupported("no measurement of the plan computes it"), Ok)
+}
+
+/// The least spend that `meets` the target: bisection in log space below
+/// the budget `cap`, or (for the refusal's message) below the first
+/// doubling of it that meets the target.
+fn least_spend(meets: impl Fn(f64) -> bool, cap: f64) -> f64 {
     let mut upper = cap.max(1e-12);
     while !meets(upper) && upper < 1e12 {
         upper *= 2.0;
@@ -236,7 +258,7 @@ fn needs(
             lo = mid;
         }
     }
-    Ok(reads.into_iter().map(|i| (i, spend)).collect())
+    spend
 }
 
 /// How a target reads the plan's measurements.
