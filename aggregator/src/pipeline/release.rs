@@ -231,17 +231,16 @@ impl<'a> Releases<'a> {
         // loop would first run on the loop's own thread.
         let computed = tokio::task::spawn_blocking(move || {
             let stream = &v.plan.streams[w.stream];
-            let stats = stream.release_after(&release_key, w.partition, w.seq, &w.values, &track);
+            let (stats, moments) =
+                stream.release_with_moments(&release_key, w.partition, w.seq, &w.values, &track);
             let mut release = build_release(&v, stream, &w, &stats, &running);
-            // Add-remove: the raw moments, for the fleet-wide intervals.
-            release.moments = stream
-                .raw_moments(&release_key, w.partition, w.seq, &w.values, &track)
-                .map(|m| proto::v1::RawMoments {
-                    count: m.count,
-                    centred_sum: m.centred_sum,
-                    centred_sum_sq: m.centred_sum_sq,
-                    boundary: m.boundary,
-                });
+            // The raw moments, for the fleet-wide intervals.
+            release.moments = moments.map(|m| proto::v1::RawMoments {
+                count: m.count,
+                centred_sum: m.centred_sum,
+                centred_sum_sq: m.centred_sum_sq,
+                boundary: m.boundary,
+            });
             // A slot of private keys publishes the key it is bound to.
             if let Some((dimension, value)) = bound {
                 release.group.insert(dimension, value);

@@ -139,6 +139,16 @@ impl StreamPlan {
         rng: Option<&mut R>,
         adaptive: Option<&[i64]>,
     ) -> Vec<ReleasedStatistic> {
+        self.evaluate_measured(values, rng, adaptive).0
+    }
+
+    /// [`Self::evaluate`], and the measurements it was derived from.
+    pub(super) fn evaluate_measured<R: Rng + ?Sized>(
+        &self,
+        values: &[i64],
+        rng: Option<&mut R>,
+        adaptive: Option<&[i64]>,
+    ) -> (Vec<ReleasedStatistic>, Vec<Measured>) {
         let noisy = rng.is_some();
         if noisy && self.neighbouring.size_is_public() {
             assert_eq!(
@@ -148,7 +158,7 @@ impl StreamPlan {
             );
         }
         let measured = self.measure_first(values, rng, self.measurements.len(), adaptive);
-        self.post_process(values, &measured, noisy)
+        (self.post_process(values, &measured, noisy), measured)
     }
 
     /// Every statistic from the measurements (noisy or not) and public

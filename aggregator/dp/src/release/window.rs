@@ -58,9 +58,27 @@ impl StreamPlan {
         values: &[i64],
         track: &QuantileTrack,
     ) -> Vec<ReleasedStatistic> {
+        self.release_with_moments(key, partition, seq, values, track)
+            .0
+    }
+
+    /// [`Self::release_after`] and the raw noisy moments its statistics
+    /// were derived from, out of the same measurements (unclamped): a fleet
+    /// record's box intervals add them up (`fleet.rs`). The count is among
+    /// them under add-remove only (change-one's `n` is public); `None` when
+    /// the plan measures none of them.
+    pub fn release_with_moments(
+        &self,
+        key: &ReleaseKey,
+        partition: i32,
+        seq: u64,
+        values: &[i64],
+        track: &QuantileTrack,
+    ) -> (Vec<ReleasedStatistic>, Option<RawMoments>) {
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        let mut out = self.evaluate(values, Some(&mut rng), adaptive.as_deref());
+        let (mut out, measured) =
+            self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref());
         // Adaptive candidates that skip grid points may miss the quantile's
         // rank: no rank interval (rank.rs).
         if adaptive.is_some_and(|c| !super::rank::covers_grid(&c, &self.universe)) {
@@ -68,22 +86,12 @@ impl StreamPlan {
                 s.rank_half_width = None;
             }
         }
-        out
+        (out, self.moments_of(&measured))
     }
 
-    /// The raw noisy moments behind the release [`Self::release_after`]
-    /// makes of the same window (the same keyed draws, unclamped): a fleet
-    /// record's box intervals add them up (`fleet.rs`). The count is among
-    /// them under add-remove only (change-one's `n` is public); `None` when
-    /// the plan measures none of them.
-    pub fn raw_moments(
-        &self,
-        key: &ReleaseKey,
-        partition: i32,
-        seq: u64,
-        values: &[i64],
-        track: &QuantileTrack,
-    ) -> Option<RawMoments> {
+    /// The raw moments among a window's `measured` values (the first ones
+    /// measured, or all).
+    fn moments_of(&self, measured: &[Measured]) -> Option<RawMoments> {
         let at = |want: Measurement| self.find(|m| *m == want).map(|(i, _)| i);
         let idx = [
             Measurement::Count,
@@ -92,11 +100,8 @@ impl StreamPlan {
             Measurement::Boundary,
         ]
         .map(at);
-        let take = idx.iter().flatten().max()? + 1;
-        let adaptive = self.candidates_after(track);
-        let mut rng = self.keyed_rng(key, partition, seq, values);
-        let measured = self.measure_first(values, Some(&mut rng), take, adaptive.as_deref());
-        let scalar = |i: Option<usize>| match &measured[i?] {
+        idx.iter().flatten().max()?;
+        let scalar = |i: Option<usize>| match measured.get(i?)? {
             Measured::Scalar(v) => Some(*v as f64),
             _ => None,
         };
