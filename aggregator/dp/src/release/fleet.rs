@@ -136,15 +136,14 @@ fn check_parts(
     parts: &[PartRelease<'_>],
     cache: &mut FleetCache,
 ) -> Result<Vec<String>, CombineError> {
-    let layout = cache
-        .layout
-        .get_or_insert_with(|| stream.describe().into_iter().map(|s| s.name).collect())
-        .clone();
-    if cache.shapes.is_empty() {
+    if cache.layout.is_none() {
+        // Names and value counts of one evaluation (noise changes neither).
         let mid = (stream.universe.lower() + stream.universe.upper()).div_euclid(2);
         let truth = stream.truth(&[mid]);
         cache.shapes = truth.iter().map(|t| t.values.len()).collect();
+        cache.layout = Some(truth.into_iter().map(|t| t.name).collect());
     }
+    let layout = cache.layout.clone().unwrap_or_default();
     for p in parts {
         if !p.statistics.iter().map(|s| &s.name).eq(layout.iter()) {
             let found = p.statistics.iter().map(|s| s.name.clone()).collect();
