@@ -65,6 +65,16 @@ fn coverage(s: &StreamPlan, names: &[&str], n: i64, m: usize, seed: u8) -> Vec<f
                     true => assert_eq!((moments.count, count), (None, w.len() as f64)),
                     false => assert_eq!(moments.count.unwrap().max(0.0), count),
                 }
+                // The centred sum is the released sum's own draw (no
+                // further measurement, so no further spend): Σx = (c +
+                // n(L + U))/2 clamped to [nL, nU] (grid units -40..120).
+                if change_one {
+                    let n = w.len() as f64;
+                    let c = moments.centred_sum.unwrap();
+                    let sum = ((c + n * 80.0) / 2.0).clamp(-40.0 * n, 120.0 * n) * 0.5;
+                    let released = r.iter().find(|x| x.name == "sum").unwrap().values[0];
+                    assert!((sum - released).abs() < 1e-6, "{sum} vs {released}");
+                }
                 (r, moments, w.len() as u64)
             })
             .collect();
