@@ -184,6 +184,23 @@ impl Selection {
         rational::to_f64(&self.epsilon)
     }
 
+    /// `γ` of a utility gap (in the utilities' units), in nats: a candidate
+    /// `gap` below the best is chosen with probability at most `e^(−γ)`.
+    pub fn gamma_f64(&self, gap: i128) -> f64 {
+        gap as f64 * self.gamma_num as f64 / self.gamma_den as f64
+    }
+
+    /// The smallest utility gap whose `γ` is at least `nats` (a
+    /// data-independent penalty: `adaptive.rs`).
+    pub fn gap_for_nats(&self, nats: f64) -> i128 {
+        let mut gap =
+            (nats.max(0.0) * self.gamma_den as f64 / self.gamma_num as f64).ceil() as i128;
+        while self.gamma_f64(gap) < nats {
+            gap += 1;
+        }
+        gap
+    }
+
     pub fn name(&self) -> &'static str {
         match self.measure {
             Measure::Pure => "permute_and_flip",

@@ -208,6 +208,47 @@ fn quantile_selection_at_epsilon_one() {
     );
 }
 
+/// The adaptive prior (`release/adaptive.rs`): the median over candidates
+/// 0..=4 with only candidate 1 favoured (the others lose `ln 4` nats), at
+/// ε = 1 under both selections. The exact loss over every window of 3
+/// readings and every one-reading change stays ≤ 1 (the penalty does not
+/// depend on the window), and the Monte Carlo lower bound on the worst pair
+/// stays ≤ 1.
+#[test]
+fn quantile_selection_under_the_adaptive_prior_at_epsilon_one() {
+    use fleetdp_dp::release::apply_prior;
+    let candidates: Vec<i64> = (0..=4).collect();
+    let level = QuantileLevel::new(0.5).unwrap();
+    for measure in [Measure::Pure, Measure::Zcdp] {
+        let budget = if measure == Measure::Pure { 1.0 } else { 0.125 };
+        let (sel, _) = Selection::calibrate(measure, level.den as u64, &exact(budget));
+        assert!((sel.epsilon_f64() - 1.0).abs() < 1e-9);
+        let util = |w: &[i64]| {
+            let mut u = stats::quantile_utilities(w, &candidates, level);
+            apply_prior(&mut u, &candidates, &[1], &sel);
+            u
+        };
+        assert!(util(&[0, 0, 0])[0] < 0, "the prior is applied");
+        let (max_loss, d, e) = worst_change(5, |a, b| exact_loss(&sel, &util(a), &util(b)));
+        assert!(
+            max_loss <= 1.0 + 1e-9,
+            "{measure:?}: exact loss {max_loss} on {d:?} vs {e:?}"
+        );
+        let (best_lb, best_point, exact_loss) = audit_selection(&sel, &util(&d), &util(&e));
+        println!(
+            "{measure:?} prior: lower bound {best_lb:.4}, point {best_point:.4}, exact {exact_loss:.4}"
+        );
+        assert!(
+            best_lb <= 1.0,
+            "empirical ε lower bound {best_lb} exceeds 1"
+        );
+        assert!(
+            best_point >= 0.8 * exact_loss,
+            "point {best_point} vs exact {exact_loss}"
+        );
+    }
+}
+
 /// Monte Carlo audit of one selection on two neighbours' utilities: the
 /// Clopper–Pearson lower bound on ε over the events {= c} and {≤ c} in both
 /// directions, the point estimate, and the exact loss.

@@ -1,24 +1,35 @@
-//! Streaming-adaptive quantile candidates (docs/DESIGN.md §4, adaptive quantile candidates): a window's
-//! quantile candidates are bands of the declared candidates around each
-//! quantile its lane released for its recent windows, plus a coarse
-//! escape grid over the whole declared range, so candidates far from the
-//! data (which all score alike and together can outweigh the true region
-//! at low ε) are mostly left out, and a shift of the distribution is
-//! followed within a window or two through the escape grid. The first
-//! window of a lane (or one restored without a record) uses every declared
-//! candidate.
+//! Streaming-adaptive quantile candidates (docs/DESIGN.md §4, adaptive
+//! quantile candidates): a prior over the declared candidates drawn from the
+//! lane's recent releases. Every declared candidate stays selectable, but
+//! those outside the *favoured* set — a band of the declared candidates
+//! around each quantile the lane released for its recent windows, plus a
+//! coarse escape grid over the whole range — lose a fixed utility penalty
+//! worth `ln(far)` nats of the selection (`far` counts them), so together
+//! they weigh about as much as one favoured candidate. At low ε the many
+//! candidates far from the data (which all score alike and together can
+//! outweigh the true region) then no longer pull the release away, while a
+//! shift of the distribution is still followed within a window or two: the
+//! new region's utility beats the stale band by far more than the penalty.
+//! The first window of a lane (or one restored without a record) has no
+//! prior. Joint quantiles (utilities over tuples) select among the favoured
+//! set itself.
 //!
-//! Privacy argument: the exponential mechanism is ε-DP (or ε²/8-zCDP) for
-//! *any* fixed candidate set, because each candidate's utility moves by at
-//! most the level's utility sensitivity between neighbouring windows
-//! ([`crate::stats::quantile_utilities`]); the adaptive set is a subset of
-//! the declared candidates, so that bound holds candidate by candidate. The
-//! set for window `t` is a function of the declaration and of the quantiles
-//! released for earlier windows of the same lane only, never of window
-//! `t`'s values ([`QuantileTrack::candidates`] takes no values), so the
-//! stream's releases compose adaptively with the same per-window spend as
-//! before: choosing candidates costs nothing.
+//! Privacy argument: the exponential mechanism and permute-and-flip are
+//! ε-DP (the exponential mechanism ε-bounded-range, so ε²/8-zCDP) for *any*
+//! utility whose value per candidate moves by at most the utility
+//! sensitivity between neighbouring windows
+//! ([`crate::stats::quantile_utilities`]). Subtracting a penalty that does
+//! not depend on the window leaves each candidate's change exactly as it
+//! was, and selecting among a fixed subset keeps the bound candidate by
+//! candidate. The favoured set and the penalty for window `t` are functions
+//! of the declaration, the selection's ε and the quantiles released for
+//! earlier windows of the same lane only, never of window `t`'s values
+//! ([`QuantileTrack::candidates`] takes no values), so the stream's releases
+//! compose adaptively with the same per-window spend as before: the prior
+//! costs nothing. The rank interval that holds under the prior is in
+//! `rank.rs`.
 
+use crate::mechanism::Selection;
 use serde::{Deserialize, Serialize};
 
 /// Points of the escape grid, spread evenly over the declared candidates.
@@ -43,19 +54,61 @@ pub struct QuantileTrack {
 /// alternates between regions (the median of a two-mode fleet) keeps both.
 pub const TRACKED_WINDOWS: usize = 8;
 
+/// How far (grid units) a band reaches on either side of a released
+/// quantile over the sorted `declared` candidates.
+fn guard(declared: &[i64]) -> i128 {
+    let (Some(&first), Some(&end)) = (declared.first(), declared.last()) else {
+        return 0;
+    };
+    ((end as i128 - first as i128) as f64 * BAND_FRACTION).ceil() as i128
+}
+
+/// The most favoured candidates a window can have among `declared` (sorted,
+/// distinct grid units) with `levels` quantile levels: a band of at most
+/// `2·guard + 1` per level and tracked window, and the escape grid.
+pub fn max_favoured(declared: &[i64], levels: usize) -> usize {
+    let band = usize::try_from(2 * guard(declared) + 1).unwrap_or(usize::MAX);
+    band.saturating_mul(TRACKED_WINDOWS * levels)
+        .saturating_add(ESCAPE_POINTS)
+        .min(declared.len())
+}
+
+/// The penalty (utility units of `sel`) of a candidate outside the favoured
+/// set when `far` candidates are: `ln(far)` nats, so the `far` together
+/// weigh about as much as one favoured candidate of the same utility.
+pub fn far_penalty(sel: &Selection, far: usize) -> i128 {
+    if far < 2 {
+        return 0;
+    }
+    sel.gap_for_nats((far as f64).ln())
+}
+
+/// Apply the prior to `utilities` of the declared `candidates`: those not
+/// in `favoured` (sorted, a subset of the candidates) lose
+/// [`far_penalty`].
+pub fn apply_prior(utilities: &mut [i128], candidates: &[i64], favoured: &[i64], sel: &Selection) {
+    let far = candidates.len().saturating_sub(favoured.len());
+    let penalty = far_penalty(sel, far);
+    for (u, c) in utilities.iter_mut().zip(candidates) {
+        if favoured.binary_search(c).is_err() {
+            *u -= penalty;
+        }
+    }
+}
+
 impl QuantileTrack {
-    /// The candidates for the next window, a sorted subset of `declared`
-    /// (sorted, distinct): every declared candidate before the first
-    /// release; after it, those within `BAND_FRACTION` of the declared range
-    /// of a quantile released by a recent window, and `ESCAPE_POINTS` spread
-    /// over the whole range. (Bands per quantile, not over a window's
-    /// spread: one far-off release must not open the whole range again.)
+    /// The favoured candidates for the next window, a sorted subset of
+    /// `declared` (sorted, distinct): every declared candidate before the
+    /// first release; after it, those within `BAND_FRACTION` of the
+    /// declared range of a quantile released by a recent window, and
+    /// `ESCAPE_POINTS` spread over the whole range. (Bands per quantile, not
+    /// over a window's spread: one far-off release must not open the whole
+    /// range again.)
     pub fn candidates(&self, declared: &[i64]) -> Vec<i64> {
-        let (Some(&first), Some(&end)) = (declared.first(), declared.last()) else {
+        if declared.is_empty() {
             return vec![];
-        };
-        let range = (end as i128 - first as i128) as f64;
-        let guard = (range * BAND_FRACTION).ceil() as i128;
+        }
+        let guard = guard(declared);
         let bands: Vec<(i128, i128)> = self
             .recent
             .iter()
@@ -354,28 +407,66 @@ mod tests {
         assert!(e.to_string().contains("change-one"), "{e}");
     }
 
-    /// The candidates are chosen before the window is read: a window far
-    /// outside the band still gets a candidate of the band or the escape
-    /// grid, never its own exact quantile off that grid.
+    /// A quantile that moved far from the band, to between two escape
+    /// points, is released where it is, not at the nearest escape point:
+    /// every declared candidate stays selectable under the prior (p90 of
+    /// N(60, 5) is ≈ 66.4 °C, 1.6 °C from the nearest escape point), at
+    /// ε = 1. The favoured set is fixed before the window is read, and the
+    /// track records exactly what was released.
     #[test]
-    fn the_window_never_widens_its_own_candidates() {
-        let s = p90_plan(true);
+    fn a_quantile_between_escape_points_is_released_where_it_is() {
+        let mut p = privacy(Measure::Pure, Relation::ChangeOne);
+        p.budget.per_horizon = 1.0;
+        let mut sp = p90_plan(true).spec;
+        sp.name = "p90".into();
+        let s = plan(&p, &[sp]).unwrap().streams.remove(0);
         let key = ReleaseKey::from_bytes([1; 32]);
         let track = QuantileTrack {
             recent: vec![vec![220]],
         };
-        let allowed = s.candidates_after(&track).unwrap();
+        let favoured = s.candidates_after(&track).unwrap();
+        let nearest_escape = |x: i64| favoured.iter().map(|c| (c - x).abs()).min().unwrap();
+        assert!(nearest_escape(664) >= 16, "{favoured:?}");
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
-        for seq in 0..50 {
-            let values = normal_window(&mut rng, 70.0, 1000);
-            let r = s.release_after(&key, 0, seq, &values, &track)[0].values[0];
-            let units = (r / 0.1).round() as i64;
-            assert!(allowed.binary_search(&units).is_ok(), "{units} chosen");
-            let mut t = track.clone();
-            s.track_step(&key, 0, seq, &values, &mut t);
-            assert_eq!(t.latest(), [units]);
-        }
-        // Without adaptation, the stream uses the declared candidates.
+        let errors: Vec<f64> = (0..50)
+            .map(|seq| {
+                let values = normal_window(&mut rng, 60.0, 1000);
+                let r = s.release_after(&key, 0, seq, &values, &track)[0].values[0];
+                let mut t = track.clone();
+                s.track_step(&key, 0, seq, &values, &mut t);
+                assert_eq!(t.latest(), [(r / 0.1).round() as i64]);
+                assert_eq!(s.candidates_after(&track).unwrap(), favoured);
+                (r - s.truth(&values)[0].values[0]).abs()
+            })
+            .collect();
+        assert!(p90(errors.clone()) <= 0.5, "{errors:?}");
+        // Without adaptation, the stream has no prior.
         assert_eq!(p90_plan(false).candidates_after(&track), None);
+    }
+
+    /// The prior: favoured utilities untouched, every other candidate
+    /// `ln(far)` nats lower, so that under the exponential mechanism on
+    /// equal utilities the far ones together weigh as one favoured one.
+    #[test]
+    fn the_far_candidates_together_weigh_as_one_favoured() {
+        let budget = crate::rational::exact(0.02);
+        let (sel, _) = Selection::calibrate(Measure::Zcdp, 1_000_000, &budget);
+        let candidates: Vec<i64> = (0..1000).collect();
+        let favoured: Vec<i64> = (100..110).collect();
+        let mut util = vec![0i128; 1000];
+        apply_prior(&mut util, &candidates, &favoured, &sel);
+        let penalty = far_penalty(&sel, 990);
+        assert!(penalty > 0);
+        assert!((sel.gamma_f64(penalty) - 990f64.ln()).abs() < 1e-6);
+        for (c, u) in candidates.iter().zip(&util) {
+            let want = if (100..110).contains(c) { 0 } else { -penalty };
+            assert_eq!(*u, want, "candidate {c}");
+        }
+        let p = sel.probabilities(&util);
+        let far: f64 = p[..100].iter().chain(&p[110..]).sum();
+        assert!((far - 1.0 / 11.0).abs() < 1e-4, "{far}");
+        // One or no far candidate: no penalty.
+        assert_eq!(far_penalty(&sel, 1), 0);
+        assert_eq!(far_penalty(&sel, 0), 0);
     }
 }

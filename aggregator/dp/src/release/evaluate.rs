@@ -37,8 +37,9 @@ impl StreamPlan {
 
     /// The first `take` measurements, with exactly the noise a whole release
     /// gives them (the draws happen in measurement order). `adaptive`, if
-    /// given, replaces every quantile's declared candidates (a subset of
-    /// them chosen from earlier releases: [`super::adaptive`]).
+    /// given, is the favoured subset of the declared candidates chosen from
+    /// earlier releases ([`super::adaptive`]): a quantile's prior, joint
+    /// quantiles' candidates.
     pub(super) fn measure_first<R: Rng + ?Sized>(
         &self,
         values: &[i64],
@@ -81,12 +82,14 @@ impl StreamPlan {
                         .collect(),
                 ),
                 Measurement::Quantile { level, candidates } => {
-                    let candidates = adaptive.unwrap_or(candidates);
-                    let util = stats::quantile_utilities(
+                    let mut util = stats::quantile_utilities(
                         sorted.as_deref().expect("sorted for quantiles"),
                         candidates,
                         *level,
                     );
+                    if let (Some(favoured), Mechanism::Select(sel)) = (adaptive, &mp.mechanism) {
+                        super::adaptive::apply_prior(&mut util, candidates, favoured, sel);
+                    }
                     let idx = choose(&mp.mechanism, rng.as_deref_mut(), &util);
                     Measured::Choice(candidates[idx])
                 }
@@ -261,11 +264,6 @@ impl StreamPlan {
             s.values.clear();
             if derived && ["sum", "mean", "variance", "std", "clamped"].contains(&s.name.as_str()) {
                 s.half_width = None;
-            }
-            // Adaptive candidates keep a rank interval in a lane's first
-            // window only (window.rs): none to state.
-            if self.spec.adaptive_quantiles {
-                s.rank_half_width = None;
             }
         }
         out

@@ -358,7 +358,8 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             calibrate_measurements(privacy, spec, &u, ms, alloc.as_ref())?;
         let running = super::running::running_plan(privacy, spec, &u)?;
         let selection = grouped::key_selection(privacy, spec)?;
-        let rank_half_width = super::rank::half_width(&measurements, &u, nb);
+        let rank_half_width =
+            super::rank::half_width(&measurements, &u, nb, spec.adaptive_quantiles);
         streams.push(StreamPlan {
             spec: spec.clone(),
             universe: u,

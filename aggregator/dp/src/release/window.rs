@@ -39,8 +39,8 @@ impl StreamPlan {
         window_rng(key, id, &window_digest(values))
     }
 
-    /// The candidates a window released after `track` uses: `None` (the
-    /// declared ones) unless the stream adapts them.
+    /// The favoured candidates of a window released after `track`: `None`
+    /// (no prior) unless the stream adapts them.
     pub fn candidates_after(&self, track: &QuantileTrack) -> Option<Vec<i64>> {
         if !self.spec.adaptive_quantiles {
             return None;
@@ -77,15 +77,7 @@ impl StreamPlan {
     ) -> (Vec<ReleasedStatistic>, Option<RawMoments>) {
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        let (mut out, measured) =
-            self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref());
-        // Adaptive candidates that skip grid points may miss the quantile's
-        // rank: no rank interval (rank.rs).
-        if adaptive.is_some_and(|c| !super::rank::covers_grid(&c, &self.universe)) {
-            for s in &mut out {
-                s.rank_half_width = None;
-            }
-        }
+        let (out, measured) = self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref());
         (out, self.moments_of(&measured))
     }
 
