@@ -138,7 +138,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("aggregator/src/config/mod.rs", "validate", 111),
     ("aggregator/src/window/mod.rs", "admit_one", 107),
     ("ingest/src/avro_reader.rs", "value", 102),
-    ("aggregator/src/config/stream.rs", "to_spec", 101),
     ("aggregator/src/main.rs", "main", 97),
     ("ingest/src/described_reader.rs", "merge_field", 95),
     ("aggregator/dp/src/release/targets.rs", "split", 92),

@@ -352,3 +352,37 @@ fn the_same_identity_admits_alike_and_another_is_refused() {
     // Both kinds of pairs were drawn.
     assert!(same >= 20 && differ >= 100, "same {same}, differ {differ}");
 }
+
+/// `adaptive_quantiles` only weighs a window's quantile candidates by
+/// earlier releases, at the same spend in the same lane: turning it on or
+/// off keeps every stream's identity (no refusal on restart), while
+/// changing the quantile levels, beside it, changes it.
+#[test]
+fn adaptive_quantiles_is_a_free_choice() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains("adaptive_quantiles = true"));
+    let validated = |t: &str| Config::parse(t).unwrap().validate().unwrap();
+    let on = fingerprints(&validated(&text));
+    let off = fingerprints(&validated(
+        &text.replace("adaptive_quantiles = true", "adaptive_quantiles = false"),
+    ));
+    let unset = fingerprints(&validated(&text.replace("adaptive_quantiles = true", "")));
+    for (lane, f) in &on {
+        for other in [&off, &unset] {
+            assert_eq!(f.digest, other[lane].digest, "{lane}");
+            assert!(PlanChange::between(f, &other[lane]).is_none(), "{lane}");
+        }
+        assert!(!f.settings.contains_key("stream.adaptive_quantiles"));
+    }
+    let levels = fingerprints(&validated(&text.replacen(
+        "quantiles = [0.5, 0.9]",
+        "quantiles = [0.5, 0.95]",
+        1,
+    )));
+    assert!(
+        on.iter()
+            .any(|(lane, f)| PlanChange::between(f, &levels[lane]).is_some()),
+        "the control: other levels are another plan"
+    );
+}

@@ -18,12 +18,23 @@
 //! the registry topic of a grouped stream. Left out, on purpose: settings
 //! that can only refuse a reading, never place or charge it differently
 //! (lateness, clock skew, size limits), how messages are decoded, Kafka
-//! and HTTP settings, and a stream's `unit`. See docs/DESIGN.md §6.
+//! and HTTP settings, a stream's `unit`, and the [`FREE_CHOICES`] among its
+//! declaration, which only change how a window's spend is used (each
+//! window spends what it spent before, in the same lane). See
+//! docs/DESIGN.md §6.
 
 use crate::dp::release::{PrivacySpec, StreamSpec};
 use num_rational::BigRational;
 use serde_json::Value;
 use std::collections::BTreeMap;
+
+/// Declaration fields that neither place a reading nor change a spend:
+/// `adaptive_quantiles` weighs a window's quantile candidates by the lane's
+/// earlier releases, at the same spend (dp `release/adaptive.rs`), so
+/// turning it on or off mid-horizon keeps every cap and charge. (A state
+/// that recorded one is not compared on it: a setting only one side names
+/// is not a change.)
+pub(crate) const FREE_CHOICES: &[&str] = &["stream.adaptive_quantiles"];
 
 /// Values longer than this are recorded as their digest.
 const MAX_VALUE_CHARS: usize = 96;
@@ -61,6 +72,7 @@ impl PlanIdentity {
         full.insert("plan.per_horizon".into(), exact_text(i.per_horizon));
         full.insert("plan.streams".into(), to_value(i.declared).to_string());
         flatten("stream", &to_value(i.spec), &mut full);
+        full.retain(|k, _| !FREE_CHOICES.contains(&k.as_str()));
         let mut spends: Vec<String> = i.per_window.iter().map(|r| exact_text(r)).collect();
         spends.sort();
         spends.dedup();
@@ -218,6 +230,16 @@ mod tests {
         assert!(c[0].2.contains("keys"), "{c:?}");
         // And back.
         assert_eq!(changed(&b, &a)[0].0, "stream.groups");
+    }
+
+    /// A state written when `adaptive_quantiles` was part of the identity
+    /// is not a plan change now that it is not.
+    #[test]
+    fn a_free_choice_recorded_before_is_not_compared() {
+        let a = m(&[("stream.w", "1"), ("stream.adaptive_quantiles", "false")]);
+        let b = m(&[("stream.w", "1")]);
+        assert!(changed(&a, &b).is_empty());
+        assert_eq!(FREE_CHOICES, ["stream.adaptive_quantiles"]);
     }
 
     #[test]

@@ -39,10 +39,11 @@ pub struct StreamConfig {
     pub quantiles: Vec<f64>,
     #[serde(default)]
     pub quantile_candidates: Option<Vec<f64>>,
-    /// Draw each window's quantile candidates from the lane's recent
-    /// releases (bands and an escape grid) instead of every candidate.
+    /// Weigh each window's quantile candidates by the lane's recent
+    /// releases (bands and an escape grid favoured; dp `adaptive.rs`).
+    /// Unset: on wherever the stream releases quantiles.
     #[serde(default)]
-    pub adaptive_quantiles: bool,
+    pub adaptive_quantiles: Option<bool>,
     /// Release all quantile levels by one joint selection (change-one).
     #[serde(default)]
     pub joint_quantiles: bool,
@@ -106,45 +107,7 @@ impl StreamConfig {
         dimensions: &BTreeMap<String, Dimension>,
     ) -> Result<StreamSpec> {
         let field = |f: &str| format!("stream '{}': {f}", self.name);
-        let grouping = self.grouping(dimensions)?;
-        let private = grouping.as_ref().and_then(|g| {
-            g.private_dimension()
-                .map(|i| (g.dimension(i).to_string(), g.slots()))
-        });
-        if private.is_none() {
-            for (f, set) in [
-                ("key_selection_share", self.key_selection_share.is_some()),
-                ("key_selection_delta", self.key_selection_delta.is_some()),
-            ] {
-                if set {
-                    bail!(
-                        "{}: only with a group_by dimension that has private keys",
-                        field(f)
-                    );
-                }
-            }
-        }
-        let groups = match (grouping, self.max_groups_per_device) {
-            (None, Some(_)) => bail!(
-                "{}: only with group_by (a stream without groups is one group)",
-                field("max_groups_per_device")
-            ),
-            (None, None) => None,
-            (Some(g), max) => Some(GroupSpec {
-                keys: g.keys(),
-                max_groups_per_device: max.unwrap_or(1),
-                private: private.map(|(dimension, slots)| PrivateKeys {
-                    dimension,
-                    max_keys: slots as u32,
-                    share: self
-                        .key_selection_share
-                        .unwrap_or(DEFAULT_KEY_SELECTION_SHARE),
-                    delta: self
-                        .key_selection_delta
-                        .unwrap_or(DEFAULT_KEY_SELECTION_DELTA),
-                }),
-            }),
-        };
+        let groups = self.group_spec(dimensions)?;
         if let Some(u) = &self.unit {
             if u.chars().count() > MAX_UNIT_CHARS || u.chars().any(char::is_control) {
                 bail!(
@@ -186,7 +149,9 @@ impl StreamConfig {
             histogram_edges: self.histogram_edges.clone(),
             quantiles: self.quantiles.clone(),
             quantile_candidates: self.quantile_candidates.clone(),
-            adaptive_quantiles: self.adaptive_quantiles,
+            adaptive_quantiles: self
+                .adaptive_quantiles
+                .unwrap_or(self.statistics.contains(&StatKind::Quantiles)),
             joint_quantiles: self.joint_quantiles,
             target_error: {
                 let mut t: Vec<(StatKind, f64)> =
@@ -198,6 +163,52 @@ impl StreamConfig {
             running_share: self.running_share,
             running_lifetime: self.running_lifetime,
             groups,
+        })
+    }
+
+    /// The stream's groups (`None`: not grouped), with its private keys'
+    /// selection where a `group_by` dimension has private keys; the
+    /// key-selection and group-cap settings are refused without them.
+    fn group_spec(&self, dimensions: &BTreeMap<String, Dimension>) -> Result<Option<GroupSpec>> {
+        let field = |f: &str| format!("stream '{}': {f}", self.name);
+        let grouping = self.grouping(dimensions)?;
+        let private = grouping.as_ref().and_then(|g| {
+            g.private_dimension()
+                .map(|i| (g.dimension(i).to_string(), g.slots()))
+        });
+        if private.is_none() {
+            for (f, set) in [
+                ("key_selection_share", self.key_selection_share.is_some()),
+                ("key_selection_delta", self.key_selection_delta.is_some()),
+            ] {
+                if set {
+                    bail!(
+                        "{}: only with a group_by dimension that has private keys",
+                        field(f)
+                    );
+                }
+            }
+        }
+        Ok(match (grouping, self.max_groups_per_device) {
+            (None, Some(_)) => bail!(
+                "{}: only with group_by (a stream without groups is one group)",
+                field("max_groups_per_device")
+            ),
+            (None, None) => None,
+            (Some(g), max) => Some(GroupSpec {
+                keys: g.keys(),
+                max_groups_per_device: max.unwrap_or(1),
+                private: private.map(|(dimension, slots)| PrivateKeys {
+                    dimension,
+                    max_keys: slots as u32,
+                    share: self
+                        .key_selection_share
+                        .unwrap_or(DEFAULT_KEY_SELECTION_SHARE),
+                    delta: self
+                        .key_selection_delta
+                        .unwrap_or(DEFAULT_KEY_SELECTION_DELTA),
+                }),
+            }),
         })
     }
 

@@ -32,6 +32,35 @@ fn sample_validates() {
     assert_eq!(v.plan.streams.len(), 1);
 }
 
+/// Quantiles weigh their candidates by the lane's recent releases unless a
+/// stream opts out; a stream without quantiles has no prior to weigh (and
+/// asking for one is refused, naming the field).
+#[test]
+fn adaptive_quantiles_is_the_default_where_quantiles_are_released() {
+    let adaptive = |text: &str| -> Result<bool> {
+        let v = Config::parse(text)?.validate()?;
+        Ok(v.plan.streams[0].spec.adaptive_quantiles)
+    };
+    assert!(adaptive(SAMPLE).unwrap());
+    let off = SAMPLE.replace(
+        "quantiles = [0.5, 0.9]",
+        "quantiles = [0.5, 0.9]
+adaptive_quantiles = false",
+    );
+    assert!(!adaptive(&off).unwrap());
+    let none = SAMPLE
+        .replace(", \"quantiles\"]", "]")
+        .replace("quantiles = [0.5, 0.9]", "");
+    assert!(!adaptive(&none).unwrap());
+    let asked = none.replace(
+        "histogram_edges",
+        "adaptive_quantiles = true
+histogram_edges",
+    );
+    let e = adaptive(&asked).unwrap_err().to_string();
+    assert!(e.contains("adaptive_quantiles"), "{e}");
+}
+
 #[test]
 fn errors_name_the_field() {
     let cases = [
