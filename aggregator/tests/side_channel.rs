@@ -3,7 +3,10 @@
 //! times, bad messages), one device's valid values changed — with the same
 //! release key. Every exported counter and gauge except durations and the
 //! released values, and every log line once timestamps, durations and topic
-//! names are removed, must be identical between the two runs.
+//! names are removed, must be identical between the two runs; so must the
+//! output topic's window records — the same windows, each with the same
+//! key, headers and every published field but its noisy values and its
+//! release time (the wall clock's here).
 
 mod harness;
 
@@ -213,6 +216,7 @@ fn telemetry_is_identical_on_neighbouring_inputs() {
         std::fs::create_dir_all(&dir).unwrap();
         let (ta, tb) = (Topics::new("sidea"), Topics::new("sideb"));
         let mut runs = Vec::new();
+        let mut runs_windows = 0;
         for (t, input, name) in [(&ta, &msgs, "a"), (&tb, &neighbour, "b")] {
             broker
                 .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
@@ -225,6 +229,7 @@ fn telemetry_is_identical_on_neighbouring_inputs() {
             }
             // A lower bound on the windows (caps drop some readings).
             let windows = per.values().map(|c| c / 25 / 3).sum::<u64>().max(1);
+            runs_windows = windows;
             runs.push(tokio::task::block_in_place(|| {
                 run(&broker, t, windows, &dir, name)
             }));
@@ -260,6 +265,34 @@ fn telemetry_is_identical_on_neighbouring_inputs() {
             diff(&a.logs, &b.logs),
             diff(&b.logs, &a.logs)
         );
+        let records = |t: &Topics| -> BTreeMap<(String, i32, u64), String> {
+            tokio::task::block_in_place(|| read_all(&broker, &t.output))
+                .into_iter()
+                .filter(|m| !m.is_fleet())
+                .map(|m| {
+                    let ct = m.headers.get("content-type").map(String::as_str);
+                    let r = fleetdp::kafka::decode_release(&m.payload, ct).unwrap();
+                    let headers: BTreeMap<_, _> = m.headers.iter().collect();
+                    let public = release_public_fields(&r, false);
+                    let seen = format!("{:?} {headers:?} {public}", m.key);
+                    ((r.stream.clone(), r.partition, r.window_seq), seen)
+                })
+                .collect()
+        };
+        let (ra, rb) = (records(&ta), records(&tb));
+        assert!(ra.len() as u64 >= runs_windows, "{} windows", ra.len());
+        assert!(
+            ra.values().any(|p| p.contains("\"quantile\"")),
+            "quantiles among the compared fields"
+        );
+        assert_eq!(
+            ra.keys().collect::<Vec<_>>(),
+            rb.keys().collect::<Vec<_>>(),
+            "the released windows differ"
+        );
+        for (w, a) in &ra {
+            assert_eq!(a, &rb[w], "window {w:?}: published fields differ");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     });
 }

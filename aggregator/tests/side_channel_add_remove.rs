@@ -66,29 +66,6 @@ const GROUPS: [&str; 3] = [
     "temp[firmware=other]",
 ];
 
-/// A record's running totals but their noisy values (and estimates) and
-/// what follows from the lane's start (`windows`, and `std`, a function of
-/// it): each process starts its lanes at its own assignment, a moment no
-/// reading decides, so those are checked by [`RunningSteps`] instead.
-#[allow(clippy::type_complexity)]
-fn running_public(
-    ts: &[proto::v1::RunningTotal],
-) -> Vec<(String, u64, usize, String, f64, bool, Vec<f64>)> {
-    ts.iter()
-        .map(|t| {
-            (
-                t.name.clone(),
-                t.count,
-                t.values.len(),
-                t.mechanism.clone(),
-                t.spent,
-                t.summed.is_some() || t.combined.is_some() || !t.summed_bins.is_empty(),
-                t.bin_edges.clone(),
-            )
-        })
-        .collect()
-}
-
 /// Running totals' steps and stds across both runs: each total's `windows`
 /// counts the seqs since its lane's first release (its start), and its
 /// `std` is one function of (`name`, `windows`) for both runs — so neither
@@ -496,44 +473,7 @@ fn add_remove_telemetry_and_output_are_identical_on_neighbouring_inputs() {
                 (&rb.key, &rb.headers, rb.timestamp),
                 "window {s:?}"
             );
-            let public = |r: &proto::WindowRelease| {
-                (
-                    r.window_seq,
-                    r.group.clone(),
-                    r.first_offset,
-                    r.last_offset,
-                    r.first_event_time_ms,
-                    r.last_event_time_ms,
-                    r.n,
-                    r.padded,
-                    r.released_at_ms,
-                    r.guarantee.clone(),
-                    r.statistics
-                        .iter()
-                        .map(|x| {
-                            (
-                                x.name.clone(),
-                                x.level,
-                                x.mechanism.clone(),
-                                x.spent,
-                                x.values.len(),
-                                x.half_width.is_some(),
-                                // Public parameters only: equal between
-                                // neighbours, value and all.
-                                x.rank_half_width,
-                            )
-                        })
-                        .collect::<Vec<_>>(),
-                    (
-                        running_public(&r.running),
-                        // Which raw moments it carries (values are noisy).
-                        r.moments.as_ref().map(|m| {
-                            [m.count, m.centred_sum, m.centred_sum_sq, m.boundary]
-                                .map(|x| x.is_some())
-                        }),
-                    ),
-                )
-            };
+            let public = |r: &proto::WindowRelease| release_public_fields(r, true);
             assert_eq!(
                 public(a),
                 public(b),

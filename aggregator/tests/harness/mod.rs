@@ -559,3 +559,72 @@ pub fn framed_out(key: &str, payload: Vec<u8>) -> Out {
         content_type: None,
     }
 }
+
+/// A record's running totals but their noisy values (and estimates) and
+/// what follows from the lane's start (`windows`, and `std`, a function of
+/// it): a process starts its lanes at its own assignment, a moment no
+/// reading decides, so tests check those apart.
+#[allow(clippy::type_complexity)]
+pub fn running_public(
+    ts: &[proto::v1::RunningTotal],
+) -> Vec<(String, u64, usize, String, f64, bool, Vec<f64>)> {
+    ts.iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.count,
+                t.values.len(),
+                t.mechanism.clone(),
+                t.spent,
+                t.summed.is_some() || t.combined.is_some() || !t.summed_bins.is_empty(),
+                t.bin_edges.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Everything a window release publishes besides its noisy values, as
+/// text: the fields that must be equal between runs on neighbouring
+/// inputs (`released_at`: the release time, when the runs share a clock).
+pub fn release_public_fields(r: &proto::WindowRelease, released_at: bool) -> String {
+    let statistics: Vec<_> = r
+        .statistics
+        .iter()
+        .map(|x| {
+            (
+                x.name.clone(),
+                x.level,
+                x.mechanism.clone(),
+                x.spent,
+                x.values.len(),
+                x.half_width.is_some(),
+                // Public parameters only: equal between neighbours, value
+                // and all.
+                x.rank_half_width,
+            )
+        })
+        .collect();
+    format!(
+        "{:?} {:?}",
+        (
+            r.window_seq,
+            r.group.clone(),
+            r.first_offset,
+            r.last_offset,
+            r.first_event_time_ms,
+            r.last_event_time_ms,
+            r.n,
+            r.padded,
+            released_at.then_some(r.released_at_ms),
+            r.guarantee.clone(),
+        ),
+        (
+            statistics,
+            running_public(&r.running),
+            // Which raw moments it carries (values are noisy).
+            r.moments.as_ref().map(|m| {
+                [m.count, m.centred_sum, m.centred_sum_sq, m.boundary].map(|x| x.is_some())
+            }),
+        )
+    )
+}
