@@ -11,7 +11,8 @@
 //!    printed too: it is steadier than throughput on a shared machine.
 //!
 //! Run: `cargo bench -p fleetdp --bench pipeline` (FLEETDP_BENCH_E2E_ONLY=1
-//! skips the in-process part, FLEETDP_BENCH_SHAPES_ONLY=1 runs only the
+//! skips the in-process part, FLEETDP_BENCH_IN_PROCESS_ONLY=1 runs only
+//! the DP overhead, FLEETDP_BENCH_SHAPES_ONLY=1 runs only the
 //! input shapes (protobuf readings, mapped JSON, framed Avro), FLEETDP_BENCH_READ_CONTENT_TYPE=true|false
 //! measures one way of reading the input only). The broker is
 //! FLEETDP_BENCH_BROKERS or KAFKA_BROKERS (e.g. the tansu that tests/run.sh
@@ -32,6 +33,7 @@
 mod security;
 
 use fleetdp::config::{Config, Validated};
+use fleetdp::dp::release::QuantileTrack;
 use fleetdp::dp::rng::ReleaseKey;
 use fleetdp::pipeline::{Options, Pipeline};
 use fleetdp::sim::{Fleet, FleetSpec, Signal};
@@ -159,6 +161,9 @@ fn in_process_shaped(
 ) -> (f64, u64) {
     let key = ReleaseKey::from_bytes([1; 32]);
     let mut p = Processor::new(v, Arc::new(Counters::default()));
+    // Each lane's quantile track, stepped window after window as the
+    // service steps it (adaptive quantiles are the default).
+    let mut tracks: std::collections::HashMap<(usize, i32), QuantileTrack> = Default::default();
     let mut closed = Vec::new();
     let mut windows = 0u64;
     let mut sink = 0.0f64;
@@ -169,7 +174,11 @@ fn in_process_shaped(
         for w in closed.drain(..) {
             let s = &v.plan.streams[w.stream];
             let r = if noise {
-                s.release(&key, w.partition, w.seq, &w.values)
+                let track = tracks.entry((w.stream, w.partition)).or_default();
+                let before = track.clone();
+                let chosen = s.track_step(&key, w.partition, w.seq, &w.values, track);
+                let v = &w.values;
+                (s.release_with_moments(&key, w.partition, w.seq, v, &before, chosen.as_ref())).0
             } else {
                 s.truth(&w.values)
             };
@@ -344,6 +353,7 @@ fn main() {
         end_to_end();
         return;
     }
+    let in_process_only = std::env::var("FLEETDP_BENCH_IN_PROCESS_ONLY").is_ok();
     let best = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max);
     // FLEETDP_BENCH_SHAPES_ONLY=1: the real-world input shapes alone.
     if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {
@@ -375,6 +385,9 @@ fn main() {
         );
     }
 
+    if in_process_only {
+        return;
+    }
     // Real-world shapes: the same 5-metric reports as FleetDP protobuf
     // readings and as mapped multi-metric JSON documents (the
     // target: ≥ 0.5× the protobuf path in readings/s).

@@ -54,7 +54,7 @@ fn coverage(s: &StreamPlan, names: &[&str], n: i64, m: usize, seed: u8) -> Vec<f
             .iter()
             .enumerate()
             .map(|(p, w)| {
-                let (r, moments) = s.release_with_moments(&key, p as i32, seq, w, &track);
+                let (r, moments) = s.release_with_moments(&key, p as i32, seq, w, &track, None);
                 let moments = moments.unwrap();
                 // The same release as without the moments.
                 assert_eq!(r, s.release(&key, p as i32, seq, w));
@@ -183,8 +183,8 @@ fn a_malformed_partition_release_is_refused_and_bad_moments_give_no_interval() {
     let key = ReleaseKey::from_bytes([7; 32]);
     let track = QuantileTrack::default();
     let (a, b) = (window(0, 30), window(1, 30));
-    let (ra, ma) = s.release_with_moments(&key, 0, 0, &a, &track);
-    let (_, mb) = s.release_with_moments(&key, 1, 0, &b, &track);
+    let (ra, ma) = s.release_with_moments(&key, 0, 0, &a, &track, None);
+    let (_, mb) = s.release_with_moments(&key, 1, 0, &b, &track, None);
     for values in [vec![], vec![1.0, 2.0]] {
         let mut rb = s.release(&key, 1, 0, &b);
         rb.iter_mut().find(|x| x.name == "mean").unwrap().values = values.clone();

@@ -287,11 +287,20 @@ fn every_declaration_is_planned_or_refused_quickly() {
                 let values: Vec<i64> = (0..n).map(|i| (lower + i).min(upper)).collect();
                 let r = std::panic::catch_unwind(|| s.release(&key, 0, c, &values));
                 assert!(r.is_ok(), "release panicked on {}", what());
-                // A second window after the first one's quantiles.
+                // A second window after the first one's quantiles; each
+                // release taking its step's selections is the release that
+                // selects again, bit for bit.
                 let r = std::panic::catch_unwind(|| {
                     let mut track = QuantileTrack::default();
-                    s.track_step(&key, 0, c, &values, &mut track);
-                    s.release_after(&key, 0, c + 1, &values, &track)
+                    for seq in [c, c + 1] {
+                        let before = track.clone();
+                        let chosen = s.track_step(&key, 0, seq, &values, &mut track);
+                        assert_eq!(chosen.is_some(), s.spec.adaptive_quantiles);
+                        let taken =
+                            s.release_with_moments(&key, 0, seq, &values, &before, chosen.as_ref());
+                        let again = s.release_with_moments(&key, 0, seq, &values, &before, None);
+                        assert_eq!(format!("{taken:?}"), format!("{again:?}"));
+                    }
                 });
                 assert!(r.is_ok(), "release after a track panicked on {}", what());
             }

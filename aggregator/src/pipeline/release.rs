@@ -214,6 +214,7 @@ impl<'a> Releases<'a> {
         let Step {
             running,
             track,
+            choices,
             record: lane,
         } = self.lanes.step(stream, &self.p.key, &w);
         // An empty time window holds back no input offset.
@@ -231,8 +232,14 @@ impl<'a> Releases<'a> {
         // loop would first run on the loop's own thread.
         let computed = tokio::task::spawn_blocking(move || {
             let stream = &v.plan.streams[w.stream];
-            let (stats, moments) =
-                stream.release_with_moments(&release_key, w.partition, w.seq, &w.values, &track);
+            let (stats, moments) = stream.release_with_moments(
+                &release_key,
+                w.partition,
+                w.seq,
+                &w.values,
+                &track,
+                choices.as_ref(),
+            );
             let mut release = build_release(&v, stream, &w, &stats, &running);
             // The raw moments, for the fleet-wide intervals.
             release.moments = moments.map(|m| proto::v1::RawMoments {

@@ -11,7 +11,7 @@
 //! of their own (charges, keys).
 
 use crate::dp::continual::RunningState;
-use crate::dp::release::{QuantileTrack, RunningValue, StreamPlan};
+use crate::dp::release::{QuantileChoices, QuantileTrack, RunningValue, StreamPlan};
 use crate::dp::rng::ReleaseKey;
 use crate::window::ClosedWindow;
 use anyhow::{Context as _, Result};
@@ -42,6 +42,9 @@ pub(crate) struct Step {
     pub running: Vec<RunningValue>,
     /// The quantile track before the window: its candidates come from it.
     pub track: QuantileTrack,
+    /// The window's quantile selections, made while stepping the track:
+    /// its release takes them instead of selecting again.
+    pub choices: Option<QuantileChoices>,
     /// The lane's record after the window.
     pub record: LaneState,
 }
@@ -58,11 +61,13 @@ impl Lanes {
         let mut running = vec![];
         let mut track = QuantileTrack::default();
         let mut record = LaneState::default();
+        let mut choices = None;
         // A lane of a stream that carries nothing has no entry.
         if stream.running.is_none() && !stream.spec.adaptive_quantiles {
             return Step {
                 running,
                 track,
+                choices,
                 record,
             };
         }
@@ -77,12 +82,13 @@ impl Lanes {
         if stream.spec.adaptive_quantiles {
             let lane_track = lane.track.get_or_insert_with(QuantileTrack::default);
             track = lane_track.clone();
-            stream.track_step(key, w.partition, w.seq, &w.values, lane_track);
+            choices = stream.track_step(key, w.partition, w.seq, &w.values, lane_track);
             record.quantile_track = serde_json::to_vec(lane_track).expect("a track serialises");
         }
         Step {
             running,
             track,
+            choices,
             record,
         }
     }

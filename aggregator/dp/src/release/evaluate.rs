@@ -35,8 +35,10 @@ impl StreamPlan {
         TopCoder::new(self.universe)
     }
 
-    /// The first `take` measurements, with exactly the noise a whole release
-    /// gives them (the draws happen in measurement order). `adaptive`, if
+    /// The measurements in `range`, with exactly the noise a whole release
+    /// gives them when the range starts at 0 or the draws before it were
+    /// skipped ([`Self::skip_first`]): the draws happen in measurement
+    /// order. `adaptive`, if
     /// given, is the favoured subset of the declared candidates chosen from
     /// earlier releases ([`super::adaptive`]): a quantile's prior, joint
     /// quantiles' candidates.
@@ -44,12 +46,13 @@ impl StreamPlan {
         &self,
         values: &[i64],
         mut rng: Option<&mut R>,
-        take: usize,
+        range: std::ops::Range<usize>,
         adaptive: Option<&[i64]>,
     ) -> Vec<Measured> {
         let u = &self.universe;
+        let taken = &self.measurements[range];
         // Sorted only when a quantile is among the measurements taken.
-        let sorted = self.measurements[..take]
+        let sorted = taken
             .iter()
             .any(|m| m.measurement.candidates().is_some())
             .then(|| {
@@ -57,8 +60,8 @@ impl StreamPlan {
                 s.sort_unstable();
                 s
             });
-        let mut out = Vec::with_capacity(take);
-        for mp in &self.measurements[..take] {
+        let mut out = Vec::with_capacity(taken.len());
+        for mp in taken {
             let mut noise = |mech: &Mechanism| match (mech, rng.as_deref_mut()) {
                 (Mechanism::Additive(n), Some(r)) => n.sample(r),
                 _ => 0,
@@ -113,6 +116,25 @@ impl StreamPlan {
         out
     }
 
+    /// Draw the noise of the first `take` measurements (additive ones:
+    /// one draw per value) exactly as [`Self::measure_first`] draws it,
+    /// without measuring anything: the measurements after them get the
+    /// same draws as in a whole release.
+    pub(super) fn skip_first<R: Rng + ?Sized>(&self, rng: &mut R, take: usize) {
+        for mp in &self.measurements[..take] {
+            let Mechanism::Additive(noise) = &mp.mechanism else {
+                unreachable!("selections are measured last")
+            };
+            let draws = match &mp.measurement {
+                Measurement::Histogram { edges } => edges.len() - 1,
+                _ => 1,
+            };
+            for _ in 0..draws {
+                noise.sample(rng);
+            }
+        }
+    }
+
     pub(super) fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
         let total: BigRational = ms.iter().map(|m| m.spent.clone()).sum();
         rational::to_f64(&total)
@@ -160,7 +182,7 @@ impl StreamPlan {
                 "a window holds exactly n values"
             );
         }
-        let measured = self.measure_first(values, rng, self.measurements.len(), adaptive);
+        let measured = self.measure_first(values, rng, 0..self.measurements.len(), adaptive);
         (self.post_process(values, &measured, noisy), measured)
     }
 

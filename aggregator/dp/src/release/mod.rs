@@ -26,6 +26,7 @@ mod targets;
 #[cfg(test)]
 mod tests;
 mod window;
+pub use window::QuantileChoices;
 
 pub use adaptive::*;
 pub use fleet::*;

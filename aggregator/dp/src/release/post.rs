@@ -16,7 +16,7 @@ use super::*;
 use crate::relation::Relation;
 
 /// What a measurement produced for one window.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Measured {
     Scalar(i128),
     Vector(Vec<i128>),

@@ -210,7 +210,7 @@ fn window_estimates<R: Rng + ?Sized>(
     let Some(take) = take else {
         return (None, None);
     };
-    let measured = stream.measure_first(values, Some(rng), take, None);
+    let measured = stream.measure_first(values, Some(rng), 0..take, None);
     let sum = sum.and_then(|(i, m)| {
         let (Mechanism::Additive(noise), Measured::Scalar(c)) = (&m.mechanism, &measured[i]) else {
             return None;

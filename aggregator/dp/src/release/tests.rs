@@ -290,7 +290,7 @@ fn every_stated_spend_covers_what_its_value_depends_on() {
             let p = plan(&privacy(measure, rel), &[sp]).unwrap();
             let s = &p.streams[0];
             let values: Vec<i64> = (0..100).map(|i| -300 + (i * 37) % 900).collect();
-            let base = s.measure_first::<ChaCha20Rng>(&values, None, s.measurements.len(), None);
+            let base = s.measure_first::<ChaCha20Rng>(&values, None, 0..s.measurements.len(), None);
             let out0 = s.post_process(&values, &base, true);
             let mut deps: Vec<Vec<usize>> = vec![Vec::new(); out0.len()];
             for i in 0..base.len() {

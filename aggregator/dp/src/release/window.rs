@@ -58,7 +58,7 @@ impl StreamPlan {
         values: &[i64],
         track: &QuantileTrack,
     ) -> Vec<ReleasedStatistic> {
-        self.release_with_moments(key, partition, seq, values, track)
+        self.release_with_moments(key, partition, seq, values, track, None)
             .0
     }
 
@@ -66,7 +66,11 @@ impl StreamPlan {
     /// were derived from, out of the same measurements (unclamped): a fleet
     /// record's box intervals add them up (`fleet.rs`). The count is among
     /// them under add-remove only (change-one's `n` is public); `None` when
-    /// the plan measures none of them.
+    /// the plan measures none of them. `chosen`: the window's quantile
+    /// selections as [`Self::track_step`] made them for the same window and
+    /// track, taken instead of selecting again (the same draws: quantiles
+    /// are measured last), so a lane's step and its release sort and select
+    /// once between them.
     pub fn release_with_moments(
         &self,
         key: &ReleaseKey,
@@ -74,11 +78,49 @@ impl StreamPlan {
         seq: u64,
         values: &[i64],
         track: &QuantileTrack,
+        chosen: Option<&QuantileChoices>,
     ) -> (Vec<ReleasedStatistic>, Option<RawMoments>) {
-        let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        let (out, measured) = self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref());
+        let (out, measured) = match chosen.and_then(|c| self.with_choices(values, &mut rng, c)) {
+            Some(measured) => (self.post_process(values, &measured, true), measured),
+            None => {
+                let adaptive = self.candidates_after(track);
+                self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref())
+            }
+        };
         (out, self.moments_of(&measured))
+    }
+
+    /// The window's measurements with its quantile selections taken from
+    /// `chosen` (every earlier measurement drawn as a whole release draws
+    /// it); `None` if `chosen` does not fit the plan's quantiles.
+    fn with_choices(
+        &self,
+        values: &[i64],
+        rng: &mut impl rand::RngCore,
+        chosen: &QuantileChoices,
+    ) -> Option<Vec<Measured>> {
+        let first = self
+            .measurements
+            .iter()
+            .position(|m| m.measurement.candidates().is_some())?;
+        if chosen.0.len() != self.measurements.len() - first
+            || self.measurements[first..]
+                .iter()
+                .any(|m| m.measurement.candidates().is_none())
+        {
+            return None;
+        }
+        if self.neighbouring.size_is_public() {
+            assert_eq!(
+                values.len() as u64,
+                self.spec.window_size,
+                "a window holds exactly n values"
+            );
+        }
+        let mut measured = self.measure_first(values, Some(rng), 0..first, None);
+        measured.extend(chosen.0.iter().cloned());
+        Some(measured)
     }
 
     /// The raw moments among a window's `measured` values (the first ones
@@ -121,7 +163,9 @@ impl StreamPlan {
 
     /// Advance a lane's track past window `seq`: its quantiles exactly as
     /// [`Self::release_after`] releases them (the same keyed draws), for the
-    /// next window's candidates. Lanes are stepped in window order.
+    /// next window's candidates. Lanes are stepped in window order. Returns
+    /// the window's selections, for [`Self::release_with_moments`] to take
+    /// (`None` without adaptive quantiles).
     pub fn track_step(
         &self,
         key: &ReleaseKey,
@@ -129,18 +173,21 @@ impl StreamPlan {
         seq: u64,
         values: &[i64],
         track: &mut QuantileTrack,
-    ) {
+    ) -> Option<QuantileChoices> {
         if !self.spec.adaptive_quantiles || self.declared_candidates().is_none() {
-            return;
+            return None;
         }
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        let measured = self.measure_first(
-            values,
-            Some(&mut rng),
-            self.measurements.len(),
-            adaptive.as_deref(),
-        );
+        // Only the selections, measured last: the draws before them are
+        // skipped, not measured.
+        let first = self
+            .measurements
+            .iter()
+            .position(|m| m.measurement.candidates().is_some())?;
+        self.skip_first(&mut rng, first);
+        let all = first..self.measurements.len();
+        let measured = self.measure_first(values, Some(&mut rng), all, adaptive.as_deref());
         track.push(
             measured
                 .iter()
@@ -151,5 +198,12 @@ impl StreamPlan {
                 })
                 .collect(),
         );
+        Some(QuantileChoices(measured))
     }
 }
+
+/// A window's quantile selections (they are measured last), as
+/// [`StreamPlan::track_step`] drew them: what its release takes instead of
+/// selecting again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantileChoices(Vec<Measured>);
