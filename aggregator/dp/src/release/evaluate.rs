@@ -29,6 +29,15 @@ fn choose<R: Rng + ?Sized>(mechanism: &Mechanism, rng: Option<&mut R>, util: &[i
     }
 }
 
+/// Add noise to each value of an additive measurement, in order.
+fn add_noise(m: &mut Measured, mut draw: impl FnMut() -> i128) {
+    match m {
+        Measured::Scalar(x) => *x += draw(),
+        Measured::Vector(xs) => xs.iter_mut().for_each(|x| *x += draw()),
+        Measured::Choice(_) | Measured::Choices(_) => unreachable!("selections are not additive"),
+    }
+}
+
 impl StreamPlan {
     /// The top-coder of this stream.
     pub fn top_coder(&self) -> TopCoder {
@@ -37,7 +46,7 @@ impl StreamPlan {
 
     /// The measurements in `range`, with exactly the noise a whole release
     /// gives them when the range starts at 0 or the draws before it were
-    /// skipped ([`Self::skip_first`]): the draws happen in measurement
+    /// drawn apart ([`Self::draw_first`]): the draws happen in measurement
     /// order. `adaptive`, if
     /// given, is the favoured subset of the declared candidates chosen from
     /// earlier releases ([`super::adaptive`]): a quantile's prior, joint
@@ -49,7 +58,6 @@ impl StreamPlan {
         range: std::ops::Range<usize>,
         adaptive: Option<&[i64]>,
     ) -> Vec<Measured> {
-        let u = &self.universe;
         let taken = &self.measurements[range];
         // Sorted only when a quantile is among the measurements taken.
         let sorted = taken
@@ -62,28 +70,7 @@ impl StreamPlan {
             });
         let mut out = Vec::with_capacity(taken.len());
         for mp in taken {
-            let mut noise = |mech: &Mechanism| match (mech, rng.as_deref_mut()) {
-                (Mechanism::Additive(n), Some(r)) => n.sample(r),
-                _ => 0,
-            };
             let m = match &mp.measurement {
-                Measurement::Count => Measured::Scalar(values.len() as i128 + noise(&mp.mechanism)),
-                Measurement::CentredSum => {
-                    Measured::Scalar(stats::centred_sum(values, u) + noise(&mp.mechanism))
-                }
-                Measurement::Sum => Measured::Scalar(stats::sum(values) + noise(&mp.mechanism)),
-                Measurement::Boundary => {
-                    Measured::Scalar(stats::boundary_count(values, u) + noise(&mp.mechanism))
-                }
-                Measurement::CentredSumSq => {
-                    Measured::Scalar(stats::centred_sum_sq(values, u) + noise(&mp.mechanism))
-                }
-                Measurement::Histogram { edges } => Measured::Vector(
-                    stats::histogram(values, edges)
-                        .into_iter()
-                        .map(|c| c as i128 + noise(&mp.mechanism))
-                        .collect(),
-                ),
                 Measurement::Quantile { level, candidates } => {
                     let mut util = stats::quantile_utilities(
                         sorted.as_deref().expect("sorted for quantiles"),
@@ -110,29 +97,80 @@ impl StreamPlan {
                     let tuple = crate::joint::tuple_at(candidates.len(), levels.len(), idx);
                     Measured::Choices(tuple.into_iter().map(|i| candidates[i]).collect())
                 }
+                additive => {
+                    let mut m = self.exact_value(additive, values);
+                    if let (Mechanism::Additive(noise), Some(r)) =
+                        (&mp.mechanism, rng.as_deref_mut())
+                    {
+                        add_noise(&mut m, || noise.sample(r));
+                    }
+                    m
+                }
             };
             out.push(m);
         }
         out
     }
 
+    /// An additive measurement of `values`, exactly (no noise).
+    fn exact_value(&self, m: &Measurement, values: &[i64]) -> Measured {
+        let u = &self.universe;
+        match m {
+            Measurement::Count => Measured::Scalar(values.len() as i128),
+            Measurement::CentredSum => Measured::Scalar(stats::centred_sum(values, u)),
+            Measurement::Sum => Measured::Scalar(stats::sum(values)),
+            Measurement::Boundary => Measured::Scalar(stats::boundary_count(values, u)),
+            Measurement::CentredSumSq => Measured::Scalar(stats::centred_sum_sq(values, u)),
+            Measurement::Histogram { edges } => Measured::Vector(
+                stats::histogram(values, edges)
+                    .into_iter()
+                    .map(i128::from)
+                    .collect(),
+            ),
+            Measurement::Quantile { .. } | Measurement::JointQuantiles { .. } => {
+                unreachable!("selections are not additive")
+            }
+        }
+    }
+
     /// Draw the noise of the first `take` measurements (additive ones:
-    /// one draw per value) exactly as [`Self::measure_first`] draws it,
-    /// without measuring anything: the measurements after them get the
-    /// same draws as in a whole release.
-    pub(super) fn skip_first<R: Rng + ?Sized>(&self, rng: &mut R, take: usize) {
+    /// one draw per value, in order) exactly as [`Self::measure_first`]
+    /// draws it, without measuring anything: the measurements after them
+    /// get the same draws as in a whole release, and
+    /// [`Self::measure_drawn`] adds these.
+    pub(super) fn draw_first<R: Rng + ?Sized>(&self, rng: &mut R, take: usize) -> Vec<i128> {
+        let mut draws = Vec::new();
         for mp in &self.measurements[..take] {
             let Mechanism::Additive(noise) = &mp.mechanism else {
                 unreachable!("selections are measured last")
             };
-            let draws = match &mp.measurement {
+            let count = match &mp.measurement {
                 Measurement::Histogram { edges } => edges.len() - 1,
                 _ => 1,
             };
-            for _ in 0..draws {
-                noise.sample(rng);
-            }
+            draws.extend((0..count).map(|_| noise.sample(rng)));
         }
+        draws
+    }
+
+    /// The first measurements (additive ones, as many as `draws` covers)
+    /// with the noise [`Self::draw_first`] drew: what
+    /// [`Self::measure_first`] gives them from the same generator.
+    pub(super) fn measure_drawn(
+        &self,
+        values: &[i64],
+        take: usize,
+        draws: &[i128],
+    ) -> Vec<Measured> {
+        let mut draws = draws.iter().copied();
+        self.measurements[..take]
+            .iter()
+            .map(|mp| {
+                let mut m = self.exact_value(&mp.measurement, values);
+                add_noise(&mut m, || draws.next().expect("a draw per value"));
+                m
+            })
+            .collect()
     }
 
     pub(super) fn spent_f64(&self, ms: &[&MeasurementPlan]) -> f64 {
@@ -208,9 +246,9 @@ impl StreamPlan {
     }
 
     /// Release a window with the keyed noise of docs/DESIGN.md §5: the same key,
-    /// window and values always give the same bits. Quantiles use the
-    /// declared candidates (a lane's first window); later windows of a
-    /// stream with adaptive candidates use [`Self::release_after`].
+    /// window and values always give the same bits. Quantiles are selected
+    /// as in a lane's first window (with adaptive quantiles, the escape
+    /// grid favoured); later windows use [`Self::release_after`].
     pub fn release(
         &self,
         key: &ReleaseKey,

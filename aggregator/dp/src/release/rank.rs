@@ -93,7 +93,7 @@ pub(super) fn half_width(
 /// The union bound's `m` for `m` candidates: `m` itself without a prior;
 /// with one whose favoured sets hold at most `most` candidates, the largest
 /// `far + f·e^(γ_P)` over every favoured count `f` (a window's set always
-/// holds the escape grid, and every candidate in a lane's first window).
+/// holds the escape grid; `m` itself stands for a set of every candidate).
 fn union_size(sel: &Selection, m: usize, most: Option<usize>) -> f64 {
     let Some(most) = most else {
         return m as f64;

@@ -68,9 +68,9 @@ impl StreamPlan {
     /// them under add-remove only (change-one's `n` is public); `None` when
     /// the plan measures none of them. `chosen`: the window's quantile
     /// selections as [`Self::track_step`] made them for the same window and
-    /// track, taken instead of selecting again (the same draws: quantiles
-    /// are measured last), so a lane's step and its release sort and select
-    /// once between them.
+    /// track, taken with the noise drawn before them instead of drawing
+    /// again (the same draws: quantiles are measured last), so a lane's
+    /// step and its release draw, sort and select once between them.
     pub fn release_with_moments(
         &self,
         key: &ReleaseKey,
@@ -80,11 +80,11 @@ impl StreamPlan {
         track: &QuantileTrack,
         chosen: Option<&QuantileChoices>,
     ) -> (Vec<ReleasedStatistic>, Option<RawMoments>) {
-        let mut rng = self.keyed_rng(key, partition, seq, values);
-        let (out, measured) = match chosen.and_then(|c| self.with_choices(values, &mut rng, c)) {
+        let (out, measured) = match chosen.and_then(|c| self.with_choices(values, c)) {
             Some(measured) => (self.post_process(values, &measured, true), measured),
             None => {
                 let adaptive = self.candidates_after(track);
+                let mut rng = self.keyed_rng(key, partition, seq, values);
                 self.evaluate_measured(values, Some(&mut rng), adaptive.as_deref())
             }
         };
@@ -94,17 +94,12 @@ impl StreamPlan {
     /// The window's measurements with its quantile selections taken from
     /// `chosen` (every earlier measurement drawn as a whole release draws
     /// it); `None` if `chosen` does not fit the plan's quantiles.
-    fn with_choices(
-        &self,
-        values: &[i64],
-        rng: &mut impl rand::RngCore,
-        chosen: &QuantileChoices,
-    ) -> Option<Vec<Measured>> {
+    fn with_choices(&self, values: &[i64], chosen: &QuantileChoices) -> Option<Vec<Measured>> {
         let first = self
             .measurements
             .iter()
             .position(|m| m.measurement.candidates().is_some())?;
-        if chosen.0.len() != self.measurements.len() - first
+        if chosen.measured.len() != self.measurements.len() - first
             || self.measurements[first..]
                 .iter()
                 .any(|m| m.measurement.candidates().is_none())
@@ -118,8 +113,8 @@ impl StreamPlan {
                 "a window holds exactly n values"
             );
         }
-        let mut measured = self.measure_first(values, Some(rng), 0..first, None);
-        measured.extend(chosen.0.iter().cloned());
+        let mut measured = self.measure_drawn(values, first, &chosen.draws);
+        measured.extend(chosen.measured.iter().cloned());
         Some(measured)
     }
 
@@ -179,13 +174,13 @@ impl StreamPlan {
         }
         let adaptive = self.candidates_after(track);
         let mut rng = self.keyed_rng(key, partition, seq, values);
-        // Only the selections, measured last: the draws before them are
-        // skipped, not measured.
+        // Only the selections, measured last: the noise drawn before them
+        // is kept for the release, not measured.
         let first = self
             .measurements
             .iter()
             .position(|m| m.measurement.candidates().is_some())?;
-        self.skip_first(&mut rng, first);
+        let draws = self.draw_first(&mut rng, first);
         let all = first..self.measurements.len();
         let measured = self.measure_first(values, Some(&mut rng), all, adaptive.as_deref());
         track.push(
@@ -198,12 +193,16 @@ impl StreamPlan {
                 })
                 .collect(),
         );
-        Some(QuantileChoices(measured))
+        Some(QuantileChoices { draws, measured })
     }
 }
 
-/// A window's quantile selections (they are measured last), as
-/// [`StreamPlan::track_step`] drew them: what its release takes instead of
-/// selecting again.
+/// A window's quantile selections (they are measured last) and the noise
+/// drawn before them, as [`StreamPlan::track_step`] drew them from the
+/// window's keyed generator: what its release takes instead of drawing
+/// again.
 #[derive(Debug, Clone, PartialEq)]
-pub struct QuantileChoices(Vec<Measured>);
+pub struct QuantileChoices {
+    draws: Vec<i128>,
+    measured: Vec<Measured>,
+}
