@@ -31,9 +31,10 @@ use std::collections::BTreeMap;
 /// Declaration fields that neither place a reading nor change a spend:
 /// `adaptive_quantiles` weighs a window's quantile candidates by the lane's
 /// earlier releases, at the same spend (dp `release/adaptive.rs`), so
-/// turning it on or off mid-horizon keeps every cap and charge. (A state
-/// that recorded one is not compared on it: a setting only one side names
-/// is not a change.)
+/// turning it on or off mid-horizon keeps every cap and charge; and since
+/// restore resumes after the last window published, no window is released
+/// again under the other setting. (A state that recorded one is not
+/// compared on it: a setting only one side names is not a change.)
 pub(crate) const FREE_CHOICES: &[&str] = &["stream.adaptive_quantiles"];
 
 /// Values longer than this are recorded as their digest.
