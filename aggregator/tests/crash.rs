@@ -325,6 +325,10 @@ fn killed_instances_release_every_window_exactly_once() {
         let mut expected = BTreeMap::new();
         let mut expected_charges = BTreeMap::new();
         let mut bad: BTreeSet<(i32, i64)> = BTreeSet::new();
+        // Each lane's quantile track, stepped in window order as the
+        // service steps it (adaptive quantiles are the default).
+        let mut tracks: BTreeMap<(usize, i32), fleetdp::dp::release::QuantileTrack> =
+            BTreeMap::new();
         for (p, ms) in &by_partition {
             let mut closed = Vec::new();
             for m in ms {
@@ -344,13 +348,10 @@ fn killed_instances_release_every_window_exactly_once() {
             }
             for w in closed {
                 let s = &v.plan.streams[w.stream];
-                let stats = fleetdp::pipeline::build_release(
-                    &v,
-                    s,
-                    &w,
-                    &s.release(&key, w.partition, w.seq, &w.values),
-                    &[],
-                );
+                let track = tracks.entry((w.stream, w.partition)).or_default();
+                let released = s.release_after(&key, w.partition, w.seq, &w.values, track);
+                s.track_step(&key, w.partition, w.seq, &w.values, track);
+                let stats = fleetdp::pipeline::build_release(&v, s, &w, &released, &[]);
                 let k = (s.spec.name.clone(), w.partition, w.seq);
                 expected_charges.insert(k.clone(), w.charges.clone());
                 expected.insert(k, stats);
