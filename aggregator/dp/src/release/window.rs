@@ -23,6 +23,14 @@ impl StreamPlan {
             .find_map(|m| m.measurement.candidates())
     }
 
+    /// The index of the first quantile selection (selections are measured
+    /// last), if the stream has one.
+    fn first_selection(&self) -> Option<usize> {
+        self.measurements
+            .iter()
+            .position(|m| m.measurement.candidates().is_some())
+    }
+
     /// The keyed generator of window `seq` (docs/DESIGN.md §5).
     fn keyed_rng(
         &self,
@@ -95,10 +103,7 @@ impl StreamPlan {
     /// `chosen` (every earlier measurement drawn as a whole release draws
     /// it); `None` if `chosen` does not fit the plan's quantiles.
     fn with_choices(&self, values: &[i64], chosen: &QuantileChoices) -> Option<Vec<Measured>> {
-        let first = self
-            .measurements
-            .iter()
-            .position(|m| m.measurement.candidates().is_some())?;
+        let first = self.first_selection()?;
         if chosen.measured.len() != self.measurements.len() - first
             || self.measurements[first..]
                 .iter()
@@ -176,10 +181,7 @@ impl StreamPlan {
         let mut rng = self.keyed_rng(key, partition, seq, values);
         // Only the selections, measured last: the noise drawn before them
         // is kept for the release, not measured.
-        let first = self
-            .measurements
-            .iter()
-            .position(|m| m.measurement.candidates().is_some())?;
+        let first = self.first_selection()?;
         let draws = self.draw_first(&mut rng, first);
         let all = first..self.measurements.len();
         let measured = self.measure_first(values, Some(&mut rng), all, adaptive.as_deref());
