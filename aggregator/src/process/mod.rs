@@ -2,29 +2,30 @@
 //! validate, top-code, check lateness, bound contributions and window. The
 //! pipeline wraps it with I/O; the benchmarks drive it directly.
 
-use crate::config::dimensions::Grouping;
 use crate::config::Validated;
 use crate::dp::rng::ReleaseKey;
 use crate::dp::universe::TopCoder;
 use crate::keys::Bindings;
 
-mod groups;
+mod declared;
 mod private;
+mod router;
 use crate::partitioner::Partitioner;
-use crate::registry::{Registry, Replica};
+use crate::registry::Registry;
 use crate::telemetry::{Counters, MessageMetrics, StreamMetrics};
 use crate::window::{
-    device_key, Admission, ClosedWindow, FastMap, LaneGroup, StreamRules, Windower,
+    device_key, Admission, ClosedWindow, FastMap, LaneGroup, Offer, RestoredLane, StreamRules,
+    Windower,
 };
 use ingest::{Decoder, Limits, Reason, Rejection};
-use private::PrivateKeys;
+use router::Router;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// A prepared reading, waiting for [`Processor::apply`].
 struct Staged {
     /// Its planned stream ([`ROUTE_LATER`]: its group is found by
-    /// [`Processor::route`]).
+    /// `Router::route`).
     stream: usize,
     /// Its declared stream.
     declared: u32,
@@ -51,7 +52,7 @@ pub const PREPARE_AHEAD: usize = 2;
 pub const STREAM_FLUSH_EVERY: u32 = 16;
 
 /// A staged reading whose group is to be looked up in the registry replica
-/// once its slot has had time to arrive (`Processor::route`).
+/// once its slot has had time to arrive (`Router::route`).
 const ROUTE_LATER: usize = usize::MAX;
 
 /// Rules of each stream for the windower.
@@ -128,30 +129,12 @@ pub fn decoder(v: &Validated) -> Decoder {
     }
 }
 
-/// A declared stream's planned streams: one, or one per group.
-struct Declared {
-    name: String,
-    /// Plan index of the stream, or of its first group.
-    first: usize,
-    grouping: Option<Grouping>,
-    /// Where each of the grouping's dimensions sits in a registry row.
-    positions: Vec<Option<usize>>,
-    /// The group from labels and a replica row (no private keys; used
-    /// with a replica or without a registry).
-    route: Option<crate::registry::Route>,
-}
-
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
-    declared: Vec<Declared>,
-    /// Dimension values of devices (grouped streams), if `[registry]`.
-    registry: Option<Arc<Registry>>,
-    /// This loop's copy of the registry's rows, when they fit one.
-    replica: Option<Replica>,
-    /// Whether replica slots may keep grouped streams' window state
-    /// (`crate::window`, module `hosted`); off only to compare.
-    hosting: bool,
+    /// Which planned stream a reading goes to (module `router`).
+    router: Router,
+    /// Plan index of each planned stream's name.
     names: FastMap<String, usize>,
     coders: Vec<TopCoder>,
     windower: Windower,
@@ -173,8 +156,6 @@ pub struct Processor {
     input_partitions: Option<i32>,
     /// How far an event time may run ahead of its message's timestamp.
     skew_ms: i64,
-    /// Private keys (module `private`).
-    keys: PrivateKeys,
     /// Busy flushes since the streams' counts were last flushed.
     busy_flushes: u32,
 }
@@ -195,29 +176,9 @@ impl Processor {
             .iter()
             .map(|s| StreamMetrics::new(&s.spec.name))
             .collect();
-        let mut first = 0;
-        let declared: Vec<Declared> = v
-            .groupings
-            .iter()
-            .zip(&v.config.streams)
-            .map(|(g, c)| {
-                let d = Declared {
-                    name: c.name.clone(),
-                    first,
-                    grouping: g.clone(),
-                    positions: Vec::new(),
-                    route: g.as_ref().and_then(|g| crate::registry::Route::new(g, &[])),
-                };
-                first += g.as_ref().map_or(1, |g| g.keys().len());
-                d
-            })
-            .collect();
         Self {
             decoder,
-            declared,
-            registry: None,
-            replica: None,
-            hosting: true,
+            router: Router::new(v),
             coders: v.plan.streams.iter().map(|s| s.top_coder()).collect(),
             windower: Windower::new(
                 stream_rules(v),
@@ -238,7 +199,6 @@ impl Processor {
             partitioner: v.config.kafka.input_partitioner,
             input_partitions: None,
             skew_ms: v.max_clock_skew.as_millis() as i64,
-            keys: PrivateKeys::new(v),
             busy_flushes: 0,
         }
     }
@@ -246,33 +206,55 @@ impl Processor {
     /// Key the private-key selections' noise with the release key (else an
     /// ephemeral one).
     pub fn with_release_key(mut self, key: ReleaseKey) -> Self {
-        self.keys.set_release_key(key);
+        self.router.set_release_key(key);
         self
+    }
+
+    /// Look grouped streams' dimension values up in `registry` (readings'
+    /// labels take precedence).
+    pub fn with_registry(mut self, registry: Arc<Registry>) -> Self {
+        self.router.set_registry(registry, &self.windower);
+        self
+    }
+
+    /// Keep every device's window state in the windows' tables, none in
+    /// replica slots: what the service did before slots kept it, to
+    /// compare against (tests, the `groups` bench).
+    pub fn without_hosting(mut self) -> Self {
+        self.router.disable_hosting();
+        self
+    }
+
+    /// Replace a lane's device counts with restored ones (the window
+    /// state kept in replica slots moved back to the tables first).
+    pub fn install_restored(&mut self, stream: usize, partition: i32, restored: RestoredLane) {
+        self.router
+            .install_restored(&mut self.windower, (stream, partition), restored);
     }
 
     /// Forget a revoked partition.
     pub fn drop_partition(&mut self, partition: i32) {
         self.windower.drop_partition(partition);
-        self.keys.drop_partition(partition);
+        self.router.drop_partition(partition);
     }
 
     /// Private-key bindings changed since the last call, to persist before
     /// anything routed by them is released: (declared stream name,
     /// partition, bindings).
     pub fn take_key_updates(&mut self) -> Vec<(String, i32, Bindings)> {
-        self.keys.take_updates(&self.declared)
+        self.router.take_key_updates()
     }
 
     /// Continue a private-key table from persisted bindings.
     pub fn restore_keys(&mut self, stream: &str, partition: i32, b: Bindings) {
-        let owners = (&self.declared[..], &mut self.windower);
-        self.keys.restore(owners, stream, partition, b);
+        self.router
+            .restore_keys(&mut self.windower, (stream, partition), b);
     }
 
     /// A slot stream's bound key on `partition`: (dimension, value) for its
     /// releases' `group` (`None`: not a slot of private keys).
     pub fn bound_value(&self, stream: usize, partition: i32) -> Option<(String, String)> {
-        self.keys.bound_value(&self.declared, stream, partition)
+        self.router.bound_value(stream, partition)
     }
 
     /// The input topic's partition count; until it is set, the partition
@@ -359,8 +341,9 @@ impl Processor {
         readings: &[ingest::Reading],
         timestamp_ms: Option<i64>,
     ) -> Result<(), Rejection> {
-        self.keys.begin_message();
-        self.sync_registry();
+        let (staged, messages) = (&mut self.staged, &self.messages_staged);
+        self.router
+            .begin_message(staged, messages, &mut self.windower);
         for (i, r) in readings.iter().enumerate() {
             let device = device_key(&r.device_id);
             // A wrong clock must not move any lane: judged against the
@@ -374,19 +357,10 @@ impl Processor {
                     ),
                 ));
             }
-            let private = self.private_slot(r, partition, device, stamp);
-            let d = &self.declared[r.stream_index];
-            // A reading the registry alone routes waits for its replica
-            // slot, fetched meanwhile (`route`); its group's lanes share
-            // the stream's universe, so it is top-coded now.
-            let later = r.labels.is_empty() && self.replica.is_some() && d.route.is_some();
-            let s = if later {
-                ROUTE_LATER
-            } else {
-                d.first + self.group_index(r.stream_index, r, device, private) as usize
-            };
-            let coder = &self.coders[if later { d.first } else { s }];
-            let Ok(t) = coder.top_code(r.value) else {
+            let placed = self
+                .router
+                .place(r, partition, (device, stamp), &mut self.windower);
+            let Ok(t) = self.coders[placed.coder].top_code(r.value) else {
                 return Err(Rejection::new(
                     Reason::NotFinite,
                     format!("reading {i}: value is NaN or infinite"),
@@ -405,15 +379,9 @@ impl Processor {
                     _ => {}
                 }
             }
-            match &self.replica {
-                Some(rep) if later => rep.prefetch(device),
-                Some(rep) if d.grouping.is_some() => {
-                    // Its slot comes with it (module `groups`).
-                    rep.prefetch(device);
-                    self.windower.prefetch(s, partition, device);
-                }
-                _ => self.windower.prefetch(s, partition, device),
-            }
+            let s = placed.stream;
+            let at = (s, partition, device);
+            self.router.prefetch(r.stream_index, at, &self.windower);
             self.staged.push_back(Staged {
                 stream: s,
                 declared: r.stream_index as u32,
@@ -425,7 +393,7 @@ impl Processor {
             });
         }
         // The message is accepted whole: its private values count.
-        self.keys.count_accepted(&self.declared, partition);
+        self.router.count_accepted(partition);
         Ok(())
     }
 
@@ -441,13 +409,14 @@ impl Processor {
         if !self.partitions_seen.contains(&partition) {
             self.partitions_seen.push(partition);
         }
-        self.route(0, count, partition);
+        let route = |p: &mut Self, at| p.router.route(&mut p.staged, at, &p.windower);
+        route(self, (0, count, partition));
         let r = self.admit_staged(partition, offset, count, closed);
         // The next message's groups, now that its replica slots had the
         // time this one took (a caller two messages ahead: a whole
         // message's more); its lanes' slots are fetched meanwhile.
         if let Some(&(p, _, n)) = self.messages_staged.front() {
-            self.route(0, n, p);
+            route(self, (0, n, p));
         }
         r
     }
@@ -475,26 +444,19 @@ impl Processor {
             let r = self.staged.pop_front().expect("counted");
             let s = r.stream;
             // A grouped reading comes with its device's replica slot, if
-            // any (module `groups`).
-            let host = match &mut self.replica {
-                Some(rep)
-                    if self.hosting && self.declared[r.declared as usize].grouping.is_some() =>
-                {
-                    rep.hosted_mut(r.device)
-                }
-                _ => None,
-            };
-            let a = self.windower.admit_hosted(
-                s,
+            // any (module `router`).
+            let host = self.router.host(r.declared, r.device);
+            let offer = Offer {
+                stream: s,
                 partition,
-                (offset, r.index),
-                r.device,
-                r.units,
-                r.event_ms,
-                r.msg_ms,
-                closed,
-                host,
-            );
+                offset,
+                index: r.index,
+                device: r.device,
+                units: r.units,
+                event_ms: r.event_ms,
+                msg_ms: r.msg_ms,
+            };
+            let a = self.windower.admit_hosted(offer, closed, host);
             if !self.is_dirty[s] {
                 self.is_dirty[s] = true;
                 self.dirty.push(s);

@@ -5,7 +5,7 @@
 //! restoring the bindings. The processor hands it the declared streams and
 //! the windower; it keeps nothing of theirs.
 
-use super::Declared;
+use super::declared::Declared;
 use crate::config::Validated;
 use crate::dp::keyselect::KeySelection;
 use crate::dp::rng::ReleaseKey;

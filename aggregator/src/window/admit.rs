@@ -14,15 +14,29 @@ use super::lane::{close_count_window, window_end, Lane, Open};
 use super::{Admission, ClosedWindow, FastMap, StreamRules, MAX_TIME_WINDOW_READINGS};
 use std::collections::BTreeMap;
 
-/// Where a reading sits in its partition and in time.
+/// One top-coded reading offered to a lane: which lane, where it sits in
+/// its partition and in time, whose it is and its value.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Reading {
+pub(crate) struct Offer {
+    /// Its lane: planned stream and input partition.
+    pub(crate) stream: usize,
+    pub(crate) partition: i32,
     /// Its message's offset and its index in the message.
-    pub(super) offset: i64,
-    pub(super) index: u32,
+    pub(crate) offset: i64,
+    pub(crate) index: u32,
+    /// The device key ([`super::device_key`]).
+    pub(crate) device: u64,
+    /// The top-coded value.
+    pub(crate) units: i64,
     /// Its event time and its message's timestamp.
-    pub(super) event_ms: i64,
-    pub(super) msg_ms: i64,
+    pub(crate) event_ms: i64,
+    pub(crate) msg_ms: i64,
+}
+
+impl Offer {
+    pub(super) fn lane(&self) -> (usize, i32) {
+        (self.stream, self.partition)
+    }
 }
 
 /// The window a reading goes to, or why it goes to none: already released
@@ -32,8 +46,7 @@ pub(super) struct Reading {
 pub(super) fn window_of(
     lane: &mut Lane,
     rules: &StreamRules,
-    id: (usize, i32),
-    r: Reading,
+    r: &Offer,
     (horizon_ms, lateness_ms): (i64, i64),
     closed: &mut Vec<ClosedWindow>,
 ) -> Result<u64, Admission> {
@@ -50,6 +63,7 @@ pub(super) fn window_of(
                 if !lane.open.values.is_empty()
                     && r.event_ms.saturating_sub(lane.open.first_event_ms) >= t
                 {
+                    let id = r.lane();
                     closed.push(close_count_window(lane, rules, id, horizon_ms, lateness_ms));
                 }
             }
@@ -84,14 +98,8 @@ pub(super) struct Judge<'a> {
     /// The reading's window and horizon.
     pub(super) seq: u64,
     pub(super) horizon: i64,
-    pub(super) partition: i32,
-    /// The device key.
-    pub(super) dk: u64,
-    /// The reading: its top-coded value, position and event time.
-    pub(super) units: i64,
-    pub(super) offset: i64,
-    pub(super) index: u32,
-    pub(super) event_ms: i64,
+    /// The reading.
+    pub(super) offer: &'a Offer,
     /// The stream's group tables, or the device's slot entry when hosted.
     pub(super) groups: &'a mut FastMap<(usize, i32), GroupTable>,
     pub(super) held_group: Option<HeldGroup<'a>>,
@@ -109,11 +117,22 @@ impl Judge<'_> {
     /// lane (fresh when it has none), charging it when kept.
     #[inline]
     pub(super) fn decide(mut self, entry: &mut DeviceHorizon) -> Admission {
+        match self.caps(entry) {
+            Ok(in_window) => self.charge(entry, in_window),
+            Err(dropped) => dropped,
+        }
+    }
+
+    /// The caps a reading meets before any window is charged: order, `k`,
+    /// a forgotten horizon and `G`. Returns the device's readings in the
+    /// window so far.
+    #[inline]
+    fn caps(&mut self, entry: &DeviceHorizon) -> Result<u32, Admission> {
         let (seq, horizon, rules) = (self.seq, self.horizon, self.rules);
         if entry.last_seq != u64::MAX && seq < entry.last_seq {
             // Time windows only (count seqs never go back): a device's
             // window counts are kept for its latest window.
-            return Admission::DroppedOutOfOrder;
+            return Err(Admission::DroppedOutOfOrder);
         }
         let in_window = if entry.last_seq == seq {
             entry.in_window
@@ -121,27 +140,37 @@ impl Judge<'_> {
             0
         };
         if in_window >= rules.max_readings_per_device {
-            return Admission::DroppedWindowCap;
+            return Err(Admission::DroppedWindowCap);
         }
         if horizon < entry.horizon {
             // An older horizon whose count is no longer kept: dropping is
             // the only choice that cannot exceed W (alternating event
             // times must not reset the count).
-            return Admission::DroppedHorizonCap;
+            return Err(Admission::DroppedHorizonCap);
         }
         if let Some(g) = rules.group {
             let first_here = horizon > entry.horizon || entry.windows == 0;
             if first_here {
-                let t = self.groups.entry((g.first, self.partition)).or_default();
+                let (dk, partition) = (self.offer.device, self.offer.partition);
+                let t = self.groups.entry((g.first, partition)).or_default();
                 let ok = match self.held_group.as_mut() {
-                    Some(held) => held.admit(t, self.dk, horizon, g.index, g.max_groups),
-                    None => t.admit(self.dk, horizon, g.index, g.max_groups),
+                    Some(held) => held.admit(t, dk, horizon, g.index, g.max_groups),
+                    None => t.admit(dk, horizon, g.index, g.max_groups),
                 };
                 if !ok {
-                    return Admission::DroppedGroupCap;
+                    return Err(Admission::DroppedGroupCap);
                 }
             }
         }
+        Ok(in_window)
+    }
+
+    /// Keep the reading: its window (a full time window refuses it), the
+    /// horizon cap `W` and the charge when it is the device's first
+    /// reading of the window, then the value.
+    #[inline]
+    fn charge(self, entry: &mut DeviceHorizon, in_window: u32) -> Admission {
+        let (seq, horizon, rules, o) = (self.seq, self.horizon, self.rules, self.offer);
         let open = match rules.window_ms {
             None => self.count_open,
             Some(_) => {
@@ -162,7 +191,7 @@ impl Judge<'_> {
                 in_window,
                 last_seq: seq,
             };
-            open.charges.push((self.dk, horizon));
+            open.charges.push((o.device, horizon));
         } else if in_window == 0 {
             // First reading of this device in this window: charge a window.
             if entry.windows >= rules.max_windows_per_device {
@@ -170,21 +199,20 @@ impl Judge<'_> {
             }
             entry.windows += 1;
             entry.last_seq = seq;
-            open.charges.push((self.dk, horizon));
+            open.charges.push((o.device, horizon));
         }
         entry.in_window = in_window + 1;
-        let (offset, event_ms) = (self.offset, self.event_ms);
         if open.values.is_empty() {
             *self.opened += 1;
-            open.first_offset = offset;
-            open.first_event_ms = event_ms;
-            (open.min_event_ms, open.max_event_ms) = (event_ms, event_ms);
+            open.first_offset = o.offset;
+            open.first_event_ms = o.event_ms;
+            (open.min_event_ms, open.max_event_ms) = (o.event_ms, o.event_ms);
         }
-        open.last_offset = offset;
-        open.last_index = self.index;
-        open.min_event_ms = open.min_event_ms.min(event_ms);
-        open.max_event_ms = open.max_event_ms.max(event_ms);
-        open.values.push(self.units);
+        open.last_offset = o.offset;
+        open.last_index = o.index;
+        open.min_event_ms = open.min_event_ms.min(o.event_ms);
+        open.max_event_ms = open.max_event_ms.max(o.event_ms);
+        open.values.push(o.units);
         *self.last_accepted_seq = seq;
         Admission::Accepted
     }

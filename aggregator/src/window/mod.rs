@@ -43,6 +43,7 @@ mod hosted;
 mod lane;
 mod types;
 
+pub(crate) use admit::Offer;
 pub(crate) use hosted::Hosted;
 pub use lane::RestoredLane;
 pub use types::*;
@@ -342,7 +343,7 @@ impl Windower {
     /// what happened and any windows that closed (count windows: a timed-out
     /// one before it, a full one with it; time windows close in
     /// [`Windower::close_due`]).
-    #[allow(clippy::too_many_arguments)] // the hot path: plain values, no struct to build per reading
+    #[allow(clippy::too_many_arguments)] // tests' and benches' shorthand for an `Offer`
     pub fn admit(
         &mut self,
         stream: usize,
@@ -369,45 +370,44 @@ impl Windower {
     /// [`Windower::admit`] for the reading at `index` of the message at
     /// `offset`: a restart inside a message resumes at the reading after
     /// the last one released.
-    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    #[allow(clippy::too_many_arguments)] // as `admit`
     pub fn admit_at(
         &mut self,
         stream: usize,
         partition: i32,
-        at: (i64, u32),
-        dk: u64,
+        (offset, index): (i64, u32),
+        device: u64,
         units: i64,
         event_ms: i64,
         msg_ms: i64,
         closed: &mut Vec<ClosedWindow>,
     ) -> Admission {
-        self.admit_hosted(
-            stream, partition, at, dk, units, event_ms, msg_ms, closed, None,
-        )
+        let offer = Offer {
+            stream,
+            partition,
+            offset,
+            index,
+            device,
+            units,
+            event_ms,
+            msg_ms,
+        };
+        self.admit_hosted(offer, closed, None)
     }
 
-    /// [`Windower::admit_at`] for a device with a slot in the loop's
-    /// registry replica (`host`), which may keep its entries of a grouped
-    /// stream (module `hosted`).
-    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    /// Offer a reading of a device with a slot in the loop's registry
+    /// replica (`host`), which may keep its entries of a grouped stream
+    /// (module `hosted`).
     pub(crate) fn admit_hosted(
         &mut self,
-        stream: usize,
-        partition: i32,
-        at: (i64, u32),
-        dk: u64,
-        units: i64,
-        event_ms: i64,
-        msg_ms: i64,
+        offer: Offer,
         closed: &mut Vec<ClosedWindow>,
         host: Option<&mut Hosted>,
     ) -> Admission {
         let before = closed.len();
-        let a = self.admit_one(
-            stream, partition, at, dk, units, event_ms, msg_ms, closed, host,
-        );
+        let a = self.admit_one(&offer, closed, host);
         if closed.len() > before {
-            self.sweep_groups(stream, partition);
+            self.sweep_groups(offer.stream, offer.partition);
         }
         a
     }
@@ -430,48 +430,38 @@ impl Windower {
         }
     }
 
-    /// [`Windower::admit_at`] without the group sweep.
-    #[allow(clippy::too_many_arguments)] // the hot path, as `admit`
+    /// [`Windower::admit_hosted`] without the group sweep: the reading's
+    /// window or why none (`admit::window_of`: replay, lateness, timeout),
+    /// a swept horizon, the device limit, then the caps and the charge
+    /// (`admit::Judge`); a count window it fills closes.
     fn admit_one(
         &mut self,
-        stream: usize,
-        partition: i32,
-        (offset, index): (i64, u32),
-        dk: u64,
-        units: i64,
-        event_ms: i64,
-        msg_ms: i64,
+        o: &Offer,
         closed: &mut Vec<ClosedWindow>,
         host: Option<&mut Hosted>,
     ) -> Admission {
-        let mut lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        let id = o.lane();
+        let mut lane = lane_mut(&mut self.lanes, id, self.layout);
         // A slot that may keep this lane's entries gets them first (most
         // often it holds them already: one look at the lane's tag).
-        let mut host = match (host, self.rules[stream].group) {
+        let host = match (host, self.rules[o.stream].group) {
             (Some(h), Some(g)) if h.holds_lane(lane.tag, g.index) => Some(h),
             (Some(h), Some(g)) => {
-                let hosted = self.host(h, dk, stream, partition, g);
-                lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+                let hosted = self.host(h, o.device, o.stream, o.partition, g);
+                lane = lane_mut(&mut self.lanes, id, self.layout);
                 hosted.then_some(h)
             }
             _ => None,
         };
-        let rules = &self.rules[stream];
-        let reading = admit::Reading {
-            offset,
-            index,
-            event_ms,
-            msg_ms,
-        };
+        let rules = &self.rules[o.stream];
         let timing = (self.horizon_ms, self.lateness_ms);
-        let seq = match admit::window_of(lane, rules, (stream, partition), reading, timing, closed)
-        {
+        let seq = match admit::window_of(lane, rules, o, timing, closed) {
             Ok(seq) => seq,
             Err(dropped) => return dropped,
         };
         // One probe per reading: the device's horizon count and its count
         // in its latest window live in one entry.
-        let horizon = event_ms.div_euclid(self.horizon_ms);
+        let horizon = o.event_ms.div_euclid(self.horizon_ms);
         // A horizon swept from the table (over for every reading still
         // accepted) cannot be charged again: its devices' counts are gone.
         // Only a count window's message judged before a close moved the
@@ -479,75 +469,54 @@ impl Windower {
         if horizon < lane.swept_before {
             return Admission::DroppedLate;
         }
-        // Grouped streams: the device's groups of this horizon, looked up
-        // only when it first reaches this group's lane in the horizon
-        // (after that, the lane's own count shows it is in).
-        let groups = &mut self.groups;
         let open_from = lane.next_seq;
         let Lane {
             devices,
-            open: count_open,
+            open,
             timed,
             hosted,
             swept_before,
             ..
         } = &mut *lane;
-        let opened = &mut self.opened[stream];
-        let last_accepted_seq = &mut self.last_accepted_seq;
-        let fresh = DeviceHorizon::fresh(horizon);
-        let (held_counts, held_group) = match host.as_mut().map(|h| h.parts()) {
+        let (held_counts, held_group) = match host.map(|h| h.parts()) {
             Some(HostedParts { counts, group }) => (Some(counts), Some(group)),
             None => (None, None),
         };
-        let judge = |entry: &mut DeviceHorizon| {
-            admit::Judge {
-                rules,
-                seq,
-                horizon,
-                partition,
-                dk,
-                units,
-                offset,
-                index,
-                event_ms,
-                groups,
-                held_group,
-                count_open,
-                timed,
-                opened,
-                last_accepted_seq,
-            }
-            .decide(entry)
+        // Grouped streams: the device's groups of this horizon are looked
+        // up only when it first reaches this group's lane in the horizon
+        // (after that, the lane's own count shows it is in).
+        let judge = admit::Judge {
+            rules,
+            seq,
+            horizon,
+            offer: o,
+            groups: &mut self.groups,
+            held_group,
+            count_open: open,
+            timed,
+            opened: &mut self.opened[o.stream],
+            last_accepted_seq: &mut self.last_accepted_seq,
         };
-        let limit = self.device_limit;
+        let (fresh, limit) = (DeviceHorizon::fresh(horizon), self.device_limit);
         let judged = match held_counts {
             Some(counts) => {
                 let room = devices.len() + hosted.live() < limit;
-                Self::judge_hosted(counts, hosted, room, *swept_before, fresh, judge)
+                Self::judge_hosted(counts, hosted, room, *swept_before, fresh, |e| {
+                    judge.decide(e)
+                })
             }
-            None => devices.update(
-                dk,
-                fresh,
-                open_from,
-                limit.saturating_sub(hosted.live()),
-                judge,
-            ),
+            None => {
+                let room = limit.saturating_sub(hosted.live());
+                devices.update(o.device, fresh, open_from, room, |e| judge.decide(e))
+            }
         };
         // A new device in a lane that holds `device_limit` devices.
         let Some(judged) = judged else {
             return Admission::DroppedDeviceLimit;
         };
-        if judged == Admission::Accepted
-            && rules.window_ms.is_none()
-            && lane.open.values.len() >= rules.window_size
-        {
-            closed.push(close_count_window(
-                lane,
-                rules,
-                (stream, partition),
-                self.horizon_ms,
-                self.lateness_ms,
-            ));
+        let full = rules.window_ms.is_none() && lane.open.values.len() >= rules.window_size;
+        if judged == Admission::Accepted && full {
+            closed.push(close_count_window(lane, rules, id, timing.0, timing.1));
         }
         judged
     }

@@ -730,8 +730,17 @@ fn hosting_changes_nothing() {
                 hosted_readings += 1;
             }
             let want = plain.admit_at(stream, p, (off, 0), dk, off % 90, ev, now, &mut a);
-            let got =
-                hosting.admit_hosted(stream, p, (off, 0), dk, off % 90, ev, now, &mut b, host);
+            let offer = Offer {
+                stream,
+                partition: p,
+                offset: off,
+                index: 0,
+                device: dk,
+                units: off % 90,
+                event_ms: ev,
+                msg_ms: now,
+            };
+            let got = hosting.admit_hosted(offer, &mut b, host);
             assert_eq!(got, want, "seed {seed}, reading {off}");
             if off % 13 == 0 && timed.is_some() {
                 plain.close_due(now, |_| now, |_| 0, 100, &mut a);

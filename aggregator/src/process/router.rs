@@ -1,55 +1,131 @@
-//! Which planned stream a reading of a grouped stream goes to: its group,
-//! from the reading's labels, else the device registry's row for the
-//! device (the loop's [`Replica`] when the registry's rows fit one, else
-//! the shared table), else `other` (docs/DESIGN.md §4, group-by); for a
-//! grouping without private keys, in one pass of its [`Route`]. The
-//! group only routes a reading; what a device may add across groups is
-//! capped by `G` in the windows.
+//! The router: which planned stream a reading goes to, and the one owner
+//! of what decides it — the declared streams, the device registry (the
+//! loop's [`Replica`] of its rows when they fit one, else the shared
+//! table) and the private-key tables (module `private`).
+//!
+//! A reading of a grouped stream goes to its group, from the reading's
+//! labels, else the registry's row for the device, else `other`
+//! (docs/DESIGN.md §4, group-by); for a grouping without private keys, in
+//! one pass of its [`Route`]. The group only routes a reading; what a
+//! device may add across groups is capped by `G` in the windows.
 //!
 //! A device with a replica slot has every reading of a grouped stream
 //! admitted with that slot, however the reading was routed: the slot may
 //! hold the device's window state of that stream (`crate::window`, module
-//! `hosted`), which the tables then lack.
+//! `hosted`), which the tables then lack. The router holds no window
+//! state: the processor lends it the windower where a route touches it.
 
-use super::{Processor, ROUTE_LATER};
-use crate::registry::{group_in, Replica, Route, NO_ROW};
+use super::declared::{declared, Declared};
+use super::private::PrivateKeys;
+use super::{Staged, ROUTE_LATER};
+use crate::config::Validated;
+use crate::dp::rng::ReleaseKey;
+use crate::keys::Bindings;
+use crate::registry::{group_in, Registry, Replica, Route, ABSENT, NO_ROW};
+use crate::window::{Hosted, RestoredLane, Windower};
+use std::collections::VecDeque;
+use std::sync::Arc;
 
-impl Processor {
+/// Where a reading goes, before its replica slot is read.
+pub(super) struct Placed {
+    /// Its planned stream, or [`ROUTE_LATER`]: found by [`Router::route`].
+    pub(super) stream: usize,
+    /// The planned stream whose universe top-codes it (a group's lanes
+    /// share the stream's universe).
+    pub(super) coder: usize,
+}
+
+/// Routing state of one consuming loop.
+pub(super) struct Router {
+    declared: Vec<Declared>,
+    /// Dimension values of devices (grouped streams), if `[registry]`.
+    registry: Option<Arc<Registry>>,
+    /// This loop's copy of the registry's rows, when they fit one.
+    replica: Option<Replica>,
+    /// Whether replica slots may keep grouped streams' window state
+    /// (`crate::window`, module `hosted`); off only to compare.
+    hosting: bool,
+    keys: PrivateKeys,
+}
+
+impl Router {
+    pub(super) fn new(v: &Validated) -> Self {
+        Self {
+            declared: declared(v),
+            registry: None,
+            replica: None,
+            hosting: true,
+            keys: PrivateKeys::new(v),
+        }
+    }
+
     /// Look grouped streams' dimension values up in `registry` (readings'
     /// labels take precedence).
-    pub fn with_registry(mut self, registry: std::sync::Arc<crate::registry::Registry>) -> Self {
+    pub(super) fn set_registry(&mut self, registry: Arc<Registry>, windower: &Windower) {
         for d in &mut self.declared {
             if let Some(g) = &d.grouping {
                 d.positions = g.dimensions().map(|n| registry.position(n)).collect();
+                d.route = Route::new(g, &d.positions);
             }
         }
         // A copy of the rows now (the registry is loaded before the first
         // reading), not at the first message.
         self.replica = Replica::new(&registry).map(|mut r| {
-            r.sync(&registry, |h| self.windower.holds(h));
+            r.sync(&registry, |h| windower.holds(h));
             r
         });
-        for d in &mut self.declared {
-            if let Some(g) = &d.grouping {
-                d.route = Route::new(g, &d.positions);
-            }
-        }
         self.registry = Some(registry);
-        self
     }
 
     /// Keep every device's window state in the windows' tables, none in
-    /// replica slots: what the service did before slots kept it, to
-    /// compare against (tests, the `groups` bench).
-    pub fn without_hosting(mut self) -> Self {
+    /// replica slots (to compare against).
+    pub(super) fn disable_hosting(&mut self) {
         self.hosting = false;
-        self
     }
 
-    /// Bring the replica up to date with the registry (before a message's
-    /// readings are routed). Staged readings still waiting are routed
-    /// first, by the rows as they were when their message was prepared.
-    pub(super) fn sync_registry(&mut self) {
+    /// Key the private-key selections' noise with the release key.
+    pub(super) fn set_release_key(&mut self, key: ReleaseKey) {
+        self.keys.set_release_key(key);
+    }
+
+    /// Forget a revoked partition's private keys.
+    pub(super) fn drop_partition(&mut self, partition: i32) {
+        self.keys.drop_partition(partition);
+    }
+
+    /// Private-key bindings changed since the last call (declared stream
+    /// name, partition, bindings).
+    pub(super) fn take_key_updates(&mut self) -> Vec<(String, i32, Bindings)> {
+        self.keys.take_updates(&self.declared)
+    }
+
+    /// Continue a private-key table from persisted bindings.
+    pub(super) fn restore_keys(
+        &mut self,
+        windower: &mut Windower,
+        (stream, partition): (&str, i32),
+        b: Bindings,
+    ) {
+        self.keys
+            .restore((&self.declared, windower), stream, partition, b);
+    }
+
+    /// A slot stream's bound key on `partition` (`None`: not a slot of
+    /// private keys).
+    pub(super) fn bound_value(&self, stream: usize, partition: i32) -> Option<(String, String)> {
+        self.keys.bound_value(&self.declared, stream, partition)
+    }
+
+    /// Start a message: bring the replica up to date with the registry.
+    /// Staged readings still waiting are routed first, by the rows as they
+    /// were when their message was prepared.
+    pub(super) fn begin_message(
+        &mut self,
+        staged: &mut VecDeque<Staged>,
+        messages: &VecDeque<(i32, i64, usize)>,
+        windower: &mut Windower,
+    ) {
+        self.keys.begin_message();
         let (Some(rep), Some(reg)) = (&self.replica, &self.registry) else {
             return;
         };
@@ -57,33 +133,91 @@ impl Processor {
             return;
         }
         let mut from = 0;
-        for i in 0..self.messages_staged.len() {
-            let (p, _, n) = self.messages_staged[i];
-            self.route(from, n, p);
+        for &(p, _, n) in messages {
+            self.route(staged, (from, n, p), windower);
             from += n;
         }
         if let (Some(rep), Some(reg)) = (&mut self.replica, &self.registry) {
-            rep.sync(reg, |h| self.windower.holds(h));
+            rep.sync(reg, |h| windower.holds(h));
+        }
+    }
+
+    /// Where reading `r` (of a message on `partition`) goes: its private
+    /// slot bound if it has one, its group found now unless the registry
+    /// alone routes it and a replica slot is to be read first.
+    pub(super) fn place(
+        &mut self,
+        r: &ingest::Reading,
+        partition: i32,
+        (device, stamp): (u64, i64),
+        windower: &mut Windower,
+    ) -> Placed {
+        let private = self.private_slot(r, partition, (device, stamp), windower);
+        let d = &self.declared[r.stream_index];
+        // A reading the registry alone routes waits for its replica slot,
+        // fetched meanwhile (`route`).
+        if r.labels.is_empty() && self.replica.is_some() && d.route.is_some() {
+            return Placed {
+                stream: ROUTE_LATER,
+                coder: d.first,
+            };
+        }
+        let s = d.first + self.group_index(r.stream_index, r, device, private) as usize;
+        Placed {
+            stream: s,
+            coder: s,
+        }
+    }
+
+    /// Start fetching what admitting a placed reading of declared stream
+    /// `d` will read: its replica slot (a grouped stream's comes with it),
+    /// its lane's table slot once its lane is known.
+    pub(super) fn prefetch(
+        &self,
+        d: usize,
+        (stream, partition, device): (usize, i32, u64),
+        windower: &Windower,
+    ) {
+        match &self.replica {
+            Some(rep) if stream == ROUTE_LATER => rep.prefetch(device),
+            Some(rep) if self.declared[d].grouping.is_some() => {
+                rep.prefetch(device);
+                windower.prefetch(stream, partition, device);
+            }
+            _ => windower.prefetch(stream, partition, device),
+        }
+    }
+
+    /// The message being staged is accepted whole: its private values count.
+    pub(super) fn count_accepted(&mut self, partition: i32) {
+        self.keys.count_accepted(&self.declared, partition);
+    }
+
+    /// The replica slot a reading of declared stream `d` is admitted with
+    /// (grouped streams only, while hosting).
+    pub(super) fn host(&mut self, d: u32, device: u64) -> Option<&mut Hosted> {
+        match &mut self.replica {
+            Some(rep) if self.hosting && self.declared[d as usize].grouping.is_some() => {
+                rep.hosted_mut(device)
+            }
+            _ => None,
         }
     }
 
     /// The registry digit of dimension `position` of `device` ([`ABSENT`]
     /// without one, or without a registry).
-    ///
-    /// [`ABSENT`]: crate::registry::ABSENT
-    pub(super) fn registry_digit(&self, device: u64, position: usize) -> u16 {
-        let absent = crate::registry::ABSENT;
+    fn registry_digit(&self, device: u64, position: usize) -> u16 {
         match (&self.replica, &self.registry) {
-            (Some(rep), _) => rep.row(device).map_or(absent, |r| r[position]),
-            (None, Some(reg)) => reg.with_row(device, |r| r.map_or(absent, |r| r[position])),
-            (None, None) => absent,
+            (Some(rep), _) => rep.row(device).map_or(ABSENT, |r| r[position]),
+            (None, Some(reg)) => reg.with_row(device, |r| r.map_or(ABSENT, |r| r[position])),
+            (None, None) => ABSENT,
         }
     }
 
     /// The index of a reading's group among declared stream `d`'s groups
     /// (0 for a stream without groups); `private`: the slot of its private
     /// dimension's value.
-    pub(super) fn group_index(
+    fn group_index(
         &self,
         d: usize,
         r: &ingest::Reading,
@@ -109,20 +243,20 @@ impl Processor {
     }
 
     /// A reading's slot of private keys (`None`: `other`, or none
-    /// declared; [`super::private::PrivateKeys::slot`]), by its private
-    /// dimension's value from its labels, else from the registry.
-    pub(super) fn private_slot(
+    /// declared; [`PrivateKeys::slot`]), by its private dimension's value
+    /// from its labels, else from the registry.
+    fn private_slot(
         &mut self,
         r: &ingest::Reading,
         partition: i32,
-        device: u64,
-        stamp: i64,
+        (device, stamp): (u64, i64),
+        windower: &mut Windower,
     ) -> Option<usize> {
         let d = r.stream_index;
         let decl = &self.declared[d];
         let g = decl.grouping.as_ref()?;
         let pi = g.private_dimension()?;
-        let value: Option<std::sync::Arc<str>> = match r.labels.get(g.dimension(pi)) {
+        let value: Option<Arc<str>> = match r.labels.get(g.dimension(pi)) {
             Some(v) => Some(v.into()),
             None => self
                 .registry
@@ -130,7 +264,7 @@ impl Processor {
                 .zip(decl.positions.get(pi).copied().flatten())
                 .and_then(|(reg, p)| reg.interned_value(self.registry_digit(device, p))),
         };
-        let owners = (&self.declared[..], &mut self.windower);
+        let owners = (&self.declared[..], windower);
         self.keys
             .slot(owners, (d, partition), r, (device, stamp), value)
     }
@@ -138,11 +272,16 @@ impl Processor {
     /// Find the groups of staged readings `from..from + count` (one
     /// message on `partition`) that wait for the registry replica, and
     /// start fetching their lanes' slots.
-    pub(super) fn route(&mut self, from: usize, count: usize, partition: i32) {
+    pub(super) fn route(
+        &self,
+        staged: &mut VecDeque<Staged>,
+        (from, count, partition): (usize, usize, i32),
+        windower: &Windower,
+    ) {
         let Some(rep) = &self.replica else {
             return;
         };
-        for r in self.staged.range_mut(from..from + count) {
+        for r in staged.range_mut(from..from + count) {
             if r.stream != ROUTE_LATER {
                 continue;
             }
@@ -150,37 +289,33 @@ impl Processor {
             let route = d.route.as_ref().expect("only readings with a route wait");
             let (row, hosted) = rep.slot(r.device);
             r.stream = d.first + route.index(row) as usize;
-            self.windower
-                .prefetch_unless_hosted(r.stream, partition, r.device, hosted);
+            windower.prefetch_unless_hosted(r.stream, partition, r.device, hosted);
         }
     }
-}
 
-impl Processor {
     /// Replace a lane's device counts with restored ones, after moving the
     /// window state its grouped stream keeps in replica slots on
     /// `partition` back into the windows' tables (which a restore merges
     /// into or replaces).
-    pub fn install_restored(
+    pub(super) fn install_restored(
         &mut self,
-        stream: usize,
-        partition: i32,
-        restored: crate::window::RestoredLane,
+        windower: &mut Windower,
+        (stream, partition): (usize, i32),
+        restored: RestoredLane,
     ) {
-        if self.windower.hosted_slots(stream, partition) > 0 {
+        if windower.hosted_slots(stream, partition) > 0 {
             if let Some(rep) = &mut self.replica {
-                let w = &mut self.windower;
-                rep.for_each_hosted(|device, h| w.evict(device, h, stream, partition));
+                rep.for_each_hosted(|device, h| windower.evict(device, h, stream, partition));
             }
         }
-        self.windower.install_restored(stream, partition, restored);
+        windower.install_restored(stream, partition, restored);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::Config;
+    use crate::process::Processor;
     use crate::registry::Registry;
     use crate::telemetry::Counters;
     use crate::window::tests::released;
