@@ -1,18 +1,23 @@
-//! Acting on rebalances: revoked partitions forget their open windows (they
-//! rebuild by replay); assigned partitions restore from Kafka
-//! ([`crate::state::restore`]) and resume each (stream, partition) after its
-//! last released window, so an instance taking over never re-numbers or
-//! re-noises a window.
+//! Restoring assigned partitions: a step that reads the state topic
+//! ([`crate::state::restore`]) for the partitions a rebalance assigned and
+//! returns, per (stream, partition), where it resumes (after its last
+//! released window, so an instance taking over never re-numbers or
+//! re-noises a window), its device counts and what it carries across
+//! windows — ready for the consuming loop to install. It reads the loop's
+//! processor and changes nothing of it.
 
-use super::consume::Consuming;
 use super::now_ms;
+use super::Pipeline;
 use crate::faults::{crash_point, CrashPoint};
-use crate::kafka::Stopped;
-use crate::state::{self, PlanChange, Restored};
+use crate::kafka::{Producer, Stopped};
+use crate::keys::Bindings;
+use crate::process::Processor;
+use crate::state::{self, Carried, PlanChange, Restored};
 use crate::window::{RestoredLane, Resume};
 use anyhow::{Context as _, Result};
 use std::collections::HashMap;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// What every plan-change refusal tells the operator to do.
 const PLAN_CHANGE_FIX: &str =
@@ -26,41 +31,60 @@ type Wanted = HashMap<(i32, i64), (usize, i32, u64, u32)>;
 /// A shared [`crate::kafka::ReadProgress`] callback.
 type Progress = std::sync::Arc<dyn Fn(&str, u64, u64) + Send + Sync>;
 
-impl Consuming<'_> {
-    /// Apply the rebalance events received so far (none: nothing to do).
-    pub(super) async fn apply_rebalance(&mut self) -> Result<()> {
-        let Some(changes) = self.events.take() else {
-            return Ok(());
-        };
-        for &p in &changes.dropped {
-            self.processor.drop_partition(p);
-            self.offsets.forget(p);
-            self.releases.lanes().drop_partition(p);
-            self.appended_until.remove(&p);
-            crate::telemetry::forget_partition(p);
-        }
-        self.p.board.rebalanced(&changes.assigned, &changes.revoked);
-        if !changes.revoked.is_empty() {
-            tracing::info!(revoked = ?changes.revoked, "partitions revoked");
-        }
-        let assigned = changes.assigned;
-        if assigned.is_empty() {
-            return Ok(());
-        }
-        self.p.board.restoring(Some("starting".into()));
-        let mut restored = self.read_state(&assigned).await?;
+/// A window of an old plan whose charges are retired: (stream, partition,
+/// seq, its charges records).
+pub(super) type Dropped = (String, i32, u64, u32);
+
+/// One restored lane, to install.
+pub(super) struct Resumed {
+    /// (plan index of its stream, input partition).
+    pub(super) lane: (usize, i32),
+    /// Where it resumes: after its last released window.
+    pub(super) resume: Resume,
+    /// Its device counts, from its live windows' charges.
+    pub(super) devices: RestoredLane,
+    /// What it carries across windows (state/lane.rs).
+    pub(super) carried: Carried,
+}
+
+/// What the state topic gives back for newly assigned partitions.
+pub(super) struct Assignment {
+    pub(super) lanes: Vec<Resumed>,
+    /// Per (declared stream, partition): private-key bindings.
+    pub(super) keys: HashMap<(String, i32), Bindings>,
+    /// Windows of an old plan dropped with `--allow-plan-change`, to retire
+    /// once the rest is installed ([`Restoring::retire_dropped`]).
+    pub(super) dropped: Vec<Dropped>,
+}
+
+/// The restoring step's view of the service: the pipeline, the loop's
+/// processor (read only) and how to write and stop.
+pub(super) struct Restoring<'a> {
+    pub(super) p: &'a Pipeline,
+    pub(super) processor: &'a Processor,
+    pub(super) producer: &'a Producer,
+    pub(super) stop: &'a watch::Receiver<bool>,
+    /// Partitions of the input topic (recorded in the plan fingerprint).
+    pub(super) input_partitions: i32,
+    pub(super) allow_plan_change: bool,
+}
+
+impl Restoring<'_> {
+    /// Restore `assigned` from the state and output topics.
+    pub(super) async fn restore(&self, assigned: &[i32]) -> Result<Assignment> {
+        let mut restored = self.read_state(assigned).await?;
         self.p.counters.restore_skipped(restored.skipped);
         crash_point(CrashPoint::DuringRebalance);
         // Windows of an old plan dropped with --allow-plan-change.
         let mut dropped = self.check_unplanned(
-            &assigned,
+            assigned,
             &restored.charges,
             &restored.lane_plans,
             &restored.window_plans,
         )?;
         // The device counts being rebuilt per lane, and the charges records
         // they need.
-        let mut lanes = HashMap::new();
+        let (mut counts, mut lanes) = (HashMap::new(), Vec::new());
         let mut wanted = Wanted::new();
         let ledger = std::mem::take(&mut restored.resume);
         for ((stream, partition), r) in &ledger {
@@ -71,48 +95,42 @@ impl Consuming<'_> {
                 continue;
             };
             let lane = (stream.clone(), *partition);
-            let restorer =
+            let (devices, carried) =
                 self.restore_lane(i, &lane, *r, &mut restored, &mut dropped, &mut wanted)?;
-            lanes.insert((i, *partition), restorer);
+            counts.insert((i, *partition), devices);
+            lanes.push(((i, *partition), *r, carried));
         }
-        let resumed = lanes.len();
-        let lanes = self.read_charges(lanes, wanted).await?;
-        self.p.board.restoring(None);
-        for ((i, partition), restorer) in lanes {
-            self.processor.install_restored(i, partition, restorer);
-        }
-        for ((stream, partition), b) in restored.keys {
-            self.processor.restore_keys(&stream, partition, b);
-        }
-        self.retire_dropped(&dropped).await?;
-        // Time windows of lanes with no ledger start at a moment no reading
-        // decides: now.
-        let now = now_ms();
-        for &p in &assigned {
-            self.processor.windower_mut().start_time_lanes(p, now);
-        }
-        tracing::info!(
-            ?assigned,
-            resumed,
-            "partitions assigned; resumed from the release ledger"
-        );
-        Ok(())
+        let mut counts = self.read_charges(counts, wanted).await?;
+        let lanes = lanes
+            .into_iter()
+            .map(|(lane, resume, carried)| Resumed {
+                lane,
+                resume,
+                devices: counts.remove(&lane).expect("every lane's counts are read"),
+                carried,
+            })
+            .collect();
+        Ok(Assignment {
+            lanes,
+            keys: restored.keys,
+            dropped,
+        })
     }
 
     /// Resume one lane (stream `i`) after its ledger entry `r`: its plan
     /// checked against the running one, its released windows' charges
     /// noted in `wanted` (windows of another plan go to `dropped` with
     /// `--allow-plan-change`), its state across windows restored. Returns
-    /// the device counts to fill.
+    /// its device counts still to fill and what it carries.
     fn restore_lane(
-        &mut self,
+        &self,
         i: usize,
         lane: &(String, i32),
         r: Resume,
         restored: &mut Restored,
-        dropped: &mut Vec<(String, i32, u64, u32)>,
+        dropped: &mut Vec<Dropped>,
         wanted: &mut Wanted,
-    ) -> Result<RestoredLane> {
+    ) -> Result<(RestoredLane, Carried)> {
         let (stream, partition) = (&lane.0, lane.1);
         // The plan the lane's state was written under must be this one
         // (state/fingerprint.rs), unless the operator declares a change
@@ -124,7 +142,7 @@ impl Consuming<'_> {
         };
         let lane_plan = restored.lane_plans.get(lane);
         if let Some(c) = changed(lane_plan) {
-            if !self.opts.allow_plan_change {
+            if !self.allow_plan_change {
                 anyhow::bail!(
                     "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
                      Within a horizon this would give devices fresh caps or another spend per window; {PLAN_CHANGE_FIX}",
@@ -138,7 +156,6 @@ impl Consuming<'_> {
                 "plan changed (--allow-plan-change): charges of the old plan are not restored"
             );
         }
-        self.processor.windower_mut().resume(i, partition, r);
         // Only released windows count; later ones are charged again by
         // replay; windows charged under another plan only with the
         // switch. Their records are read later, one at a time.
@@ -155,7 +172,7 @@ impl Consuming<'_> {
                 (w, _) => w,
             };
             if let Some(ch) = changed(window) {
-                if !self.opts.allow_plan_change {
+                if !self.allow_plan_change {
                     anyhow::bail!(
                         "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
                          {PLAN_CHANGE_FIX}",
@@ -173,21 +190,19 @@ impl Consuming<'_> {
         }
         let state = restored.lanes.get(&(stream.clone(), partition, r.last_seq));
         let plan = &self.p.v.plan.streams[i];
-        self.releases
-            .lanes()
-            .restore((i, partition), plan, r.last_seq, state)?;
-        Ok(restorer)
+        let carried = Carried::from_record(plan, (partition, r.last_seq), state)?;
+        Ok((restorer, carried))
     }
 
     /// Retire the charges of an old plan's windows dropped with
     /// `--allow-plan-change`, so later restarts do not meet them again.
-    async fn retire_dropped(&self, dropped: &[(String, i32, u64, u32)]) -> Result<()> {
+    pub(super) async fn retire_dropped(&self, dropped: &[Dropped]) -> Result<()> {
         if dropped.is_empty() {
             return Ok(());
         }
         let mut stop = self.stop.clone();
         let topic = self.p.v.config.kafka.state_topic();
-        state::retire(&self.producer, &topic, dropped, &mut stop).await?;
+        state::retire(self.producer, &topic, dropped, &mut stop).await?;
         tracing::warn!(
             windows = dropped.len(),
             "charges of the old plan retired (--allow-plan-change)"
@@ -207,7 +222,7 @@ impl Consuming<'_> {
         charges: &state::Charges,
         lane_plans: &HashMap<(String, i32), proto::v1::PlanFingerprint>,
         window_plans: &HashMap<(String, i32, u64), proto::v1::PlanFingerprint>,
-    ) -> Result<Vec<(String, i32, u64, u32)>> {
+    ) -> Result<Vec<Dropped>> {
         let recorded = |lane: &(String, i32)| {
             lane_plans.get(lane).cloned().or_else(|| {
                 window_plans
@@ -226,7 +241,7 @@ impl Consuming<'_> {
         let mut retire = Vec::new();
         for (lane, c) in unplanned {
             let (stream, partition) = &lane;
-            if !self.opts.allow_plan_change {
+            if !self.allow_plan_change {
                 anyhow::bail!(
                     "lane '{stream}' partition {partition}: the state topic holds live charges of it, but the \
                      running plan has no such lane: the plan changed since its state was written ({}). Within a \

@@ -4,6 +4,7 @@
 //! committed by the rule in [`super::offsets`]; rebalances are acted on
 //! before the next message of a partition is handled.
 
+use super::assign::Restoring;
 use super::dead_letter::DeadLetters;
 use super::offsets::Offsets;
 use super::rebalance::{self, Events};
@@ -34,25 +35,25 @@ pub(crate) type InputConsumer = StreamConsumer<rebalance::Context>;
 /// The loop's state. The consumer is not in it: a message borrowed from
 /// the consumer is held across calls that change this state.
 pub(crate) struct Consuming<'a> {
-    pub(super) p: &'a Pipeline,
-    pub(super) opts: Options,
-    pub(super) producer: Producer,
-    pub(super) output_partitions: i32,
+    p: &'a Pipeline,
+    opts: Options,
+    producer: Producer,
+    output_partitions: i32,
     /// Partitions of the input topic (recorded in the plan fingerprint).
-    pub(super) input_partitions: i32,
-    pub(super) processor: Processor,
-    pub(super) events: Events,
-    pub(super) offsets: Offsets,
+    input_partitions: i32,
+    processor: Processor,
+    events: Events,
+    offsets: Offsets,
     /// Time windows: per input partition, the latest broker-assigned
     /// (LogAppendTime) message timestamp received: every message appended
     /// before it has been received, as offsets follow append order.
-    pub(super) appended_until: BTreeMap<i32, i64>,
+    appended_until: BTreeMap<i32, i64>,
     /// Windows being released, and what their lanes carry.
-    pub(super) releases: Releases<'a>,
+    releases: Releases<'a>,
     dead_letters: DeadLetters<'a>,
     closed: Vec<ClosedWindow>,
     /// Turns true when the service is asked to stop (retries end).
-    pub(super) stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     last_commit: Instant,
     /// Whether any stream has time windows (they close on the clock).
     timed: bool,
@@ -112,13 +113,8 @@ impl<'a> Consuming<'a> {
         loop {
             // While messages keep coming the select! below is skipped: look
             // at the stop switch and reap finished publishes every 64.
-            if handled.is_multiple_of(64) {
-                self.p.board.beat(now_ms());
-                self.processor.flush_counters_busy();
-                if *shutdown.borrow() {
-                    break;
-                }
-                self.reap()?;
+            if handled.is_multiple_of(64) && self.busy_tick(&shutdown)? {
+                break;
             }
             let msg = if !staged.is_empty() {
                 match ready_now(consumer) {
@@ -164,16 +160,7 @@ impl<'a> Consuming<'a> {
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
-                    // Counted by kind, logged once per kind and interval
-                    // with the setting to check; `/readyz` turns red if
-                    // input waits behind it for `http.stall_timeout`.
-                    let (kind, check) = kafka::error_kind(&e);
-                    telemetry::kafka_error("consumer", kind);
-                    self.p.board.consumer_error((kind, check));
-                    if let Some(held) = self.error_log.admit(kind, Instant::now()) {
-                        tracing::warn!(error = %e, kind, check, held_back = held, "consumer error; retrying");
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    self.consumer_error(&e).await;
                     continue;
                 }
             };
@@ -186,80 +173,124 @@ impl<'a> Consuming<'a> {
                     break;
                 }
             }
-            let content_type = if read_content_type {
-                kafka::header(&msg, CONTENT_TYPE)
-            } else {
-                None
+            let Some(prepared) = self.prepare(&msg, read_content_type).await? else {
+                break;
             };
-            // A framed Avro message's writer's schema, fetched once.
-            if let Some(registry) = &self.p.v.schema_registry {
-                let payload = msg.payload().unwrap_or(&[]);
-                let decoder = self.processor.decoder_mut();
-                if !registry
-                    .ensure(decoder, payload, content_type, &mut self.stop.clone())
-                    .await
-                {
-                    break;
-                }
-            }
-            let prepared = self.processor.prepare(
-                msg.partition(),
-                msg.offset(),
-                msg.payload().unwrap_or(&[]),
-                content_type,
-                msg.timestamp().to_millis(),
-            );
-            // Private keys selected by this message are durable before
-            // anything they route can be released.
-            for (stream, partition, bindings) in self.processor.take_key_updates() {
-                let record = state::KeysRecord {
-                    stream,
-                    partition,
-                    bindings,
-                };
-                let topic = self.p.v.config.kafka.state_topic();
-                state::write_keys(&self.producer, &topic, &record, &mut self.stop.clone()).await?;
-            }
-            if self.timed {
-                // Only the broker's clock orders timestamps like offsets;
-                // a producer's (CreateTime) may run behind its neighbours'.
-                if let rdkafka::Timestamp::LogAppendTime(t) = msg.timestamp() {
-                    self.appended_until.insert(msg.partition(), t);
-                }
-            }
             // An earlier message is applied while this one's device slots load.
-            let mut released_any = false;
-            match prepared {
-                Ok(()) => {
-                    if staged.len() >= PREPARE_AHEAD {
-                        let m = staged.pop_front().expect("staged");
-                        released_any = self.apply_staged(m).await?;
-                    }
-                    staged.push_back(msg);
-                }
-                Err(rejection) => {
-                    released_any = self.apply_all(&mut staged).await?;
-                    self.dead_letters
-                        .send(&msg, &rejection, &mut self.offsets)
-                        .await?;
-                    self.offsets.handled(msg.partition(), msg.offset());
-                }
-            }
+            let released_any = self.handle(msg, prepared, &mut staged).await?;
             handled += 1;
             // Reading the clock per message is measurable; every 256 is enough.
             if released_any
                 || (handled.is_multiple_of(256)
                     && self.last_commit.elapsed() > Duration::from_secs(1))
             {
-                if self.timed {
-                    // Their readings may belong to a window about to close.
-                    self.apply_all(&mut staged).await?;
-                    self.close_due().await?;
-                }
-                self.commit(consumer, CommitMode::Async);
+                self.commit_now(consumer, &mut staged).await?;
             }
         }
         self.apply_all(&mut staged).await?;
+        self.finish(consumer).await
+    }
+
+    /// A consumer error: counted by kind, logged once per kind and
+    /// interval with the setting to check (`/readyz` turns red if input
+    /// waits behind it for `http.stall_timeout`); then a pause before the
+    /// next try.
+    async fn consumer_error(&mut self, e: &rdkafka::error::KafkaError) {
+        let (kind, check) = kafka::error_kind(e);
+        telemetry::kafka_error("consumer", kind);
+        self.p.board.consumer_error((kind, check));
+        if let Some(held) = self.error_log.admit(kind, Instant::now()) {
+            tracing::warn!(error = %e, kind, check, held_back = held, "consumer error; retrying");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    /// Prepare a received message ([`Processor::prepare`]): its writer's
+    /// schema fetched first if it is framed Avro (`None`: the service
+    /// stopped while fetching), the private keys it selected written
+    /// before anything they route can be released, its broker timestamp
+    /// noted for time windows.
+    async fn prepare(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        read_content_type: bool,
+    ) -> Result<Option<Result<(), ingest::Rejection>>> {
+        let content_type = if read_content_type {
+            kafka::header(msg, CONTENT_TYPE)
+        } else {
+            None
+        };
+        // A framed Avro message's writer's schema, fetched once.
+        if let Some(registry) = &self.p.v.schema_registry {
+            let payload = msg.payload().unwrap_or(&[]);
+            let decoder = self.processor.decoder_mut();
+            if !registry
+                .ensure(decoder, payload, content_type, &mut self.stop.clone())
+                .await
+            {
+                return Ok(None);
+            }
+        }
+        let prepared = self.processor.prepare(
+            msg.partition(),
+            msg.offset(),
+            msg.payload().unwrap_or(&[]),
+            content_type,
+            msg.timestamp().to_millis(),
+        );
+        for (stream, partition, bindings) in self.processor.take_key_updates() {
+            let record = state::KeysRecord {
+                stream,
+                partition,
+                bindings,
+            };
+            let topic = self.p.v.config.kafka.state_topic();
+            state::write_keys(&self.producer, &topic, &record, &mut self.stop.clone()).await?;
+        }
+        if self.timed {
+            // Only the broker's clock orders timestamps like offsets;
+            // a producer's (CreateTime) may run behind its neighbours'.
+            if let rdkafka::Timestamp::LogAppendTime(t) = msg.timestamp() {
+                self.appended_until.insert(msg.partition(), t);
+            }
+        }
+        Ok(Some(prepared))
+    }
+
+    /// After a message is prepared: an earlier one is applied while its
+    /// device slots load, and it waits its turn; a refused one is
+    /// dead-lettered after every message prepared before it is applied.
+    /// Returns whether a window was released.
+    async fn handle<'m>(
+        &mut self,
+        msg: BorrowedMessage<'m>,
+        prepared: Result<(), ingest::Rejection>,
+        staged: &mut VecDeque<BorrowedMessage<'m>>,
+    ) -> Result<bool> {
+        match prepared {
+            Ok(()) => {
+                let mut released_any = false;
+                if staged.len() >= PREPARE_AHEAD {
+                    let m = staged.pop_front().expect("staged");
+                    released_any = self.apply_staged(m).await?;
+                }
+                staged.push_back(msg);
+                Ok(released_any)
+            }
+            Err(rejection) => {
+                let released_any = self.apply_all(staged).await?;
+                self.dead_letters
+                    .send(&msg, &rejection, &mut self.offsets)
+                    .await?;
+                self.offsets.handled(msg.partition(), msg.offset());
+                Ok(released_any)
+            }
+        }
+    }
+
+    /// Stopping: finish the releases and dead letters in flight, commit
+    /// and flush.
+    async fn finish(&mut self, consumer: &InputConsumer) -> Result<()> {
         self.processor.flush_counters();
         tracing::info!("shutting down: finishing releases in flight, committing, flushing");
         while let Some(done) = self.releases.next().await {
@@ -277,6 +308,97 @@ impl<'a> Consuming<'a> {
         self.producer
             .flush(Timeout::After(Duration::from_secs(30)))
             .context("flushing producer")?;
+        Ok(())
+    }
+
+    /// Apply the rebalance events received so far (none: nothing to do):
+    /// revoked partitions forget their open windows (they rebuild by
+    /// replay) and carried state; assigned partitions are restored
+    /// ([`Restoring`]) and installed before their first message.
+    async fn apply_rebalance(&mut self) -> Result<()> {
+        let Some(changes) = self.events.take() else {
+            return Ok(());
+        };
+        for &p in &changes.dropped {
+            self.processor.drop_partition(p);
+            self.offsets.forget(p);
+            self.releases.lanes().drop_partition(p);
+            self.appended_until.remove(&p);
+            telemetry::forget_partition(p);
+        }
+        self.p.board.rebalanced(&changes.assigned, &changes.revoked);
+        if !changes.revoked.is_empty() {
+            tracing::info!(revoked = ?changes.revoked, "partitions revoked");
+        }
+        let assigned = changes.assigned;
+        if assigned.is_empty() {
+            return Ok(());
+        }
+        self.p.board.restoring(Some("starting".into()));
+        let a = self.restoring().restore(&assigned).await?;
+        self.p.board.restoring(None);
+        let resumed = a.lanes.len();
+        for r in a.lanes {
+            let (i, partition) = r.lane;
+            self.processor.windower_mut().resume(i, partition, r.resume);
+            self.releases.lanes().install(r.lane, r.carried);
+            self.processor.install_restored(i, partition, r.devices);
+        }
+        for ((stream, partition), b) in a.keys {
+            self.processor.restore_keys(&stream, partition, b);
+        }
+        self.restoring().retire_dropped(&a.dropped).await?;
+        // Time windows of lanes with no ledger start at a moment no reading
+        // decides: now.
+        let now = now_ms();
+        for &p in &assigned {
+            self.processor.windower_mut().start_time_lanes(p, now);
+        }
+        tracing::info!(
+            ?assigned,
+            resumed,
+            "partitions assigned; resumed from the release ledger"
+        );
+        Ok(())
+    }
+
+    /// The restoring step's view of the loop.
+    fn restoring(&self) -> Restoring<'_> {
+        Restoring {
+            p: self.p,
+            processor: &self.processor,
+            producer: &self.producer,
+            stop: &self.stop,
+            input_partitions: self.input_partitions,
+            allow_plan_change: self.opts.allow_plan_change,
+        }
+    }
+
+    /// Every 64 messages while busy: the loop is alive, counts flushed,
+    /// finished publishes reaped. Returns whether the service is stopping.
+    fn busy_tick(&mut self, shutdown: &watch::Receiver<bool>) -> Result<bool> {
+        self.p.board.beat(now_ms());
+        self.processor.flush_counters_busy();
+        if *shutdown.borrow() {
+            return Ok(true);
+        }
+        self.reap()?;
+        Ok(false)
+    }
+
+    /// Commit after a release or a second: time windows due are released
+    /// first, with every prepared message applied (their readings may
+    /// belong to a window about to close).
+    async fn commit_now(
+        &mut self,
+        consumer: &InputConsumer,
+        staged: &mut VecDeque<BorrowedMessage<'_>>,
+    ) -> Result<()> {
+        if self.timed {
+            self.apply_all(staged).await?;
+            self.close_due().await?;
+        }
+        self.commit(consumer, CommitMode::Async);
         Ok(())
     }
 

@@ -30,7 +30,7 @@ pub struct LaneState {
 
 /// What one lane carries: each part only if its stream has it.
 #[derive(Debug, Clone, Default, PartialEq)]
-struct Carried {
+pub(crate) struct Carried {
     running: Option<RunningState>,
     track: Option<QuantileTrack>,
 }
@@ -93,21 +93,33 @@ impl Lanes {
         }
     }
 
-    /// Continue lane (`index`, `partition`) of `stream` from the record of
-    /// its last released window `last_seq` (`None`: the state topic has no
-    /// such record).
+    /// Continue a lane with what it carried (nothing: no entry).
+    pub fn install(&mut self, lane: (usize, i32), carried: Carried) {
+        if carried != Carried::default() {
+            self.lanes.insert(lane, carried);
+        }
+    }
+
+    /// Forget every lane of a revoked partition.
+    pub fn drop_partition(&mut self, partition: i32) {
+        self.lanes.retain(|&(_, p), _| p != partition);
+    }
+}
+
+impl Carried {
+    /// What a lane of `stream` on `partition` carries after its last
+    /// released window `last_seq`, read from that window's record (`None`:
+    /// the state topic has no such record).
     ///
     /// Running totals cannot start over mid-lane (a released step would be
     /// noised again), so a missing or unreadable record is fatal for them.
     /// A quantile track without a record starts empty: the next window uses
     /// every declared candidate.
-    pub fn restore(
-        &mut self,
-        (index, partition): (usize, i32),
+    pub fn from_record(
         stream: &StreamPlan,
-        last_seq: u64,
+        (partition, last_seq): (i32, u64),
         recorded: Option<&LaneState>,
-    ) -> Result<()> {
+    ) -> Result<Self> {
         let name = &stream.spec.name;
         let mut lane = Carried::default();
         if stream.running.is_some() {
@@ -133,18 +145,9 @@ impl Lanes {
                 _ => QuantileTrack::default(),
             });
         }
-        if lane != Carried::default() {
-            self.lanes.insert((index, partition), lane);
-        }
-        Ok(())
-    }
-
-    /// Forget every lane of a revoked partition.
-    pub fn drop_partition(&mut self, partition: i32) {
-        self.lanes.retain(|&(_, p), _| p != partition);
+        Ok(lane)
     }
 }
-
 #[cfg(test)]
 mod tests {
     //! A lane against its own records: continued from the record of any
@@ -179,6 +182,21 @@ running_lifetime = 64
 
     fn validated(text: &str) -> Validated {
         Config::parse(text).unwrap().validate().unwrap()
+    }
+
+    /// Lane (0, 3) continued from its record after window `last_seq`, as
+    /// the restoring step and the loop do it.
+    fn restore(
+        lanes: &mut Lanes,
+        stream: &StreamPlan,
+        last_seq: u64,
+        recorded: Option<&LaneState>,
+    ) -> Result<()> {
+        lanes.install(
+            (0, 3),
+            Carried::from_record(stream, (3, last_seq), recorded)?,
+        );
+        Ok(())
     }
 
     fn window(seq: u64) -> ClosedWindow {
@@ -216,7 +234,7 @@ running_lifetime = 64
         for stop in 0..11 {
             let mut resumed = Lanes::default();
             let record = &steps[stop as usize].record;
-            resumed.restore((0, 3), stream, stop, Some(record)).unwrap();
+            restore(&mut resumed, stream, stop, Some(record)).unwrap();
             for s in stop + 1..12 {
                 assert_eq!(
                     resumed.step(stream, &key, &window(s)),
@@ -232,25 +250,23 @@ running_lifetime = 64
         let v = validated(PLAN);
         let stream = &v.plan.streams[0];
         let mut lanes = Lanes::default();
-        let e = lanes.restore((0, 3), stream, 5, None).unwrap_err();
+        let e = restore(&mut lanes, stream, 5, None).unwrap_err();
         assert!(e.to_string().contains("no record of t/3#5"), "{e}");
         let garbled = LaneState {
             running: b"{".to_vec(),
             quantile_track: vec![],
         };
-        let e = lanes
-            .restore((0, 3), stream, 5, Some(&garbled))
-            .unwrap_err();
+        let e = restore(&mut lanes, stream, 5, Some(&garbled)).unwrap_err();
         assert!(e.to_string().contains("t/3#5 is not readable"), "{e}");
         // Without running totals, no record is no harm: the track starts empty.
         let v = validated(&PLAN.replace("running_share = 0.5\n", ""));
         let stream = &v.plan.streams[0];
-        lanes.restore((0, 3), stream, 5, None).unwrap();
+        restore(&mut lanes, stream, 5, None).unwrap();
         let empty = LaneState {
             running: vec![],
             quantile_track: b"[".to_vec(),
         };
-        let e = lanes.restore((0, 3), stream, 5, Some(&empty)).unwrap_err();
+        let e = restore(&mut lanes, stream, 5, Some(&empty)).unwrap_err();
         assert!(e.to_string().contains("track of t/3#5"), "{e}");
     }
 

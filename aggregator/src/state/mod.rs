@@ -29,7 +29,7 @@ mod restore;
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
 pub use lane::LaneState;
-pub(crate) use lane::{Lanes, Step};
+pub(crate) use lane::{Carried, Lanes, Step};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
 use crate::faults::{crash_point, CrashPoint};
