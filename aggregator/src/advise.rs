@@ -19,6 +19,7 @@ use crate::state::RECORD_KIND;
 use anyhow::{anyhow, bail, Context as _, Result};
 use rand::{Rng, SeedableRng};
 use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::ClientConfig;
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -109,56 +110,11 @@ pub async fn run_with_rng<R: Rng + Send>(
         opts.stream, opts.epsilon, budget.per_horizon
     )?;
     // The input must be there before any spend is recorded.
-    {
-        let (base, topic, brokers) = (base.clone(), k.input_topic.clone(), k.brokers.clone());
-        tokio::task::spawn_blocking(move || -> Result<usize> {
-            let consumer: rdkafka::consumer::BaseConsumer<kafka::Quiet> =
-                base.create_with_context(kafka::Quiet("advise"))?;
-            kafka::partition_count(&consumer, &topic, std::time::Duration::from_secs(10)).map_err(
-                |e| {
-                    let e = kafka::explain_startup("kafka.input_topic", &topic, &brokers, e);
-                    anyhow::anyhow!("{e:#}; nothing sampled, nothing recorded")
-                },
-            )
-        })
-        .await??;
-    }
+    check_input(&base, k).await?;
     let (_tx, stop) = tokio::sync::watch::channel(false);
-    let quiet = |_: &str, _: u64, _: u64| {};
     // Earlier runs of this horizon.
     let prefix = format!("advise/{}/{horizon}/", opts.stream);
-    let mut spent = 0.0;
-    {
-        let (base, state, prefix, stop) =
-            (base.clone(), state.clone(), prefix.clone(), stop.clone());
-        spent += tokio::task::spawn_blocking(move || -> Result<f64> {
-            let mut total = 0.0;
-            read_topic(
-                &base,
-                &state,
-                |_, low| Some(low),
-                &stop,
-                &quiet,
-                |msg| {
-                    let key = msg.key().and_then(|k| std::str::from_utf8(k).ok());
-                    if kafka::header(msg, RECORD_KIND) == Some(ADVISE)
-                        && key.is_some_and(|k| k.starts_with(&prefix))
-                    {
-                        if let Some(s) = msg
-                            .payload()
-                            .and_then(|p| serde_json::from_slice::<Spend>(p).ok())
-                        {
-                            total += s.epsilon;
-                        }
-                    }
-                    Ok(())
-                },
-            )
-            .with_context(|| format!("reading earlier advisor runs from {state}"))?;
-            Ok(total)
-        })
-        .await??;
-    }
+    let spent = spent_before(&base, &state, &prefix, &stop).await?;
     let after = in_budget_units(budget.measure, spent + opts.epsilon);
     if after > budget.per_horizon * (1.0 + 1e-12) {
         bail!(
@@ -170,10 +126,6 @@ pub async fn run_with_rng<R: Rng + Send>(
         );
     }
     // Recorded before the sample is read.
-    let producer: kafka::Producer = base
-        .clone()
-        .set("acks", "all")
-        .create_with_context(kafka::Quiet("advise"))?;
     let record = Spend {
         stream: opts.stream.clone(),
         horizon,
@@ -181,11 +133,90 @@ pub async fn run_with_rng<R: Rng + Send>(
         at_ms: now,
     };
     let key = format!("{prefix}{now}-{:08x}", rand::random::<u32>());
-    let payload = serde_json::to_vec(&record)?;
+    record_spend(&base, &state, &key, &record, &stop).await?;
+    writeln!(out, "spend recorded in {state}")?;
+    let values = sample(v, index, opts, &base, stop).await?;
+    let a = advise(rng, &values, &spec).map_err(|e| anyhow!("{e}"))?;
+    report(v, index, opts, &a, out)
+}
+
+/// The input topic must exist before any spend is recorded.
+async fn check_input(base: &ClientConfig, k: &crate::config::KafkaConfig) -> Result<()> {
+    let (base, topic, brokers) = (base.clone(), k.input_topic.clone(), k.brokers.clone());
+    tokio::task::spawn_blocking(move || -> Result<usize> {
+        let consumer: rdkafka::consumer::BaseConsumer<kafka::Quiet> =
+            base.create_with_context(kafka::Quiet("advise"))?;
+        kafka::partition_count(&consumer, &topic, std::time::Duration::from_secs(10)).map_err(|e| {
+            let e = kafka::explain_startup("kafka.input_topic", &topic, &brokers, e);
+            anyhow::anyhow!("{e:#}; nothing sampled, nothing recorded")
+        })
+    })
+    .await??;
+    Ok(())
+}
+
+/// What earlier advisor runs recorded in `state` under `prefix` (this
+/// stream and horizon) spent, in ε.
+async fn spent_before(
+    base: &ClientConfig,
+    state: &str,
+    prefix: &str,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<f64> {
+    let (base, state, prefix, stop) = (
+        base.clone(),
+        state.to_string(),
+        prefix.to_string(),
+        stop.clone(),
+    );
+    tokio::task::spawn_blocking(move || -> Result<f64> {
+        let mut total = 0.0;
+        let quiet = |_: &str, _: u64, _: u64| {};
+        read_topic(
+            &base,
+            &state,
+            |_, low| Some(low),
+            &stop,
+            &quiet,
+            |msg| {
+                let key = msg.key().and_then(|k| std::str::from_utf8(k).ok());
+                if kafka::header(msg, RECORD_KIND) == Some(ADVISE)
+                    && key.is_some_and(|k| k.starts_with(&prefix))
+                {
+                    if let Some(s) = msg
+                        .payload()
+                        .and_then(|p| serde_json::from_slice::<Spend>(p).ok())
+                    {
+                        total += s.epsilon;
+                    }
+                }
+                Ok(())
+            },
+        )
+        .with_context(|| format!("reading earlier advisor runs from {state}"))?;
+        Ok(total)
+    })
+    .await?
+}
+
+/// Record this run's spend in `state` under `key`, acknowledged by every
+/// replica, before the sample is read.
+async fn record_spend(
+    base: &ClientConfig,
+    state: &str,
+    key: &str,
+    record: &Spend,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let producer: kafka::Producer = base
+        .clone()
+        .set("acks", "all")
+        .create_with_context(kafka::Quiet("advise"))?;
+    let payload = serde_json::to_vec(record)?;
     produce_acked(
         &producer,
         Record {
-            topic: &state,
+            topic: state,
             key: key.as_bytes(),
             payload: Some(&payload),
             partition: None,
@@ -199,10 +230,7 @@ pub async fn run_with_rng<R: Rng + Send>(
     )
     .await
     .with_context(|| format!("recording the spend in {state}"))?;
-    writeln!(out, "spend recorded in {state}")?;
-    let values = sample(v, index, opts, &base, stop).await?;
-    let a = advise(rng, &values, &spec).map_err(|e| anyhow!("{e}"))?;
-    report(v, index, opts, &a, out)
+    Ok(())
 }
 
 /// Each device's first `k` readings of the stream, up to `max_readings`,

@@ -110,22 +110,7 @@ fn stream_panels(s: &StreamConfig, unit: &str) -> Vec<Value> {
         if !grouped && matches!(kind, StatKind::Mean | StatKind::Sum | StatKind::Count) {
             targets.push(json!({"refId": "B", "expr": format!("{} + {}", value(&sel), half(&sel)), "legendFormat": "upper"}));
             targets.push(json!({"refId": "C", "expr": format!("{} - {}", value(&sel), half(&sel)), "legendFormat": "lower"}));
-            let band = |fill: bool| {
-                let mut props = vec![
-                    json!({"id": "custom.lineWidth", "value": 0}),
-                    json!({"id": "color", "value": {"mode": "fixed", "fixedColor": "#9bb7e8"}}),
-                ];
-                if fill {
-                    props.push(json!({"id": "custom.fillBelowTo", "value": "lower"}));
-                }
-                props
-            };
-            overrides.push(
-                json!({"matcher": {"id": "byName", "options": "upper"}, "properties": band(true)}),
-            );
-            overrides.push(
-                json!({"matcher": {"id": "byName", "options": "lower"}, "properties": band(false)}),
-            );
+            overrides = band_overrides();
         }
         let with_band = if overrides.is_empty() {
             ""
@@ -155,22 +140,47 @@ fn stream_panels(s: &StreamConfig, unit: &str) -> Vec<Value> {
         ));
     }
     if has(StatKind::Histogram) && !s.histogram_edges.is_empty() {
-        // One target per bin, named by its edges.
-        let targets: Vec<Value> = s
-            .histogram_edges
-            .windows(2)
-            .enumerate()
-            .map(|(i, e)| {
-                let sel = format!("=\"histogram[{i}]\"");
-                let name = format!("[{}, {}){}", e[0], e[1], if grouped { " {{group}}" } else { "" });
-                json!({"refId": format!("H{i}"), "expr": value(&sel), "legendFormat": name, "instant": true})
-            })
-            .collect();
-        out.push(json!({"type": "bargauge", "title": format!("Fleet-wide histogram of {} (readings per bin, bins in {})", s.name, if unit.is_empty() { "its values" } else { unit }),
-            "targets": targets, "options": {"orientation": "vertical", "displayMode": "basic"},
-            "fieldConfig": {"defaults": {"unit": "none"}, "overrides": []}}));
+        out.push(histogram_panel(s, unit, value));
     }
     out
+}
+
+/// The overrides that draw the `upper` and `lower` series as a shaded
+/// 95% band.
+fn band_overrides() -> Vec<Value> {
+    let band = |fill: bool| {
+        let mut props = vec![
+            json!({"id": "custom.lineWidth", "value": 0}),
+            json!({"id": "color", "value": {"mode": "fixed", "fixedColor": "#9bb7e8"}}),
+        ];
+        if fill {
+            props.push(json!({"id": "custom.fillBelowTo", "value": "lower"}));
+        }
+        props
+    };
+    vec![
+        json!({"matcher": {"id": "byName", "options": "upper"}, "properties": band(true)}),
+        json!({"matcher": {"id": "byName", "options": "lower"}, "properties": band(false)}),
+    ]
+}
+
+/// A stream's histogram as a bar gauge: one target per bin, named by its
+/// edges.
+fn histogram_panel(s: &StreamConfig, unit: &str, value: impl Fn(&str) -> String) -> Value {
+    let grouped = !s.group_by.is_empty();
+    let targets: Vec<Value> = s
+        .histogram_edges
+        .windows(2)
+        .enumerate()
+        .map(|(i, e)| {
+            let sel = format!("=\"histogram[{i}]\"");
+            let name = format!("[{}, {}){}", e[0], e[1], if grouped { " {{group}}" } else { "" });
+            json!({"refId": format!("H{i}"), "expr": value(&sel), "legendFormat": name, "instant": true})
+        })
+        .collect();
+    json!({"type": "bargauge", "title": format!("Fleet-wide histogram of {} (readings per bin, bins in {})", s.name, if unit.is_empty() { "its values" } else { unit }),
+        "targets": targets, "options": {"orientation": "vertical", "displayMode": "basic"},
+        "fieldConfig": {"defaults": {"unit": "none"}, "overrides": []}})
 }
 
 #[cfg(test)]

@@ -4,11 +4,10 @@
 //! data); `--partitions` adds every partition's release. Stops by itself.
 
 use crate::config::{Config, Validated};
-use crate::dp::release::{ReleasedStatistic, StatKind};
+use crate::dp::release::StatKind;
 use crate::dp::rng::ReleaseKey;
 use crate::kafka;
-use crate::pipeline::{Options, Pipeline, ReleaseEvent};
-use crate::show;
+use crate::pipeline::{Options, Pipeline};
 use crate::sim::{Fleet, FleetSpec};
 use anyhow::{Context, Result};
 use rdkafka::mocking::MockCluster;
@@ -16,6 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
+
+mod screen;
+use screen::Screen;
 
 /// The demo's configuration, embedded.
 pub const DEMO_CONFIG: &str = include_str!("../../deploy/demo.toml");
@@ -156,49 +158,6 @@ pub fn demo_config(
     c.validate()
 }
 
-fn at(started: Instant) -> String {
-    format!("[{:>5.1}s]", started.elapsed().as_secs_f64())
-}
-
-/// Window values by (stream, seq) and partition until their fleet-wide
-/// release arrives (the truth of the fleet's window is computed from them).
-#[derive(Default)]
-struct FleetTruth {
-    values: BTreeMap<(String, u64), BTreeMap<i32, Vec<i64>>>,
-}
-
-/// A group's latest fleet-wide mean: (window seq, value, 95% half-width).
-type GroupMean = (u64, f64, Option<f64>);
-
-/// Most window seqs [`FleetTruth`] holds (the oldest go first).
-const TRUTH_SEQS: usize = 1000;
-
-impl FleetTruth {
-    fn keep(&mut self, e: &ReleaseEvent) {
-        if let Some(values) = &e.values {
-            let r = &e.release;
-            self.values
-                .entry((r.stream.clone(), r.window_seq))
-                .or_default()
-                .insert(r.partition, values.clone());
-            while self.values.len() > TRUTH_SEQS {
-                self.values.pop_first();
-            }
-        }
-    }
-
-    /// The truth of `f`'s partitions' windows together, if all are known.
-    fn of(&self, v: &Validated, f: &proto::FleetRelease) -> Option<Vec<ReleasedStatistic>> {
-        let stream = v.plan.streams.iter().find(|s| s.spec.name == f.stream)?;
-        let parts = self.values.get(&(f.stream.clone(), f.window_seq))?;
-        let mut all = Vec::new();
-        for p in &f.partitions {
-            all.extend_from_slice(parts.get(p)?);
-        }
-        Some(stream.truth(&all))
-    }
-}
-
 /// Run the demo; blocks until it ends.
 pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
     // The mock cluster is not Send: it lives on this thread for the whole run.
@@ -227,6 +186,88 @@ pub fn run(opts: DemoOptions) -> Result<DemoOutcome> {
 }
 
 async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
+    print_intro(&v, &opts);
+    let report = crate::report::PlanReport::new(&v).to_text();
+    let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
+    let spec = fleet_spec(&v, &opts);
+    if let Some(topic) = &spec.registry_topic {
+        publish_registry(&base, topic, &spec, &opts).await?;
+    }
+    let input = v.config.kafka.input_topic.clone();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+    let (fleet_tx, mut fleet_rx) = mpsc::unbounded_channel();
+    let key = opts.key.clone().unwrap_or_else(ReleaseKey::ephemeral);
+    let pipeline = std::sync::Arc::new(Pipeline::new(v, key));
+    if let Some(addr) = &opts.listen {
+        serve_status(&pipeline, addr).await;
+    }
+    println!("{report}");
+    println!(
+        "Fleet-wide releases as they land (every partition's window of a seq combined; value ± 95% half-width, true value alongside){}:",
+        if opts.partitions { ", then each partition's" } else { "; --partitions shows each partition's" }
+    );
+    let p = pipeline.clone();
+    let rx = stop_rx.clone();
+    let service = tokio::spawn(async move {
+        let events = Options {
+            events: Some(ev_tx),
+            fleet_events: Some(fleet_tx),
+            with_truth: true,
+            ..Options::default()
+        };
+        p.run(rx, events).await
+    });
+    let mut fleet = Fleet::new(spec);
+    let rate = fleet.messages_per_round() / opts.round_seconds;
+    let producer = tokio::spawn(async move {
+        crate::sim::produce_fleet(&base, &input, &mut fleet, rate, None, None, stop_rx, |_| {})
+            .await
+    });
+    let mut screen = Screen::new(pipeline.config(), opts.partitions);
+    let mut progress = tokio::time::interval(Duration::from_secs(5));
+    let deadline = tokio::time::sleep(opts.duration);
+    tokio::pin!(deadline);
+    let c = pipeline.counters.clone();
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    loop {
+        tokio::select! {
+            Some(e) = ev_rx.recv() => screen.landed(e),
+            Some(f) = fleet_rx.recv() => {
+                // Its partitions' windows were acknowledged before it was
+                // read back: take their values first.
+                while let Ok(e) = ev_rx.try_recv() {
+                    screen.landed(e);
+                }
+                screen.fleet_landed(f);
+            }
+            _ = progress.tick() => println!("{}", progress_line(&c, screen.started())),
+            _ = &mut deadline => break,
+            _ = &mut ctrl_c => break,
+        }
+    }
+    let _ = stop_tx.send(true);
+    producer.await??;
+    service.await??;
+    while let Ok(e) = ev_rx.try_recv() {
+        screen.landed(e);
+    }
+    while let Ok(f) = fleet_rx.try_recv() {
+        screen.fleet_landed(f);
+    }
+    let outcome = screen.finish(c.windows_released.load(Ordering::Relaxed));
+    print!("{}", outcome.summary);
+    println!(
+        "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
+        c.messages.load(Ordering::Relaxed),
+        c.windows_released.load(Ordering::Relaxed),
+        c.dead_letters_total()
+    );
+    Ok(outcome)
+}
+
+/// What the demo runs and how to read it, before it starts.
+fn print_intro(v: &Validated, opts: &DemoOptions) {
     println!(
         "FleetDP demo: in-process Kafka, {} simulated devices, {} s.",
         opts.devices,
@@ -249,14 +290,16 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
             crate::sim::DOCUMENT_MAPPING.replace("\n[streams]", "\n[input.streams]").replace('\n', "\n    ")
         );
     }
-    println!("{}", budget_statement(&v));
-    let report = crate::report::PlanReport::new(&v).to_text();
-    let base = kafka::client_config(&v.config.kafka.brokers, &v.config.kafka.properties);
-    // Firmware 4.2 rolls out halfway through: its registry rows change then.
+    println!("{}", budget_statement(v));
+}
+
+/// The simulated fleet: hourly rounds, each device active in
+/// [`ACTIVE_HOURS`] of a day; firmware 4.2 rolls out halfway through (its
+/// registry rows change then).
+fn fleet_spec(v: &Validated, opts: &DemoOptions) -> FleetSpec {
     let rollout = ((opts.duration.as_secs_f64() / opts.round_seconds) / 2.0).max(1.0) as i64;
-    let spec = FleetSpec {
+    FleetSpec {
         devices: opts.devices,
-        // Hourly rounds; each device reports in ACTIVE_HOURS of them a day.
         interval_ms: 3_600_000,
         duty: Some((ACTIVE_HOURS, 24)),
         seed: opts.seed,
@@ -264,182 +307,63 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
         rollout_round: Some(rollout),
         registry_topic: v.config.registry.as_ref().map(|r| r.topic.clone()),
         ..FleetSpec::default()
-    };
-    if let Some(topic) = &spec.registry_topic {
-        let rows = Fleet::new(spec.clone()).registry_rows();
-        crate::sim::produce_rows(&base, topic, &rows).await?;
-        println!(
-            "Device registry: {} rows on `{topic}` (model, region, firmware; 4.2 on a fifth of the fleet, \
-             three fifths after the rollout at hour {rollout}, ≈ {:.0} s in). battery_v is released per \
-             firmware: the simulated 4.2 drains batteries by {} V — watch the two groups part.",
-            rows.len(),
-            rollout as f64 * opts.round_seconds,
-            crate::sim::FIRMWARE_4_2_DRAIN
-        );
     }
-    let input = v.config.kafka.input_topic.clone();
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let (fleet_tx, mut fleet_rx) = mpsc::unbounded_channel();
-    let units = show::units(&v);
-    let key = opts.key.clone().unwrap_or_else(ReleaseKey::ephemeral);
-    let pipeline = std::sync::Arc::new(Pipeline::new(v, key));
-    if let Some(addr) = &opts.listen {
-        let state = crate::http::recorder().map(|metrics| {
-            std::sync::Arc::new(crate::http::HttpState {
-                metrics,
-                board: pipeline.board.clone(),
-                config: pipeline.config(),
-                counters: pipeline.counters.clone(),
-            })
-        });
-        let served = match state {
-            Ok(s) => crate::http::serve(addr, s).await,
-            Err(e) => Err(e),
-        };
-        match served {
-            Ok(a) => println!("Status page: http://{a}/ · Prometheus metrics: http://{a}/metrics"),
-            Err(e) => println!("(HTTP listener not started: {e:#})"),
-        }
-    }
-    println!("{report}");
-    println!(
-        "Fleet-wide releases as they land (every partition's window of a seq combined; value ± 95% half-width, true value alongside){}:",
-        if opts.partitions { ", then each partition's" } else { "; --partitions shows each partition's" }
-    );
-    let p = pipeline.clone();
-    let rx = stop_rx.clone();
-    let service = tokio::spawn(async move {
-        p.run(
-            rx,
-            Options {
-                events: Some(ev_tx),
-                fleet_events: Some(fleet_tx),
-                with_truth: true,
-                ..Options::default()
-            },
-        )
-        .await
-    });
-    let mut fleet = Fleet::new(spec);
-    let rate = fleet.messages_per_round() / opts.round_seconds;
-    let sim_rx = stop_rx.clone();
-    let producer = tokio::spawn(async move {
-        crate::sim::produce_fleet(&base, &input, &mut fleet, rate, None, None, sim_rx, |_| {}).await
-    });
+}
 
-    let started = Instant::now();
-    let mut progress = tokio::time::interval(Duration::from_secs(5));
-    let deadline = tokio::time::sleep(opts.duration);
-    tokio::pin!(deadline);
-    let c = pipeline.counters.clone();
-    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
-    let mut truths = FleetTruth::default();
-    let mut fleet_releases = 0u64;
-    let v = pipeline.config();
-    let mut summary = show::Summary::new(&v);
-    let mut fleet_summary = show::Summary::new(&v);
-    let mut landed = |e: ReleaseEvent, truths: &mut FleetTruth| {
-        if opts.partitions {
-            let line = show::release(&at(started), &e.release, e.truth.as_deref(), &units);
-            println!("{line}");
-        }
-        if let Some(t) = &e.truth {
-            summary.add(&e.release, t);
-        }
-        truths.keep(&e);
-    };
-    // Grouped streams: the latest fleet-wide mean of each group.
-    let mut groups: BTreeMap<String, BTreeMap<String, GroupMean>> = BTreeMap::new();
-    let mut fleet_landed = |f: proto::FleetRelease, truths: &FleetTruth| {
-        let plan = v.plan.streams.iter().find(|s| s.spec.name == f.stream);
-        if let (Some(g), Some(m)) = (
-            plan.and_then(|p| p.group.as_ref()),
-            f.statistics.iter().find(|s| s.name == "mean"),
-        ) {
-            groups
-                .entry(g.base.clone())
-                .or_default()
-                .insert(g.key.clone(), (f.window_seq, m.values[0], m.half_width));
-        }
-        let truth = truths.of(&v, &f);
-        println!(
-            "{}",
-            show::fleet(&at(started), &f, truth.as_deref(), &units)
-        );
-        if let Some(t) = &truth {
-            fleet_summary.add_fleet(&f, t);
-        }
-        fleet_releases += 1;
-    };
-    loop {
-        tokio::select! {
-            Some(e) = ev_rx.recv() => landed(e, &mut truths),
-            Some(f) = fleet_rx.recv() => {
-                // Its partitions' windows were acknowledged before it was
-                // read back: take their values first.
-                while let Ok(e) = ev_rx.try_recv() {
-                    landed(e, &mut truths);
-                }
-                fleet_landed(f, &truths);
-            }
-            _ = progress.tick() => println!(
-                "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by the per-device caps \
-                 (readings past a device's k per window or W windows per horizon: what bounds its influence), {} windows released",
-                started.elapsed().as_secs_f64(),
-                c.messages.load(Ordering::Relaxed),
-                c.readings_accepted.load(Ordering::Relaxed),
-                c.dead_letters_total(),
-                c.dropped_window_cap.load(Ordering::Relaxed) + c.dropped_horizon_cap.load(Ordering::Relaxed),
-                c.windows_released.load(Ordering::Relaxed),
-            ),
-            _ = &mut deadline => break,
-            _ = &mut ctrl_c => break,
-        }
-    }
-    let _ = stop_tx.send(true);
-    producer.await??;
-    service.await??;
-    while let Ok(e) = ev_rx.try_recv() {
-        landed(e, &mut truths);
-    }
-    while let Ok(f) = fleet_rx.try_recv() {
-        fleet_landed(f, &truths);
-    }
-    let mut text =
-        fleet_summary.to_text("Fleet-wide") + &summary.to_text("Per partition (drill-down)");
-    for (stream, by) in &groups {
-        let unit = units.get(stream.as_str()).cloned().unwrap_or_default();
-        let parts: Vec<String> = by
-            .iter()
-            .map(|(k, (seq, m, hw))| {
-                let hw = hw.map_or(String::new(), |h| format!(" ± {h:.3}"));
-                format!("{k}: {m:.3}{hw} {unit} (window {seq})")
-            })
-            .collect();
-        text += &format!(
-            "By group, {stream} mean, latest fleet-wide: {}\n",
-            parts.join(" · ")
-        );
-    }
-    print!("{text}");
+/// The fleet's device registry rows, produced before the first reading.
+async fn publish_registry(
+    base: &rdkafka::ClientConfig,
+    topic: &str,
+    spec: &FleetSpec,
+    opts: &DemoOptions,
+) -> Result<()> {
+    let rows = Fleet::new(spec.clone()).registry_rows();
+    crate::sim::produce_rows(base, topic, &rows).await?;
+    let rollout = spec.rollout_round.unwrap_or_default();
     println!(
-        "Done: {} messages, {} windows released, {} dead letters. Run `fleetdp run --config deploy/fleetdp.toml` against a real cluster.",
-        c.messages.load(Ordering::Relaxed),
-        c.windows_released.load(Ordering::Relaxed),
-        c.dead_letters_total()
+        "Device registry: {} rows on `{topic}` (model, region, firmware; 4.2 on a fifth of the fleet, \
+         three fifths after the rollout at hour {rollout}, ≈ {:.0} s in). battery_v is released per \
+         firmware: the simulated 4.2 drains batteries by {} V — watch the two groups part.",
+        rows.len(),
+        rollout as f64 * opts.round_seconds,
+        crate::sim::FIRMWARE_4_2_DRAIN
     );
-    Ok(DemoOutcome {
-        useful: summary.useful(),
-        fleet_useful: fleet_summary.useful(),
-        fleet_releases,
-        summary: text,
-        group_means: groups
-            .iter()
-            .flat_map(|(s, by)| by.iter().map(move |(k, m)| ((s.clone(), k.clone()), m.1)))
-            .collect(),
-        windows_released: c.windows_released.load(Ordering::Relaxed),
-    })
+    Ok(())
+}
+
+/// Serve the status page and `/metrics` on `addr` (a failure is printed,
+/// not fatal: the demo runs without them).
+async fn serve_status(pipeline: &Pipeline, addr: &str) {
+    let state = crate::http::recorder().map(|metrics| {
+        std::sync::Arc::new(crate::http::HttpState {
+            metrics,
+            board: pipeline.board.clone(),
+            config: pipeline.config(),
+            counters: pipeline.counters.clone(),
+        })
+    });
+    let served = match state {
+        Ok(s) => crate::http::serve(addr, s).await,
+        Err(e) => Err(e),
+    };
+    match served {
+        Ok(a) => println!("Status page: http://{a}/ · Prometheus metrics: http://{a}/metrics"),
+        Err(e) => println!("(HTTP listener not started: {e:#})"),
+    }
+}
+
+/// The line printed every 5 s.
+fn progress_line(c: &crate::telemetry::Counters, started: Instant) -> String {
+    format!(
+        "  … {:.0}s: {} messages, {} readings accepted, {} dead letters, {} dropped by the per-device caps \
+         (readings past a device's k per window or W windows per horizon: what bounds its influence), {} windows released",
+        started.elapsed().as_secs_f64(),
+        c.messages.load(Ordering::Relaxed),
+        c.readings_accepted.load(Ordering::Relaxed),
+        c.dead_letters_total(),
+        c.dropped_window_cap.load(Ordering::Relaxed) + c.dropped_horizon_cap.load(Ordering::Relaxed),
+        c.windows_released.load(Ordering::Relaxed),
+    )
 }
 
 #[cfg(test)]

@@ -28,36 +28,7 @@ struct Cli {
 enum Command {
     /// Run everything in process: a mock Kafka, a simulated fleet, the
     /// pipeline and /metrics; prints each release as it lands. No setup.
-    Demo {
-        /// How long to run.
-        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
-        duration: Duration,
-        /// Simulated devices (each reports in two hours of the simulated day;
-        /// the windows scale with the fleet, and so does their accuracy).
-        #[arg(long, default_value_t = fleetdp::demo::DEMO_DEVICES)]
-        devices: usize,
-        /// Real seconds per simulated hour (2.5: a day per minute).
-        #[arg(long, default_value_t = 2.5)]
-        round_seconds: f64,
-        /// Where to serve /metrics ("" to disable).
-        #[arg(long, default_value = "127.0.0.1:9898")]
-        listen: String,
-        /// Seed of the simulated fleet.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Show the same fleet at a tight budget (ε = 0.2 per device per day,
-        /// split evenly) to see what the default's budget buys.
-        #[arg(long)]
-        tight: bool,
-        /// Print every partition's release too (fleet-wide releases are
-        /// always printed).
-        #[arg(long)]
-        partitions: bool,
-        /// The fleet sends its own multi-metric JSON documents (vin, an
-        /// RFC 3339 ts, nested metrics), read through an [input] mapping.
-        #[arg(long)]
-        documents: bool,
-    },
+    Demo(DemoArgs),
     /// Run the service against a Kafka cluster.
     Run {
         /// The TOML configuration (see deploy/fleetdp.toml).
@@ -94,51 +65,13 @@ enum Command {
     Simulate(SimulateArgs),
     /// Print the output topic's releases as they land (as the demo does, or
     /// one JSON document per line). Never commits offsets.
-    Tail {
-        /// The service's TOML configuration (brokers, output topic).
-        #[arg(long, short)]
-        config: PathBuf,
-        #[arg(long, value_enum, default_value_t = TailFormatArg::Table)]
-        format: TailFormatArg,
-        /// Start from the oldest release kept instead of from now.
-        #[arg(long)]
-        from_beginning: bool,
-        /// Stop after this many releases.
-        #[arg(long)]
-        max: Option<u64>,
-        /// Stop after this long without a release (e.g. 30s).
-        #[arg(long, value_parser = humantime::parse_duration)]
-        idle: Option<Duration>,
-        /// Only fleet-wide releases (every partition's window of a seq
-        /// combined), not each partition's.
-        #[arg(long)]
-        fleet: bool,
-    },
+    Tail(TailArgs),
     /// Propose a stream's lower, upper and resolution from a sample of the
     /// input topic, privately: spends its own ε per device (printed first
     /// and recorded in the state topic; count it against the horizon's
     /// budget), refused when this horizon's runs for the stream would pass
     /// the declared budget.
-    Advise {
-        /// The service's TOML configuration (brokers, topics, the stream).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// The [[stream]] to advise on.
-        #[arg(long)]
-        stream: String,
-        /// ε this run spends per device (pure DP), in (0, 100].
-        #[arg(long, default_value_t = 1.0)]
-        epsilon: f64,
-        /// Share of readings the bounds should cover, in [0.5, 0.9999].
-        #[arg(long, default_value_t = 0.99)]
-        coverage: f64,
-        /// Most readings sampled (from the oldest kept), 1 to 10^7.
-        #[arg(long, default_value_t = 1_000_000)]
-        max_readings: u64,
-        /// Readings kept per device (k of the sample), 1 to 10,000.
-        #[arg(long, default_value_t = 1)]
-        max_readings_per_device: u32,
-    },
+    Advise(AdviseArgs),
     /// Write a new random release key (64 hex digits) to a file.
     Keygen {
         #[arg(long)]
@@ -151,6 +84,85 @@ enum Command {
         #[arg(long)]
         config: PathBuf,
     },
+}
+
+/// `fleetdp demo`'s options.
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// How long to run.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Simulated devices (each reports in two hours of the simulated day;
+    /// the windows scale with the fleet, and so does their accuracy).
+    #[arg(long, default_value_t = fleetdp::demo::DEMO_DEVICES)]
+    devices: usize,
+    /// Real seconds per simulated hour (2.5: a day per minute).
+    #[arg(long, default_value_t = 2.5)]
+    round_seconds: f64,
+    /// Where to serve /metrics ("" to disable).
+    #[arg(long, default_value = "127.0.0.1:9898")]
+    listen: String,
+    /// Seed of the simulated fleet.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Show the same fleet at a tight budget (ε = 0.2 per device per day,
+    /// split evenly) to see what the default's budget buys.
+    #[arg(long)]
+    tight: bool,
+    /// Print every partition's release too (fleet-wide releases are
+    /// always printed).
+    #[arg(long)]
+    partitions: bool,
+    /// The fleet sends its own multi-metric JSON documents (vin, an
+    /// RFC 3339 ts, nested metrics), read through an [input] mapping.
+    #[arg(long)]
+    documents: bool,
+}
+
+/// `fleetdp tail`'s options.
+#[derive(clap::Args)]
+struct TailArgs {
+    /// The service's TOML configuration (brokers, output topic).
+    #[arg(long, short)]
+    config: PathBuf,
+    #[arg(long, value_enum, default_value_t = TailFormatArg::Table)]
+    format: TailFormatArg,
+    /// Start from the oldest release kept instead of from now.
+    #[arg(long)]
+    from_beginning: bool,
+    /// Stop after this many releases.
+    #[arg(long)]
+    max: Option<u64>,
+    /// Stop after this long without a release (e.g. 30s).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    idle: Option<Duration>,
+    /// Only fleet-wide releases (every partition's window of a seq
+    /// combined), not each partition's.
+    #[arg(long)]
+    fleet: bool,
+}
+
+/// `fleetdp advise`'s options.
+#[derive(clap::Args)]
+struct AdviseArgs {
+    /// The service's TOML configuration (brokers, topics, the stream).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// The [[stream]] to advise on.
+    #[arg(long)]
+    stream: String,
+    /// ε this run spends per device (pure DP), in (0, 100].
+    #[arg(long, default_value_t = 1.0)]
+    epsilon: f64,
+    /// Share of readings the bounds should cover, in [0.5, 0.9999].
+    #[arg(long, default_value_t = 0.99)]
+    coverage: f64,
+    /// Most readings sampled (from the oldest kept), 1 to 10^7.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_readings: u64,
+    /// Readings kept per device (k of the sample), 1 to 10,000.
+    #[arg(long, default_value_t = 1)]
+    max_readings_per_device: u32,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -208,30 +220,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let log_json = cli.log_json;
     let result = match cli.command {
-        Command::Demo {
-            duration,
-            devices,
-            round_seconds,
-            listen,
-            seed,
-            tight,
-            partitions,
-            documents,
-        } => {
-            init_logging(cli.log_json, "warn");
-            fleetdp::demo::run(fleetdp::demo::DemoOptions {
-                duration,
-                devices,
-                round_seconds,
-                listen: (!listen.is_empty()).then_some(listen),
-                seed,
-                tight,
-                key: None,
-                partitions,
-                documents,
-            })
-            .map(|_| ())
-        }
+        Command::Demo(args) => demo(args, cli.log_json),
         Command::Run {
             config,
             create_topics,
@@ -249,27 +238,7 @@ fn main() -> ExitCode {
             init_logging(cli.log_json, "warn");
             simulate(args)
         }
-        Command::Tail {
-            config,
-            format,
-            from_beginning,
-            max,
-            idle,
-            fleet,
-        } => {
-            init_logging(cli.log_json, "warn");
-            let opts = fleetdp::tail::TailOptions {
-                format: match format {
-                    TailFormatArg::Table => fleetdp::tail::TailFormat::Table,
-                    TailFormatArg::Json => fleetdp::tail::TailFormat::Json,
-                },
-                from_beginning,
-                max,
-                idle,
-                fleet_only: fleet,
-            };
-            tail(config, &opts)
-        }
+        Command::Tail(args) => tail_command(args, cli.log_json),
         Command::Keygen { out } => keygen(out),
         Command::Dashboard { config } => {
             configuration(Config::load(&config).and_then(Config::validate)).and_then(|v| {
@@ -280,26 +249,55 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
-        Command::Advise {
-            config,
-            stream,
-            epsilon,
-            coverage,
-            max_readings,
-            max_readings_per_device,
-        } => {
-            init_logging(cli.log_json, "warn");
-            let opts = fleetdp::advise::AdviseOptions {
-                stream,
-                epsilon,
-                coverage,
-                max_readings,
-                max_readings_per_device,
-            };
-            advise(config, &opts)
-        }
+        Command::Advise(args) => advise_command(args, cli.log_json),
     };
     fleetdp::logs::finish(result, log_json)
+}
+
+/// `fleetdp demo`.
+fn demo(a: DemoArgs, log_json: bool) -> Result<()> {
+    init_logging(log_json, "warn");
+    fleetdp::demo::run(fleetdp::demo::DemoOptions {
+        duration: a.duration,
+        devices: a.devices,
+        round_seconds: a.round_seconds,
+        listen: (!a.listen.is_empty()).then_some(a.listen),
+        seed: a.seed,
+        tight: a.tight,
+        key: None,
+        partitions: a.partitions,
+        documents: a.documents,
+    })
+    .map(|_| ())
+}
+
+/// `fleetdp tail`.
+fn tail_command(a: TailArgs, log_json: bool) -> Result<()> {
+    init_logging(log_json, "warn");
+    let opts = fleetdp::tail::TailOptions {
+        format: match a.format {
+            TailFormatArg::Table => fleetdp::tail::TailFormat::Table,
+            TailFormatArg::Json => fleetdp::tail::TailFormat::Json,
+        },
+        from_beginning: a.from_beginning,
+        max: a.max,
+        idle: a.idle,
+        fleet_only: a.fleet,
+    };
+    tail(a.config, &opts)
+}
+
+/// `fleetdp advise`.
+fn advise_command(a: AdviseArgs, log_json: bool) -> Result<()> {
+    init_logging(log_json, "warn");
+    let opts = fleetdp::advise::AdviseOptions {
+        stream: a.stream,
+        epsilon: a.epsilon,
+        coverage: a.coverage,
+        max_readings: a.max_readings,
+        max_readings_per_device: a.max_readings_per_device,
+    };
+    advise(a.config, &opts)
 }
 
 fn advise(path: PathBuf, opts: &fleetdp::advise::AdviseOptions) -> Result<()> {

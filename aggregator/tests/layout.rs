@@ -123,29 +123,11 @@ fn no_source_file_is_over_the_limit() {
 /// comments not counted).
 const MAX_FN_LINES: usize = 80;
 
-/// The functions over [`MAX_FN_LINES`] today (file, name, lines), each held
-/// to its present length: the list only shrinks. A function split under the
-/// limit must leave it, and none may join it.
-const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("aggregator/src/demo.rs", "run_async", 210),
-    ("aggregator/src/config/security.rs", "properties", 161),
-    ("ingest/src/decoder.rs", "decode", 160),
-    ("aggregator/src/pipeline/consume.rs", "run", 155),
-    ("aggregator/src/advise.rs", "run_with_rng", 137),
-    ("aggregator/src/pipeline/mod.rs", "run", 134),
-    ("aggregator/src/report/mod.rs", "to_text", 133),
-    ("aggregator/src/report/mod.rs", "new", 118),
-    ("aggregator/src/config/mod.rs", "validate", 111),
-    ("aggregator/src/window/mod.rs", "admit_one", 107),
-    ("ingest/src/avro_reader.rs", "value", 102),
-    ("aggregator/src/main.rs", "main", 97),
-    ("ingest/src/described_reader.rs", "merge_field", 95),
-    ("aggregator/dp/src/release/targets.rs", "split", 92),
-    ("aggregator/src/sim/mod.rs", "produce_fleet", 90),
-    ("aggregator/src/dashboard.rs", "stream_panels", 84),
-    ("aggregator/src/report/warnings.rs", "warnings", 84),
-    ("aggregator/src/state/fingerprint.rs", "between", 83),
-];
+/// Functions allowed over [`MAX_FN_LINES`] (file, name, lines, why): none
+/// today. One that must be long (a table that reads best whole) is listed
+/// with its present length and the reason; it is held to that length, a
+/// shrink must lower its cap, and one split under the limit must leave.
+const LONG_FUNCTIONS: &[(&str, &str, usize, &str)] = &[];
 
 /// `code` with the insides of string and char literals blanked (newlines
 /// kept), so braces in them are not counted.
@@ -265,6 +247,18 @@ fn the_function_scan_counts_bodies_not_literals() {
     );
 }
 
+/// The scan measures a long function whole, so the guard below can fail.
+#[test]
+fn the_function_scan_sees_a_long_function() {
+    let body: String = (0..MAX_FN_LINES)
+        .map(|i| format!("    let x{i} = \"}}\";\n"))
+        .collect();
+    let text = format!("fn long() {{\n{body}}}\nfn short() {{}}\n");
+    let found = functions(&text);
+    assert_eq!(found[0], ("long".to_string(), MAX_FN_LINES + 2));
+    assert!(found[0].1 > MAX_FN_LINES);
+}
+
 #[test]
 fn no_function_is_over_the_limit() {
     let files = sources();
@@ -286,10 +280,13 @@ fn no_function_is_over_the_limit() {
     for ((file, name), n) in &found {
         match LONG_FUNCTIONS
             .iter()
-            .find(|(f, m, _)| f == file && m == name)
+            .find(|(f, m, _, _)| f == file && m == name)
         {
-            Some((_, _, cap)) if n <= cap => {}
-            Some((_, _, cap)) => {
+            Some((_, _, cap, _)) if n == cap => {}
+            Some((_, _, cap, _)) if n < cap => wrong.push(format!(
+                "{file}: {name} shrank to {n} lines: lower its cap ({cap}) in LONG_FUNCTIONS"
+            )),
+            Some((_, _, cap, _)) => {
                 wrong.push(format!("{file}: {name} grew to {n} lines (held to {cap})"))
             }
             None => wrong.push(format!(
@@ -297,17 +294,17 @@ fn no_function_is_over_the_limit() {
             )),
         }
     }
-    for (file, name, _) in LONG_FUNCTIONS {
+    for (file, name, _, why) in LONG_FUNCTIONS {
+        assert!(
+            why.len() > 20,
+            "{file}: {name}: LONG_FUNCTIONS names why it is long"
+        );
         if !found.contains_key(&(file.to_string(), name.to_string())) {
             wrong.push(format!(
                 "{file}: {name} is no longer over {MAX_FN_LINES} lines: take it off LONG_FUNCTIONS"
             ));
         }
     }
-    assert!(
-        found.len() >= LONG_FUNCTIONS.len() / 2,
-        "the scan found the long functions: {found:?}"
-    );
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 

@@ -360,40 +360,53 @@ impl Reader<'_> {
             }
             Node::Array(item) | Node::Map(item) => {
                 let is_map = matches!(nodes[n], Node::Map(_));
-                let w = if build { Want::All } else { Want::Nothing };
-                let (mut list, mut map) = (Vec::new(), Map::new());
-                loop {
-                    let count = self.len(true)?;
-                    if count == 0 {
-                        break;
-                    }
-                    if build || self.count_all {
-                        self.built(count)?;
-                    }
-                    // Items of no bytes are all alike: check one.
-                    let count = if !is_map && !build && zero_width(nodes, *item, depth + 1) {
-                        1
-                    } else {
-                        count
-                    };
-                    for _ in 0..count {
-                        if is_map {
-                            let key = self.string()?.to_string();
-                            if let Some(v) = self.value(nodes, *item, depth + 1, tok + 1, w)? {
-                                map.insert(key, v);
-                            }
-                        } else if let Some(v) = self.value(nodes, *item, depth + 1, tok + 1, w)? {
-                            list.push(v);
-                        }
-                    }
-                }
-                if is_map {
-                    Value::Object(map)
-                } else {
-                    Value::Array(list)
-                }
+                self.items(nodes, (*item, is_map), depth, tok, build)?
             }
         };
         Ok(build.then_some(v))
+    }
+
+    /// An array's or map's blocks of items (`item`: their node), each
+    /// counted against the message's bound when it is built.
+    fn items(
+        &mut self,
+        nodes: &[Node],
+        (item, is_map): (usize, bool),
+        depth: usize,
+        tok: usize,
+        build: bool,
+    ) -> Result<Value, String> {
+        let w = if build { Want::All } else { Want::Nothing };
+        let (mut list, mut map) = (Vec::new(), Map::new());
+        loop {
+            let count = self.len(true)?;
+            if count == 0 {
+                break;
+            }
+            if build || self.count_all {
+                self.built(count)?;
+            }
+            // Items of no bytes are all alike: check one.
+            let count = if !is_map && !build && zero_width(nodes, item, depth + 1) {
+                1
+            } else {
+                count
+            };
+            for _ in 0..count {
+                if is_map {
+                    let key = self.string()?.to_string();
+                    if let Some(v) = self.value(nodes, item, depth + 1, tok + 1, w)? {
+                        map.insert(key, v);
+                    }
+                } else if let Some(v) = self.value(nodes, item, depth + 1, tok + 1, w)? {
+                    list.push(v);
+                }
+            }
+        }
+        Ok(if is_map {
+            Value::Object(map)
+        } else {
+            Value::Array(list)
+        })
     }
 }

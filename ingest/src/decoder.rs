@@ -87,61 +87,13 @@ impl Decoder {
                 ),
             ));
         }
-        let mut format = match content_type {
+        let format = match content_type {
             Some(ct) => Format::from_content_type(ct).ok_or_else(|| {
                 Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
             })?,
             None => self.default_format,
         };
-        // The writer's schema a framed Avro payload names (registry mode).
-        let mut fetched: Option<&AvroSchema> = None;
-        let payload = match self.framing {
-            Framing::None => payload,
-            Framing::Confluent => {
-                let protobuf = !matches!(format, Format::Json | Format::Avro);
-                let f = framing::unframe(payload, protobuf)?;
-                if let (Format::Avro, Some(r)) = (format, &self.registry) {
-                    fetched = Some(match r.get(&f.schema_id) {
-                        Some(Ok(a)) => a,
-                        Some(Err(why)) => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!("Schema Registry: schema id {}: {why}", f.schema_id),
-                            ))
-                        }
-                        None => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!(
-                                    "Schema Registry: schema id {} was not fetched",
-                                    f.schema_id
-                                ),
-                            ))
-                        }
-                    });
-                } else if let (Format::Avro, Some(a)) = (format, &self.avro) {
-                    a.check_id(f.schema_id)?;
-                } else if let (true, Some(d)) = (protobuf, &self.described) {
-                    d.check_indexes(&f.indexes)?;
-                    format = Format::Protobuf;
-                } else if protobuf {
-                    // The message index names the message in fleetdp.proto.
-                    format = match f.indexes.as_slice() {
-                        [0] => Format::Protobuf,
-                        [1] => Format::ProtobufBatch,
-                        other => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!(
-                                    "Schema Registry framing: message index {other:?} is not DeviceReading [0] or ReadingBatch [1] of fleetdp.proto"
-                                ),
-                            ))
-                        }
-                    };
-                }
-                f.body
-            }
-        };
+        let (payload, format, fetched) = self.unframe(payload, format)?;
         let raw: Vec<RawReading> = match format {
             Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
                 let (d, m) = (
@@ -191,51 +143,112 @@ impl Decoder {
                 let m = self.mapping.as_ref().expect("matched");
                 m.readings(payload, self.limits.max_readings_per_message)?
             }
-            Format::Json => {
-                let max = self.limits.max_readings_per_message;
-                let list = json::parse(payload, max).map_err(|e| match e {
-                    json::JsonError::TooMany => Rejection::new(
-                        Reason::BatchSize,
-                        format!("more than {max} readings; allowed 1 to {max}"),
-                    ),
-                    json::JsonError::Syntax(e) => {
-                        Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
-                    }
-                })?;
-                let mut out = Vec::with_capacity(list.len());
-                for (i, r) in list.into_iter().enumerate() {
-                    let value = match r.value {
-                        None | Some(serde_json::Value::Null) => None,
-                        Some(serde_json::Value::Number(n)) => n.as_f64(),
-                        Some(serde_json::Value::String(s)) if spelled_not_finite(&s) => {
-                            Some(f64::NAN)
-                        }
-                        Some(_) => {
-                            return Err(Rejection::new(
-                                Reason::Undecodable,
-                                format!("reading {i}: field 'value' is not a number"),
-                            ))
-                        }
-                    };
-                    out.push(RawReading {
-                        device_id: r.device_id,
-                        stream: r.stream,
-                        value,
-                        event_time_ms: r.event_time_ms,
-                        labels: r
-                            .labels
-                            .map(|l| l.into_iter().collect())
-                            .unwrap_or_default(),
-                    });
-                }
-                out
-            }
+            Format::Json => self.json_readings(payload)?,
         };
         self.check_count(raw.len())?;
         raw.into_iter()
             .enumerate()
             .map(|(i, r)| self.validate(i, r))
             .collect()
+    }
+
+    /// The payload inside its framing, the format it is read as (a
+    /// framing's message index may name it) and, for framed Avro in
+    /// registry mode, the writer's schema its id names.
+    fn unframe<'p>(
+        &self,
+        payload: &'p [u8],
+        mut format: Format,
+    ) -> Result<(&'p [u8], Format, Option<&AvroSchema>), Rejection> {
+        let mut fetched: Option<&AvroSchema> = None;
+        let payload = match self.framing {
+            Framing::None => payload,
+            Framing::Confluent => {
+                let protobuf = !matches!(format, Format::Json | Format::Avro);
+                let f = framing::unframe(payload, protobuf)?;
+                if let (Format::Avro, Some(r)) = (format, &self.registry) {
+                    fetched = Some(match r.get(&f.schema_id) {
+                        Some(Ok(a)) => a,
+                        Some(Err(why)) => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!("Schema Registry: schema id {}: {why}", f.schema_id),
+                            ))
+                        }
+                        None => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!(
+                                    "Schema Registry: schema id {} was not fetched",
+                                    f.schema_id
+                                ),
+                            ))
+                        }
+                    });
+                } else if let (Format::Avro, Some(a)) = (format, &self.avro) {
+                    a.check_id(f.schema_id)?;
+                } else if let (true, Some(d)) = (protobuf, &self.described) {
+                    d.check_indexes(&f.indexes)?;
+                    format = Format::Protobuf;
+                } else if protobuf {
+                    // The message index names the message in fleetdp.proto.
+                    format = match f.indexes.as_slice() {
+                        [0] => Format::Protobuf,
+                        [1] => Format::ProtobufBatch,
+                        other => {
+                            return Err(Rejection::new(
+                                Reason::Undecodable,
+                                format!(
+                                    "Schema Registry framing: message index {other:?} is not DeviceReading [0] or ReadingBatch [1] of fleetdp.proto"
+                                ),
+                            ))
+                        }
+                    };
+                }
+                f.body
+            }
+        };
+        Ok((payload, format, fetched))
+    }
+
+    /// The readings of a payload in FleetDP's own JSON (one reading, a
+    /// list or a `readings` batch).
+    fn json_readings(&self, payload: &[u8]) -> Result<Vec<RawReading>, Rejection> {
+        let max = self.limits.max_readings_per_message;
+        let list = json::parse(payload, max).map_err(|e| match e {
+            json::JsonError::TooMany => Rejection::new(
+                Reason::BatchSize,
+                format!("more than {max} readings; allowed 1 to {max}"),
+            ),
+            json::JsonError::Syntax(e) => {
+                Rejection::new(Reason::Undecodable, format!("JSON: {}", json_error(&e)))
+            }
+        })?;
+        let mut out = Vec::with_capacity(list.len());
+        for (i, r) in list.into_iter().enumerate() {
+            let value = match r.value {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::Number(n)) => n.as_f64(),
+                Some(serde_json::Value::String(s)) if spelled_not_finite(&s) => Some(f64::NAN),
+                Some(_) => {
+                    return Err(Rejection::new(
+                        Reason::Undecodable,
+                        format!("reading {i}: field 'value' is not a number"),
+                    ))
+                }
+            };
+            out.push(RawReading {
+                device_id: r.device_id,
+                stream: r.stream,
+                value,
+                event_time_ms: r.event_time_ms,
+                labels: r
+                    .labels
+                    .map(|l| l.into_iter().collect())
+                    .unwrap_or_default(),
+            });
+        }
+        Ok(out)
     }
 
     /// A message must carry 1 to `max_readings_per_message` readings.

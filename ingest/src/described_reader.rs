@@ -298,6 +298,94 @@ fn key_text(k: K, v: &Value) -> String {
     }
 }
 
+impl Walk<'_> {
+    /// A repeated field's items (packed or one at a time) appended to
+    /// what earlier occurrences gave.
+    fn merge_list(
+        &mut self,
+        (kind, packable): (K, bool),
+        (name, build): (&str, bool),
+        wire_type: WireType,
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let mut items = match self.out.remove(name) {
+            Some(Value::Array(a)) if build => a,
+            _ => Vec::new(),
+        };
+        let item_want = if build { Want::All } else { Want::Nothing };
+        if wire_type == WireType::LengthDelimited && packable {
+            let item_type = match kind {
+                K::Double | K::Fixed64 | K::Sfixed64 => WireType::SixtyFourBit,
+                K::Float | K::Fixed32 | K::Sfixed32 => WireType::ThirtyTwoBit,
+                _ => WireType::Varint,
+            };
+            enc::merge_loop(&mut items, buf, ctx, |items, buf, ctx| {
+                let (v, _) = self.value(kind, (2, item_want), None, item_type, buf, ctx)?;
+                if build {
+                    items.push(v);
+                }
+                Ok(())
+            })?;
+        } else {
+            let (v, _) = self.value(kind, (2, item_want), None, wire_type, buf, ctx)?;
+            if build {
+                items.push(v);
+            }
+        }
+        if build && !items.is_empty() {
+            self.out.insert(name.to_string(), Value::Array(items));
+        }
+        Ok(())
+    }
+
+    /// One map entry added to what earlier entries gave (a missing key or
+    /// value takes its type's default).
+    fn merge_map(
+        &mut self,
+        (key, kind): (K, K),
+        (name, build): (&str, bool),
+        buf: &mut impl Buf,
+        ctx: DecodeContext,
+    ) -> Result<(), DecodeError> {
+        let mut entries = match self.out.remove(name) {
+            Some(Value::Object(o)) if build => o,
+            _ => Map::new(),
+        };
+        let item_want = if build { Want::All } else { Want::Nothing };
+        let mut entry: (Option<Value>, Option<Value>) = (None, None);
+        // As prost-reflect: the entry is read whatever the wire
+        // type says.
+        enc::merge_loop(&mut entry, buf, ctx, |entry, buf, ctx| {
+            let (n, wt) = enc::decode_key(buf)?;
+            match n {
+                1 => entry.0 = Some(self.value(key, (2, item_want), None, wt, buf, ctx)?.0),
+                2 => {
+                    let prev = entry.1.take();
+                    entry.1 = Some(self.value(kind, (2, item_want), prev, wt, buf, ctx)?.0);
+                }
+                _ => enc::skip_field(wt, n, buf, ctx)?,
+            }
+            Ok(())
+        })?;
+        if build {
+            let k = match entry.0 {
+                Some(v) => key_text(key, &v),
+                None => default_text(key),
+            };
+            let v = match entry.1 {
+                Some(v) => v,
+                None => default_json(kind),
+            };
+            entries.insert(k, v);
+        }
+        if build && !entries.is_empty() {
+            self.out.insert(name.to_string(), Value::Object(entries));
+        }
+        Ok(())
+    }
+}
+
 impl prost::Message for Walk<'_> {
     fn merge_field(
         &mut self,
@@ -329,70 +417,9 @@ impl prost::Message for Walk<'_> {
                 }
             }
             Shape::List { packable } => {
-                let mut items = match self.out.remove(name) {
-                    Some(Value::Array(a)) if build => a,
-                    _ => Vec::new(),
-                };
-                let item_want = if build { Want::All } else { Want::Nothing };
-                if wire_type == WireType::LengthDelimited && packable {
-                    let item_type = match kind {
-                        K::Double | K::Fixed64 | K::Sfixed64 => WireType::SixtyFourBit,
-                        K::Float | K::Fixed32 | K::Sfixed32 => WireType::ThirtyTwoBit,
-                        _ => WireType::Varint,
-                    };
-                    enc::merge_loop(&mut items, buf, ctx, |items, buf, ctx| {
-                        let (v, _) = self.value(kind, (2, item_want), None, item_type, buf, ctx)?;
-                        if build {
-                            items.push(v);
-                        }
-                        Ok(())
-                    })?;
-                } else {
-                    let (v, _) = self.value(kind, (2, item_want), None, wire_type, buf, ctx)?;
-                    if build {
-                        items.push(v);
-                    }
-                }
-                if build && !items.is_empty() {
-                    self.out.insert(name.to_string(), Value::Array(items));
-                }
+                self.merge_list((kind, packable), (name, build), wire_type, buf, ctx)?
             }
-            Shape::Map { key } => {
-                let mut entries = match self.out.remove(name) {
-                    Some(Value::Object(o)) if build => o,
-                    _ => Map::new(),
-                };
-                let item_want = if build { Want::All } else { Want::Nothing };
-                let mut entry: (Option<Value>, Option<Value>) = (None, None);
-                // As prost-reflect: the entry is read whatever the wire
-                // type says.
-                enc::merge_loop(&mut entry, buf, ctx, |entry, buf, ctx| {
-                    let (n, wt) = enc::decode_key(buf)?;
-                    match n {
-                        1 => entry.0 = Some(self.value(key, (2, item_want), None, wt, buf, ctx)?.0),
-                        2 => {
-                            let prev = entry.1.take();
-                            entry.1 = Some(self.value(kind, (2, item_want), prev, wt, buf, ctx)?.0);
-                        }
-                        _ => enc::skip_field(wt, n, buf, ctx)?,
-                    }
-                    Ok(())
-                })?;
-                if build {
-                    let k = match entry.0 {
-                        Some(v) => key_text(key, &v),
-                        None => default_text(key),
-                    };
-                    let v = match entry.1 {
-                        Some(v) => v,
-                        None => default_json(kind),
-                    };
-                    entries.insert(k, v);
-                }
-                if build && !entries.is_empty() {
-                    self.out.insert(name.to_string(), Value::Object(entries));
-                }
-            }
+            Shape::Map { key } => self.merge_map((key, kind), (name, build), buf, ctx)?,
         }
         Ok(())
     }

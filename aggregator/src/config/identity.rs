@@ -23,10 +23,11 @@
 //! window spends what it spent before, in the same lane). See
 //! docs/DESIGN.md §6.
 
-use crate::dp::release::{PrivacySpec, StreamSpec};
+use crate::dp::release::{Plan, PrivacySpec, StreamSpec};
 use num_rational::BigRational;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Declaration fields that neither place a reading nor change a spend:
 /// `adaptive_quantiles` weighs a window's quantile candidates by the lane's
@@ -63,6 +64,38 @@ pub(crate) struct Inputs<'a> {
     pub per_window: Vec<&'a BigRational>,
     /// The registry topic, for a grouped stream.
     pub registry_topic: Option<&'a str>,
+}
+
+/// Each declared stream's identity in `plan` (by name).
+pub(super) fn of_streams(
+    plan: &Plan,
+    privacy: &PrivacySpec,
+    specs: &[StreamSpec],
+    horizon: std::time::Duration,
+    registry_topic: Option<&str>,
+) -> BTreeMap<String, Arc<PlanIdentity>> {
+    let declared: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    specs
+        .iter()
+        .map(|spec| {
+            let per_window = plan
+                .streams
+                .iter()
+                .filter(|s| s.declared_name() == spec.name)
+                .map(|s| &s.per_window)
+                .collect();
+            let identity = PlanIdentity::new(Inputs {
+                privacy,
+                horizon_ms: horizon.as_millis(),
+                per_horizon: &plan.per_horizon,
+                declared: &declared,
+                spec,
+                per_window,
+                registry_topic,
+            });
+            (spec.name.clone(), Arc::new(identity))
+        })
+        .collect()
 }
 
 impl PlanIdentity {

@@ -152,6 +152,31 @@ impl KafkaConfig {
             .clone()
             .unwrap_or_else(|| format!("{}.state", self.output_topic))
     }
+
+    /// The topics and group named, and four different topics: returns the
+    /// input, output, dead-letter and state topics.
+    fn check(&self) -> Result<[String; 4]> {
+        nonempty("kafka.brokers", &self.brokers)?;
+        nonempty("kafka.input_topic", &self.input_topic)?;
+        nonempty("kafka.output_topic", &self.output_topic)?;
+        nonempty("kafka.dead_letter_topic", &self.dead_letter_topic)?;
+        nonempty("kafka.group_id", &self.group_id)?;
+        let topics = [
+            self.input_topic.clone(),
+            self.output_topic.clone(),
+            self.dead_letter_topic.clone(),
+            self.state_topic(),
+        ];
+        for (i, a) in topics.iter().enumerate() {
+            if topics[i + 1..].contains(a) {
+                bail!("kafka: input_topic, output_topic, dead_letter_topic and state_topic must be four different topics ({a} twice)");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.dead_letters_in_flight) {
+            bail!("kafka.dead_letters_in_flight: must be in [1, 1000000]");
+        }
+        Ok(topics)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -446,27 +471,7 @@ impl Config {
     /// Validate everything and calibrate the plan.
     pub fn validate(mut self) -> Result<Validated> {
         security::merge(self.kafka.security.as_ref(), &mut self.kafka.properties)?;
-        let k = &self.kafka;
-        nonempty("kafka.brokers", &k.brokers)?;
-        nonempty("kafka.input_topic", &k.input_topic)?;
-        nonempty("kafka.output_topic", &k.output_topic)?;
-        nonempty("kafka.dead_letter_topic", &k.dead_letter_topic)?;
-        nonempty("kafka.group_id", &k.group_id)?;
-        let state = k.state_topic();
-        let topics: [&String; 4] = [
-            &k.input_topic,
-            &k.output_topic,
-            &k.dead_letter_topic,
-            &state,
-        ];
-        for (i, a) in topics.iter().enumerate() {
-            if topics[i + 1..].contains(a) {
-                bail!("kafka: input_topic, output_topic, dead_letter_topic and state_topic must be four different topics ({a} twice)");
-            }
-        }
-        if !(1..=1_000_000).contains(&k.dead_letters_in_flight) {
-            bail!("kafka.dead_letters_in_flight: must be in [1, 1000000]");
-        }
+        let topics = self.kafka.check()?;
         if self.http.ready_max_lag < 0 {
             bail!("http.ready_max_lag: must be ≥ 0");
         }
@@ -509,7 +514,7 @@ impl Config {
             .map(|s| s.grouping(&self.dimensions))
             .collect::<Result<Vec<_>>>()?;
         if let Some(r) = &self.registry {
-            r.validate(&topics, groupings.iter().any(Option::is_some))?;
+            r.validate(&topics.each_ref(), groupings.iter().any(Option::is_some))?;
         }
         dimensions::check_private_timing(
             &groupings,
@@ -518,27 +523,8 @@ impl Config {
             (horizon, self.privacy.horizon.trim()),
         )?;
         let plan = plan(&privacy, &specs).map_err(|e| anyhow!("{e}"))?;
-        let identities = specs
-            .iter()
-            .map(|spec| {
-                let per_window = plan
-                    .streams
-                    .iter()
-                    .filter(|s| s.declared_name() == spec.name)
-                    .map(|s| &s.per_window)
-                    .collect();
-                let identity = PlanIdentity::new(identity::Inputs {
-                    privacy: &privacy,
-                    horizon_ms: horizon.as_millis(),
-                    per_horizon: &plan.per_horizon,
-                    declared: &declared,
-                    spec,
-                    per_window,
-                    registry_topic: self.registry.as_ref().map(|r| r.topic.as_str()),
-                });
-                (spec.name.clone(), std::sync::Arc::new(identity))
-            })
-            .collect();
+        let registry_topic = self.registry.as_ref().map(|r| r.topic.as_str());
+        let identities = identity::of_streams(&plan, &privacy, &specs, horizon, registry_topic);
         Ok(Validated {
             config: self,
             plan,

@@ -123,12 +123,23 @@ const MECHANISMS: [&str; 4] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTH
 impl SecurityConfig {
     /// Check the table and return the librdkafka properties it stands for.
     pub(crate) fn properties(&self) -> Result<BTreeMap<String, String>> {
-        let f = "kafka.security";
         let mut p = BTreeMap::new();
+        p.insert(
+            "security.protocol".to_string(),
+            self.protocol.librdkafka().to_string(),
+        );
         let mut set = |k: &str, v: &str| {
             p.insert(k.to_string(), v.to_string());
         };
-        set("security.protocol", self.protocol.librdkafka());
+        self.tls(&mut set)?;
+        self.sasl(&mut set)?;
+        Ok(p)
+    }
+
+    /// The TLS settings: refused without TLS; with it, each file read and
+    /// checked now, and the properties they stand for.
+    fn tls(&self, set: &mut impl FnMut(&str, &str)) -> Result<()> {
+        let f = "kafka.security";
         let tls_field = [
             ("ca_file", self.ca_file.is_some()),
             ("cert_file", self.cert_file.is_some()),
@@ -190,6 +201,13 @@ impl SecurityConfig {
                 },
             );
         }
+        Ok(())
+    }
+
+    /// The SASL settings: refused without SASL; with it, the mechanism and
+    /// its credentials.
+    fn sasl(&self, set: &mut impl FnMut(&str, &str)) -> Result<()> {
+        let f = "kafka.security";
         let sasl_fields = [
             ("sasl_mechanism", self.sasl_mechanism.is_some()),
             ("username", self.username.is_some()),
@@ -203,7 +221,7 @@ impl SecurityConfig {
                     self.protocol.librdkafka()
                 );
             }
-            return Ok(p);
+            return Ok(());
         }
         let Some(mech) = &self.sasl_mechanism else {
             bail!(
@@ -226,44 +244,7 @@ impl SecurityConfig {
         }
         set("sasl.mechanisms", &mech);
         if mech == "OAUTHBEARER" {
-            for (name, given) in [
-                ("username", self.username.is_some()),
-                ("password", self.password.is_some()),
-            ] {
-                if given {
-                    bail!(
-                        "{f}.{name}: not used with OAUTHBEARER (set [kafka.security.oauthbearer])"
-                    );
-                }
-            }
-            let Some(o) = &self.oauthbearer else {
-                bail!("{f}.oauthbearer: required with sasl_mechanism = \"OAUTHBEARER\" (token_endpoint_url, client_id, client_secret)");
-            };
-            for (name, v) in [
-                ("token_endpoint_url", &o.token_endpoint_url),
-                ("client_id", &o.client_id),
-                ("client_secret", &o.client_secret),
-            ] {
-                if v.trim().is_empty() {
-                    bail!("{f}.oauthbearer.{name}: must not be empty");
-                }
-            }
-            if !(o.token_endpoint_url.starts_with("https://")
-                || o.token_endpoint_url.starts_with("http://"))
-            {
-                bail!("{f}.oauthbearer.token_endpoint_url: must be an http(s) URL");
-            }
-            set("sasl.oauthbearer.method", "oidc");
-            set("sasl.oauthbearer.token.endpoint.url", &o.token_endpoint_url);
-            set("sasl.oauthbearer.client.id", &o.client_id);
-            set("sasl.oauthbearer.client.secret", &o.client_secret);
-            if let Some(s) = &o.scope {
-                set("sasl.oauthbearer.scope", s);
-            }
-            if let Some(x) = &o.extensions {
-                set("sasl.oauthbearer.extensions", x);
-            }
-            return Ok(p);
+            return self.oauthbearer(set);
         }
         if self.oauthbearer.is_some() {
             bail!("{f}.oauthbearer: only with sasl_mechanism = \"OAUTHBEARER\"");
@@ -283,7 +264,49 @@ impl SecurityConfig {
             "sasl.password",
             self.password.as_deref().unwrap_or_default(),
         );
-        Ok(p)
+        Ok(())
+    }
+
+    /// OAUTHBEARER through an OIDC token endpoint (no username or
+    /// password).
+    fn oauthbearer(&self, set: &mut impl FnMut(&str, &str)) -> Result<()> {
+        let f = "kafka.security";
+        for (name, given) in [
+            ("username", self.username.is_some()),
+            ("password", self.password.is_some()),
+        ] {
+            if given {
+                bail!("{f}.{name}: not used with OAUTHBEARER (set [kafka.security.oauthbearer])");
+            }
+        }
+        let Some(o) = &self.oauthbearer else {
+            bail!("{f}.oauthbearer: required with sasl_mechanism = \"OAUTHBEARER\" (token_endpoint_url, client_id, client_secret)");
+        };
+        for (name, v) in [
+            ("token_endpoint_url", &o.token_endpoint_url),
+            ("client_id", &o.client_id),
+            ("client_secret", &o.client_secret),
+        ] {
+            if v.trim().is_empty() {
+                bail!("{f}.oauthbearer.{name}: must not be empty");
+            }
+        }
+        if !(o.token_endpoint_url.starts_with("https://")
+            || o.token_endpoint_url.starts_with("http://"))
+        {
+            bail!("{f}.oauthbearer.token_endpoint_url: must be an http(s) URL");
+        }
+        set("sasl.oauthbearer.method", "oidc");
+        set("sasl.oauthbearer.token.endpoint.url", &o.token_endpoint_url);
+        set("sasl.oauthbearer.client.id", &o.client_id);
+        set("sasl.oauthbearer.client.secret", &o.client_secret);
+        if let Some(s) = &o.scope {
+            set("sasl.oauthbearer.scope", s);
+        }
+        if let Some(x) = &o.extensions {
+            set("sasl.oauthbearer.extensions", x);
+        }
+        Ok(())
     }
 }
 

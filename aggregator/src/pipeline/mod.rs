@@ -36,6 +36,7 @@ use crate::status::StatusBoard;
 use crate::telemetry::{budget_gauges, BudgetFigures, Counters};
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::ClientConfig;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -141,58 +142,38 @@ impl Pipeline {
         kafka::client_config(&k.brokers, &k.properties)
     }
 
-    /// Run until `shutdown` turns true; then finish the message in hand,
-    /// commit and return.
-    pub async fn run(&self, shutdown: watch::Receiver<bool>, mut opts: Options) -> Result<()> {
-        let v = &self.v;
-        let kc = &v.config.kafka;
-        let base = self.client_config();
-        crate::telemetry::register_kafka_errors(&kafka::ERROR_KINDS);
+    /// Check every topic now, not when first used (a missing dead-letter
+    /// or state topic would otherwise surface mid-stream); returns the
+    /// input and output topics' partition counts.
+    async fn check_topics(&self, base: &ClientConfig) -> Result<(i32, i32)> {
+        let kc = &self.v.config.kafka;
+        let mut c = base.clone();
+        c.set("group.id", "fleetdp-metadata");
+        let md: BaseConsumer<kafka::Quiet> = c.create_with_context(kafka::Quiet("metadata"))?;
+        let topics = [
+            ("kafka.input_topic", kc.input_topic.clone()),
+            ("kafka.output_topic", kc.output_topic.clone()),
+            ("kafka.dead_letter_topic", kc.dead_letter_topic.clone()),
+            ("kafka.state_topic", kc.state_topic()),
+        ];
+        let brokers = kc.brokers.clone();
+        tokio::task::spawn_blocking(move || -> Result<(i32, i32)> {
+            let t = Duration::from_secs(10);
+            let mut counts = Vec::new();
+            for (field, topic) in &topics {
+                counts.push(
+                    kafka::partition_count(&md, topic, t)
+                        .map_err(|e| kafka::explain_startup(field, topic, &brokers, e))?
+                        as i32,
+                );
+            }
+            Ok((counts[0], counts[1]))
+        })
+        .await?
+    }
 
-        // Where each (stream, partition) resumes is read from the release
-        // ledger whenever partitions are assigned (see `consume`).
-        let mut processor =
-            Processor::new(v, self.counters.clone()).with_release_key(self.key.clone());
-        let budget = v.plan.privacy.budget.per_horizon;
-        budget_gauges(v.plan.streams.iter().map(|s| BudgetFigures {
-            stream: s.spec.name.clone(),
-            unit: v.unit_of(s.declared_name()),
-            window_size: s.spec.window_size,
-            declared: budget * s.spec.budget_share,
-            spent: crate::dp::rational::to_f64(&s.per_horizon()),
-        }));
-        self.spawn_lag_probe(shutdown.clone())?;
-
-        // Every topic is checked now, not when first used: a missing
-        // dead-letter or state topic would otherwise surface mid-stream.
-        let (input_partitions, output_partitions) = {
-            let mut c = base.clone();
-            c.set("group.id", "fleetdp-metadata");
-            let md: BaseConsumer<kafka::Quiet> = c.create_with_context(kafka::Quiet("metadata"))?;
-            let topics = [
-                ("kafka.input_topic", kc.input_topic.clone()),
-                ("kafka.output_topic", kc.output_topic.clone()),
-                ("kafka.dead_letter_topic", kc.dead_letter_topic.clone()),
-                ("kafka.state_topic", kc.state_topic()),
-            ];
-            let brokers = kc.brokers.clone();
-            tokio::task::spawn_blocking(move || -> Result<(i32, i32)> {
-                let t = Duration::from_secs(10);
-                let mut counts = Vec::new();
-                for (field, topic) in &topics {
-                    counts.push(
-                        kafka::partition_count(&md, topic, t)
-                            .map_err(|e| kafka::explain_startup(field, topic, &brokers, e))?
-                            as i32,
-                    );
-                }
-                Ok((counts[0], counts[1]))
-            })
-            .await??
-        };
-        processor.set_input_partitions(input_partitions);
-        self.check_output_timestamps(&base).await;
-
+    /// The producer of releases, dead letters and state records.
+    fn release_producer(&self, base: &ClientConfig) -> Result<kafka::Producer> {
         let mut pc = base.clone();
         // Releases are rare and latency matters: no linger. acks=all and one
         // request in flight keep releases in order per partition. Idempotence
@@ -205,12 +186,78 @@ impl Pipeline {
         // A produce that cannot be delivered fails within this bound (the
         // librdkafka default, 300 s per attempt, kept a broker outage from
         // surfacing for tens of minutes); `kafka.properties` may set it.
-        if !kc.properties.contains_key("message.timeout.ms") {
+        if !self
+            .v
+            .config
+            .kafka
+            .properties
+            .contains_key("message.timeout.ms")
+        {
             pc.set("message.timeout.ms", MESSAGE_TIMEOUT_MS);
         }
-        let producer: kafka::Producer = pc
-            .create_with_context(kafka::Quiet("producer"))
-            .context("creating producer")?;
+        pc.create_with_context(kafka::Quiet("producer"))
+            .context("creating producer")
+    }
+
+    /// The input topic's consumer, subscribed, and the rebalance events it
+    /// reports (`leader` follows whether it holds input partition 0).
+    fn input_consumer(
+        &self,
+        base: &ClientConfig,
+        leader: watch::Sender<bool>,
+    ) -> Result<(StreamConsumer<rebalance::Context>, rebalance::Events)> {
+        let kc = &self.v.config.kafka;
+        let mut cc = base.clone();
+        cc.set("group.id", &kc.group_id)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            // librdkafka pauses a partition's fetching for this long once its
+            // local queue is over `queued.min.messages`; its default (1 s)
+            // leaves a consumer faster than the broker idle most of the time
+            // while it catches up (seen: 130 k vs 330 k readings/s on tansu).
+            .set("fetch.queue.backoff.ms", "20")
+            // Restoring a newly assigned partition's state runs between two
+            // polls; librdkafka's default (5 min) would make a long restore
+            // leave the group and start over. A wedged loop is caught by
+            // the liveness probe (`http.stall_timeout`) instead.
+            .set("max.poll.interval.ms", MAX_POLL_INTERVAL_MS);
+        for (k, val) in &kc.consumer_properties {
+            cc.set(k, val);
+        }
+        let (context, events) = rebalance::channel(leader);
+        let consumer: StreamConsumer<rebalance::Context> = cc
+            .create_with_context(context)
+            .context("creating consumer")?;
+        consumer
+            .subscribe(&[&kc.input_topic])
+            .with_context(|| format!("subscribing to {}", kc.input_topic))?;
+        Ok((consumer, events))
+    }
+
+    /// Run until `shutdown` turns true; then finish the message in hand,
+    /// commit and return.
+    pub async fn run(&self, shutdown: watch::Receiver<bool>, mut opts: Options) -> Result<()> {
+        let v = &self.v;
+        let kc = &v.config.kafka;
+        let base = self.client_config();
+        crate::telemetry::register_kafka_errors(&kafka::ERROR_KINDS);
+
+        // Where each (stream, partition) resumes is read from the release
+        // ledger whenever partitions are assigned (see `consume`).
+        let mut processor =
+            Processor::new(v, self.counters.clone()).with_release_key(self.key.clone());
+        publish_budgets(v);
+        self.spawn_lag_probe(shutdown.clone())?;
+
+        // Every topic is checked now, not when first used: a missing
+        // dead-letter or state topic would otherwise surface mid-stream.
+        let (input_partitions, output_partitions) = self.check_topics(&base).await?;
+        processor.set_input_partitions(input_partitions);
+        self.check_output_timestamps(&base).await;
+
+        let producer = self.release_producer(&base)?;
 
         // The fleet thread stops with the service, or when the consuming
         // loop ends on an error.
@@ -255,32 +302,7 @@ impl Pipeline {
             false => None,
         };
 
-        let mut cc = base.clone();
-        cc.set("group.id", &kc.group_id)
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            // librdkafka pauses a partition's fetching for this long once its
-            // local queue is over `queued.min.messages`; its default (1 s)
-            // leaves a consumer faster than the broker idle most of the time
-            // while it catches up (seen: 130 k vs 330 k readings/s on tansu).
-            .set("fetch.queue.backoff.ms", "20")
-            // Restoring a newly assigned partition's state runs between two
-            // polls; librdkafka's default (5 min) would make a long restore
-            // leave the group and start over. A wedged loop is caught by
-            // the liveness probe (`http.stall_timeout`) instead.
-            .set("max.poll.interval.ms", MAX_POLL_INTERVAL_MS);
-        for (k, val) in &kc.consumer_properties {
-            cc.set(k, val);
-        }
-        let (context, events) = rebalance::channel(leader);
-        let consumer: StreamConsumer<rebalance::Context> = cc
-            .create_with_context(context)
-            .context("creating consumer")?;
-        consumer
-            .subscribe(&[&kc.input_topic])
-            .with_context(|| format!("subscribing to {}", kc.input_topic))?;
+        let (consumer, events) = self.input_consumer(&base, leader)?;
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
         let result = consume::Consuming::new(
             self,
@@ -383,4 +405,16 @@ async fn close(consumer: StreamConsumer<rebalance::Context>) {
             "leaving the consumer group did not finish; the broker expires the session"
         );
     }
+}
+
+/// Each stream's budget per horizon, declared and spent, as gauges.
+fn publish_budgets(v: &Validated) {
+    let budget = v.plan.privacy.budget.per_horizon;
+    budget_gauges(v.plan.streams.iter().map(|s| BudgetFigures {
+        stream: s.spec.name.clone(),
+        unit: v.unit_of(s.declared_name()),
+        window_size: s.spec.window_size,
+        declared: budget * s.spec.budget_share,
+        spent: crate::dp::rational::to_f64(&s.per_horizon()),
+    }));
 }

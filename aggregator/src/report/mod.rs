@@ -3,6 +3,7 @@
 //! the expected 95% interval half-width in metric units, and the figures it
 //! would release mostly as noise ([`PlanWarning`]).
 
+mod text;
 pub(crate) mod warnings;
 
 pub use warnings::{PlanWarning, USEFUL_SHARE};
@@ -10,9 +11,8 @@ pub use warnings::{PlanWarning, USEFUL_SHARE};
 use crate::config::Validated;
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
 use crate::dp::rational;
-use crate::dp::release::StatKind;
+use crate::dp::release::{StatKind, StreamPlan};
 use serde::Serialize;
-use std::fmt::Write;
 
 #[derive(Debug, Serialize)]
 pub struct PlanReport {
@@ -203,104 +203,12 @@ impl PlanReport {
         let streams: Vec<StreamReport> = plan
             .streams
             .iter()
-            .enumerate()
             // A grouped stream once (its groups share one plan).
-            .filter(|(_, s)| s.group.as_ref().is_none_or(|g| g.index == 0))
-            .map(|(i, s)| {
-                let g = s.group.as_ref().map_or(1, |g| g.max_groups_per_device);
-                // A device pays for up to G·W windows.
-                let w = s.spec.max_windows_per_device as f64 * g as f64;
-                StreamReport {
-                    name: s.declared_name().to_string(),
-                    groups: s.group.as_ref().map(|g| GroupsReport {
-                        keys: s
-                            .spec
-                            .groups
-                            .as_ref()
-                            .map(|x| x.keys.clone())
-                            .unwrap_or_default(),
-                        max_groups_per_device: g.max_groups_per_device,
-                        private_keys: s.selection.as_ref().and_then(|sel| {
-                            let p = s.spec.groups.as_ref()?.private.as_ref()?;
-                            Some(PrivateKeysReport {
-                                dimension: p.dimension.clone(),
-                                max_keys: p.max_keys,
-                                spent_per_horizon: rational::to_f64(&sel.spent),
-                                delta: p.delta,
-                                threshold: sel.mechanism.threshold as i64,
-                                devices_for_50_percent: sel.mechanism.devices_for(0.5),
-                                devices_for_99_percent: sel.mechanism.devices_for(0.99),
-                            })
-                        }),
-                    }),
-                    window_size: s.spec.window_size,
-                    window_seconds: v.plan.streams[i].spec.window_ms.map(|ms| ms as f64 / 1e3),
-                    window: v
-                        .config
-                        .streams
-                        .iter()
-                        .find(|c| c.name == s.declared_name())
-                        .and_then(|c| c.window.as_deref())
-                        .map(|w| w.trim().to_string()),
-                    max_readings_per_device: s.spec.max_readings_per_device,
-                    max_windows_per_device: s.spec.max_windows_per_device,
-                    spent_per_window: rational::to_f64(&s.per_window),
-                    spent_per_horizon: rational::to_f64(&s.per_horizon()),
-                    running: running_report(s),
-                    statistics: s
-                        .describe()
-                        .into_iter()
-                        .map(|d| (d.name.clone(), d))
-                        .map(|(name, d)| StatisticReport {
-                            name: d.name,
-                            level: d.level,
-                            mechanism: d.mechanism,
-                            sensitivity: d.sensitivity,
-                            scale: d.scale,
-                            spent_per_window: d.spent,
-                            spent_per_horizon: d.spent * w,
-                            // The std is targeted through its variance.
-                            target_95: s
-                                .spec
-                                .target_error
-                                .iter()
-                                .find(|(k, _)| k.name() == name)
-                                .map(|t| t.1),
-                            variance_target_95: (name == "std")
-                                .then(|| {
-                                    s.spec
-                                        .target_error
-                                        .iter()
-                                        .find(|(k, _)| *k == StatKind::Variance)
-                                        .map(|t| t.1)
-                                })
-                                .flatten(),
-                            half_width_95: d.half_width,
-                            rank_half_width_95: d.rank_half_width,
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
-        let zcdp = b.measure == Measure::Zcdp;
-        let warnings = streams
-            .iter()
-            .flat_map(|r: &StreamReport| {
-                let s = plan.streams.iter().find(|s| s.declared_name() == r.name);
-                let unit = v.config.streams.iter().find(|c| c.name == r.name);
-                let declared = s.map(|s| warnings::Declared {
-                    lower: s.spec.lower,
-                    upper: s.spec.upper,
-                    unit: unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
-                    bins: s.spec.histogram_edges.len().saturating_sub(1),
-                });
-                declared
-                    .map(|d| warnings::warnings(r, &d, zcdp, b.per_horizon))
-                    .unwrap_or_default()
-            })
+            .filter(|s| s.group.as_ref().is_none_or(|g| g.index == 0))
+            .map(|s| stream_report(v, s))
             .collect();
         PlanReport {
-            warnings,
+            warnings: plan_warnings(v, &streams),
             relation: plan.privacy.relation.to_string(),
             measure: match b.measure {
                 Measure::Pure => "pure".into(),
@@ -317,141 +225,110 @@ impl PlanReport {
             streams,
         }
     }
+}
 
-    /// A human-readable table.
-    pub fn to_text(&self) -> String {
-        let unit = if self.measure == "pure" { "ε" } else { "ρ" };
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "relation {} · {} DP · budget {unit} = {} per device per {} · plan spends {unit} = {}{}{}",
-            self.relation,
-            self.measure,
-            sig(self.budget_per_horizon),
-            self.horizon,
-            sig(self.spent_per_horizon),
-            self.epsilon_at_delta
-                .map(|e| format!(" (≈ ε = {} at δ = {:e})", sig(e), self.delta))
+/// A planned stream's report (a grouped stream's first group stands for
+/// all of them).
+fn stream_report(v: &Validated, s: &StreamPlan) -> StreamReport {
+    StreamReport {
+        name: s.declared_name().to_string(),
+        groups: s.group.as_ref().map(|g| GroupsReport {
+            keys: s
+                .spec
+                .groups
+                .as_ref()
+                .map(|x| x.keys.clone())
                 .unwrap_or_default(),
-            if self.key_selection_delta > 0.0 {
-                format!(" + δ = {:e} for private key selection", self.key_selection_delta)
-            } else {
-                String::new()
-            }
-        );
-        for s in &self.streams {
-            let _ = writeln!(
-                out,
-                "\nstream {}: {}, k = {}, W = {}; {unit} per window {}, per horizon {}",
-                s.name,
-                match &s.window {
-                    Some(t) => format!("time windows of {t} (size private, counted with noise)"),
-                    None => format!("n = {}", s.window_size),
-                },
-                s.max_readings_per_device,
-                s.max_windows_per_device,
-                sig(s.spent_per_window),
-                sig(s.spent_per_horizon)
-            );
-            if let Some(g) = &s.groups {
-                let _ = writeln!(
-                    out,
-                    "  per group, {} groups ({}); a device counts in at most G = {} per horizon, so it pays for G·W windows",
-                    g.keys.len(),
-                    g.keys.join(", "),
-                    g.max_groups_per_device
-                );
-                if let Some(k) = &g.private_keys {
-                    let _ = writeln!(
-                        out,
-                        "  private keys of {}: at most {} released (#1…#{}, bound when selected); selection {unit} = {} per horizon, δ = {:e}; \
-                         a key needs {} devices in a horizon (on its partition) to be released with 50% probability, {} with 99% (noisy count ≥ {}); \
-                         released from two horizons after its selection",
-                        k.dimension,
-                        k.max_keys,
-                        k.max_keys,
-                        sig(k.spent_per_horizon),
-                        k.delta,
-                        k.devices_for_50_percent,
-                        k.devices_for_99_percent,
-                        k.threshold
-                    );
-                }
-            }
-            let _ = writeln!(
-                out,
-                "  {:<14} {:<18} {:>12} {:>12} {:>12} {:>12} {:>12}",
-                "statistic",
-                "mechanism",
-                "sensitivity",
-                "scale",
-                format!("{unit}/window"),
-                format!("{unit}/horizon"),
-                "95% ± "
-            );
-            for st in &s.statistics {
-                let name = match st.level {
-                    Some(q) => format!("{}({q})", st.name),
-                    None => st.name.clone(),
-                };
-                let hw = st
-                    .half_width_95
-                    .map(|h| format!("{h:.4}"))
-                    .or(st.rank_half_width_95.map(|r| format!("ranks {r:.1}")))
-                    .unwrap_or_else(|| "-".into());
-                let hw = match (st.target_95, st.variance_target_95) {
-                    (Some(t), _) => format!("{hw} (target {t})"),
-                    (None, Some(t)) => format!("{hw} (variance target {t})"),
-                    (None, None) => hw,
-                };
-                let _ = writeln!(
-                    out,
-                    "  {:<14} {:<18} {:>12.4} {:>12.4} {:>12.6} {:>12.6} {:>12}",
-                    name,
-                    st.mechanism,
-                    st.sensitivity,
-                    st.scale,
-                    st.spent_per_window,
-                    st.spent_per_horizon,
-                    hw
-                );
-            }
-            for r in &s.running {
-                let _ = writeln!(
-                    out,
-                    "  running {} ({}, {unit}/horizon {}, tuned for {} windows): std of the noise after",
-                    r.name, r.mechanism, sig(r.spent_per_horizon), r.lifetime_windows
-                );
-                let _ = writeln!(
-                    out,
-                    "    {:>10} {:>14} {:>22} {:>18}",
-                    "windows", "this", "summed per-window", "plain tree"
-                );
-                let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.4}"));
-                for e in &r.error {
-                    let _ = writeln!(
-                        out,
-                        "    {:>10} {:>14} {:>22.4} {:>18}",
-                        e.windows,
-                        f(e.std),
-                        e.std_summed_windows,
-                        f(e.std_plain_tree)
-                    );
-                }
-            }
-        }
-        if !self.warnings.is_empty() {
-            let _ = writeln!(
-                out,
-                "\nwarnings ({} figure(s) mostly noise; `plan --strict` fails on them):",
-                self.warnings.len()
-            );
-            for w in &self.warnings {
-                let _ = writeln!(out, "  {}", w.message);
-            }
-        }
-        out
+            max_groups_per_device: g.max_groups_per_device,
+            private_keys: private_keys_report(s),
+        }),
+        window_size: s.spec.window_size,
+        window_seconds: s.spec.window_ms.map(|ms| ms as f64 / 1e3),
+        window: v
+            .config
+            .streams
+            .iter()
+            .find(|c| c.name == s.declared_name())
+            .and_then(|c| c.window.as_deref())
+            .map(|w| w.trim().to_string()),
+        max_readings_per_device: s.spec.max_readings_per_device,
+        max_windows_per_device: s.spec.max_windows_per_device,
+        spent_per_window: rational::to_f64(&s.per_window),
+        spent_per_horizon: rational::to_f64(&s.per_horizon()),
+        running: running_report(s),
+        statistics: statistics_report(s),
     }
+}
+
+/// A slot stream's private keys: what selecting them costs and how many
+/// devices a key needs to be released.
+fn private_keys_report(s: &StreamPlan) -> Option<PrivateKeysReport> {
+    let sel = s.selection.as_ref()?;
+    let p = s.spec.groups.as_ref()?.private.as_ref()?;
+    Some(PrivateKeysReport {
+        dimension: p.dimension.clone(),
+        max_keys: p.max_keys,
+        spent_per_horizon: rational::to_f64(&sel.spent),
+        delta: p.delta,
+        threshold: sel.mechanism.threshold as i64,
+        devices_for_50_percent: sel.mechanism.devices_for(0.5),
+        devices_for_99_percent: sel.mechanism.devices_for(0.99),
+    })
+}
+
+/// Each statistic's mechanism, spend and expected 95% half-width.
+fn statistics_report(s: &StreamPlan) -> Vec<StatisticReport> {
+    let g = s.group.as_ref().map_or(1, |g| g.max_groups_per_device);
+    // A device pays for up to G·W windows.
+    let w = s.spec.max_windows_per_device as f64 * g as f64;
+    let target = |kind: &dyn Fn(StatKind) -> bool| {
+        s.spec
+            .target_error
+            .iter()
+            .find(|(k, _)| kind(*k))
+            .map(|t| t.1)
+    };
+    s.describe()
+        .into_iter()
+        .map(|d| StatisticReport {
+            target_95: target(&|k| k.name() == d.name),
+            // The std is targeted through its variance.
+            variance_target_95: (d.name == "std")
+                .then(|| target(&|k| k == StatKind::Variance))
+                .flatten(),
+            name: d.name,
+            level: d.level,
+            mechanism: d.mechanism,
+            sensitivity: d.sensitivity,
+            scale: d.scale,
+            spent_per_window: d.spent,
+            spent_per_horizon: d.spent * w,
+            half_width_95: d.half_width,
+            rank_half_width_95: d.rank_half_width,
+        })
+        .collect()
+}
+
+/// The figures the plan would release mostly as noise.
+fn plan_warnings(v: &Validated, streams: &[StreamReport]) -> Vec<PlanWarning> {
+    let b = &v.plan.privacy.budget;
+    let zcdp = b.measure == Measure::Zcdp;
+    streams
+        .iter()
+        .flat_map(|r| {
+            let s = v.plan.streams.iter().find(|s| s.declared_name() == r.name);
+            let unit = v.config.streams.iter().find(|c| c.name == r.name);
+            let declared = s.map(|s| warnings::Declared {
+                lower: s.spec.lower,
+                upper: s.spec.upper,
+                unit: unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
+                bins: s.spec.histogram_edges.len().saturating_sub(1),
+            });
+            declared
+                .map(|d| warnings::warnings(r, &d, zcdp, b.per_horizon))
+                .unwrap_or_default()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -84,28 +84,7 @@ pub fn warnings(s: &StreamReport, range: &Declared, zcdp: bool, budget: f64) -> 
         if hw <= bound * (1.0 + 1e-9) {
             continue;
         }
-        let factor = hw / bound;
-        let (budget_factor, w_factor) = if zcdp {
-            (factor * factor, factor * factor)
-        } else {
-            (factor, factor)
-        };
-        let w = s.max_windows_per_device as f64;
-        let mut fixes = Vec::new();
-        if let (Some(need), None) = (n_needed, s.window_seconds) {
-            fixes.push(format!("windows of n ≥ {need:.0}"));
-        }
-        fixes.push(format!(
-            "a budget {budget_factor:.1}× larger ({} = {:.3} per device per horizon)",
-            if zcdp { "ρ" } else { "ε" },
-            budget * budget_factor
-        ));
-        if w / w_factor >= 1.0 {
-            fixes.push(format!(
-                "W ≤ {:.0} windows per device per horizon (max_windows_per_device, now {w:.0})",
-                (w / w_factor).floor()
-            ));
-        }
+        let fixes = fixes(s, hw / bound, n_needed, (zcdp, budget));
         let name = label(st);
         // A histogram's half-width is in readings per bin.
         let shown = if st.name == "histogram" {
@@ -126,6 +105,40 @@ pub fn warnings(s: &StreamReport, range: &Declared, zcdp: bool, budget: f64) -> 
         });
     }
     out
+}
+
+/// What would bring a statistic's half-width down by `factor`: windows
+/// of the `n_needed` readings (count windows), a larger budget (the
+/// half-width scales as 1/ε, or 1/√ρ under zCDP) or fewer windows per
+/// device (as W, or √W).
+fn fixes(
+    s: &StreamReport,
+    factor: f64,
+    n_needed: Option<f64>,
+    (zcdp, budget): (bool, f64),
+) -> Vec<String> {
+    let (budget_factor, w_factor) = if zcdp {
+        (factor * factor, factor * factor)
+    } else {
+        (factor, factor)
+    };
+    let w = s.max_windows_per_device as f64;
+    let mut fixes = Vec::new();
+    if let (Some(need), None) = (n_needed, s.window_seconds) {
+        fixes.push(format!("windows of n ≥ {need:.0}"));
+    }
+    fixes.push(format!(
+        "a budget {budget_factor:.1}× larger ({} = {:.3} per device per horizon)",
+        if zcdp { "ρ" } else { "ε" },
+        budget * budget_factor
+    ));
+    if w / w_factor >= 1.0 {
+        fixes.push(format!(
+            "W ≤ {:.0} windows per device per horizon (max_windows_per_device, now {w:.0})",
+            (w / w_factor).floor()
+        ));
+    }
+    fixes
 }
 
 fn label(st: &StatisticReport) -> String {

@@ -447,15 +447,14 @@ pub async fn produce_fleet(
     mut shutdown: tokio::sync::watch::Receiver<bool>,
     mut on_progress: impl FnMut(u64),
 ) -> Result<u64> {
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    use rdkafka::producer::{DefaultProducerContext, Producer};
     let mut pc = config.clone();
     // Devices are placed as Kafka's Java clients place them (the service's
     // default `kafka.input_partitioner = "murmur2"`).
     pc.set("linger.ms", "5")
         .set("partitioner", "murmur2_random")
         .set("queue.buffering.max.messages", "1000000");
-    let producer: ThreadedProducer<DefaultProducerContext> =
+    let producer: rdkafka::producer::ThreadedProducer<DefaultProducerContext> =
         pc.create().context("creating producer")?;
     let started = Instant::now();
     let mut sent = 0u64;
@@ -476,38 +475,7 @@ pub async fn produce_fleet(
         };
         let due = limit.map_or(due, |l| due.min(l));
         while sent < due {
-            let m = fleet.next_message();
-            if let Some(registry) = fleet.spec.registry_topic.clone() {
-                for (k, v) in fleet.take_registry_updates() {
-                    let r = BaseRecord::<String, Vec<u8>>::to(&registry)
-                        .key(&k)
-                        .payload(&v);
-                    if let Err((e, _)) = producer.send(r) {
-                        return Err(anyhow!("producing to {registry}: {e}"));
-                    }
-                }
-            }
-            let headers = OwnedHeaders::new().insert(Header {
-                key: crate::kafka::CONTENT_TYPE,
-                value: Some(m.content_type),
-            });
-            let mut record = BaseRecord::to(topic)
-                .key(&m.key)
-                .payload(&m.payload)
-                .headers(headers);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((
-                        rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
-                        r,
-                    )) => {
-                        record = r;
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    Err((e, _)) => return Err(anyhow!("producing to {topic}: {e}")),
-                }
-            }
+            send_next(&producer, topic, fleet).await?;
             sent += 1;
         }
         if last_report.elapsed() >= Duration::from_secs(1) {
@@ -529,6 +497,49 @@ pub async fn produce_fleet(
         .context("flushing the simulator's producer")?;
     on_progress(sent);
     Ok(sent)
+}
+
+/// Produce the fleet's next message to `topic` (waiting while the
+/// producer's queue is full), after the registry rows it changed.
+async fn send_next(
+    producer: &rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext>,
+    topic: &str,
+    fleet: &mut Fleet,
+) -> Result<()> {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::BaseRecord;
+    let m = fleet.next_message();
+    if let Some(registry) = fleet.spec.registry_topic.clone() {
+        for (k, v) in fleet.take_registry_updates() {
+            let r = BaseRecord::<String, Vec<u8>>::to(&registry)
+                .key(&k)
+                .payload(&v);
+            if let Err((e, _)) = producer.send(r) {
+                return Err(anyhow!("producing to {registry}: {e}"));
+            }
+        }
+    }
+    let headers = OwnedHeaders::new().insert(Header {
+        key: crate::kafka::CONTENT_TYPE,
+        value: Some(m.content_type),
+    });
+    let mut record = BaseRecord::to(topic)
+        .key(&m.key)
+        .payload(&m.payload)
+        .headers(headers);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
+                record = r;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Err((e, _)) => return Err(anyhow!("producing to {topic}: {e}")),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -117,53 +117,7 @@ impl PlanChange {
             ));
             return (!changed.is_empty()).then_some(PlanChange { changed });
         }
-        let fields: [(&str, String, String); 9] = [
-            (
-                "privacy.horizon (ms)",
-                recorded.horizon_ms.to_string(),
-                now.horizon_ms.to_string(),
-            ),
-            (
-                "privacy.relation",
-                recorded.relation.clone(),
-                now.relation.clone(),
-            ),
-            (
-                "privacy.measure",
-                recorded.measure.clone(),
-                now.measure.clone(),
-            ),
-            (
-                "max_windows_per_device",
-                recorded.max_windows_per_device.to_string(),
-                now.max_windows_per_device.to_string(),
-            ),
-            (
-                "max_readings_per_device",
-                recorded.max_readings_per_device.to_string(),
-                now.max_readings_per_device.to_string(),
-            ),
-            (
-                "window_size",
-                recorded.window_size.to_string(),
-                now.window_size.to_string(),
-            ),
-            (
-                "window (ms)",
-                recorded.window_ms.to_string(),
-                now.window_ms.to_string(),
-            ),
-            (
-                "the stream's spend per window (budget, budget_share, statistics)",
-                recorded.per_window.clone(),
-                now.per_window.clone(),
-            ),
-            (
-                "the spend per horizon (privacy budget)",
-                recorded.per_horizon.clone(),
-                now.per_horizon.clone(),
-            ),
-        ];
+        let fields = compared_fields(recorded, now);
         for (name, a, b) in fields {
             cmp(name, a, b);
         }
@@ -199,6 +153,40 @@ impl PlanChange {
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// The fields a fingerprint recorded before settings were kept is
+/// compared by, each named as an operator would look for it:
+/// (name, recorded, now).
+fn compared_fields(
+    recorded: &proto::v1::PlanFingerprint,
+    now: &proto::v1::PlanFingerprint,
+) -> Vec<(&'static str, String, String)> {
+    type Get = fn(&proto::v1::PlanFingerprint) -> String;
+    let fields: [(&str, Get); 9] = [
+        ("privacy.horizon (ms)", |f| f.horizon_ms.to_string()),
+        ("privacy.relation", |f| f.relation.clone()),
+        ("privacy.measure", |f| f.measure.clone()),
+        ("max_windows_per_device", |f| {
+            f.max_windows_per_device.to_string()
+        }),
+        ("max_readings_per_device", |f| {
+            f.max_readings_per_device.to_string()
+        }),
+        ("window_size", |f| f.window_size.to_string()),
+        ("window (ms)", |f| f.window_ms.to_string()),
+        (
+            "the stream's spend per window (budget, budget_share, statistics)",
+            |f| f.per_window.clone(),
+        ),
+        ("the spend per horizon (privacy budget)", |f| {
+            f.per_horizon.clone()
+        }),
+    ];
+    fields
+        .into_iter()
+        .map(|(name, get)| (name, get(recorded), get(now)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -72,6 +72,30 @@ pub(super) fn split(
             ),
         ));
     }
+    let weights: Vec<BigRational> = (0..ms.len()).map(weight).collect();
+    let untargeted = need.iter().filter(|n| n.is_none()).count();
+    exact_parts(&need, total, &weights, floor).map_err(|each| {
+        field_err(
+            spec,
+            "target_error",
+            format!(
+                "the targets ({}) leave {what} = {each:e} for each of the {untargeted} untargeted measurements, \
+                 below the floor {floor:e}: loosen a target, target those statistics too, or raise the budget",
+                wants.join(", "),
+            ),
+        )
+    })
+}
+
+/// The exact parts of `total` for measurements that `need` a spend (a
+/// target's) and the rest shared by `weights` among those that do not;
+/// `Err`: what each untargeted weight would get, below `floor`.
+fn exact_parts(
+    need: &[Option<f64>],
+    total: &BigRational,
+    weights: &[BigRational],
+    floor: f64,
+) -> Result<Vec<BigRational>, f64> {
     // Exact parts: each need rounded up a little (the search stops within
     // 10⁻⁹ of the boundary), the rest from what the needs leave.
     let parts: Vec<Option<BigRational>> = need
@@ -97,27 +121,18 @@ pub(super) fn split(
             .map(|p| p.expect("targeted") * &f)
             .collect());
     }
-    let untargeted_weight: BigRational = (0..ms.len())
+    let untargeted_weight: BigRational = (0..parts.len())
         .filter(|&i| parts[i].is_none())
-        .map(weight)
+        .map(|i| weights[i].clone())
         .sum();
     let each = rest / untargeted_weight;
     if rational::to_f64(&each) < floor {
-        return Err(field_err(
-            spec,
-            "target_error",
-            format!(
-                "the targets ({}) leave {what} = {:e} for each of the {untargeted} untargeted measurements, \
-                 below the floor {floor:e}: loosen a target, target those statistics too, or raise the budget",
-                wants.join(", "),
-                rational::to_f64(&each)
-            ),
-        ));
+        return Err(rational::to_f64(&each));
     }
     Ok(parts
         .into_iter()
         .enumerate()
-        .map(|(i, p)| p.unwrap_or_else(|| &each * weight(i)))
+        .map(|(i, p)| p.unwrap_or_else(|| &each * &weights[i]))
         .collect())
 }
 
