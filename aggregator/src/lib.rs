@@ -3,37 +3,51 @@
 //! The crate is split into a pure privacy core ([`dp`], its own crate
 //! `aggregator/dp`, no Kafka, tokio or I/O) and the service around it.
 //!
+//! # Folders by role
+//!
+//! Each folder is one role, and a folder names only folders below it
+//! (docs/DESIGN.md §9, checked by `tests/layout.rs`): `telemetry`, `clock`
+//! and `faults` at the bottom; [`clients`] (Kafka, the Schema Registry,
+//! partitioners); [`config`] (the TOML file and its bounds); [`engine`]
+//! (per message, no Kafka: process, route, window) and [`serve`] (HTTP,
+//! the status board); [`state`] (the durable protocol); [`runtime`] (the
+//! Kafka side: the pipeline, fleet-wide releases, the registry follower);
+//! [`commands`] (plan, advise, dashboard, demo, simulate, tail). The public
+//! modules are also re-exported at the crate root under their own names.
+//!
 //! # The path of a reading
 //!
-//! File by file (docs/DESIGN.md §2; the table of every module is §9):
+//! Thirteen files, in the order a reading meets them (two returns: to the
+//! processor to apply it, to the loop to commit it):
 //!
-//! 1. `pipeline/consume.rs` receives a Kafka message; `process/`
-//!    ([`Processor`]) decodes it (`ingest`), validates it, top-codes each
-//!    reading to its stream's universe ([`dp::universe`]) and checks the
-//!    device's partition ([`Partitioner`]);
-//! 2. `window/` ([`Windower`]) checks lateness and the per-device caps
-//!    (`devices.rs` holds the counts) and puts the reading in its lane's
-//!    window;
-//! 3. a closed window ([`ClosedWindow`]) is released by `pipeline/release.rs`:
-//!    its lane's carried state stepped by `state/lane.rs`, noise and
-//!    statistics from [`dp::release`], the published form from
-//!    [`pipeline::build_release`], and the writes in the order [`state`]
-//!    owns (charges, release, ledger);
-//! 4. `pipeline/offsets.rs` commits the input offset once everything before
-//!    it is acknowledged; rejected messages go through
-//!    `pipeline/dead_letter.rs` first;
-//! 5. [`telemetry`] counts it all, [`http`] serves `/metrics`, the probes
-//!    and the status page from `status.rs`;
-//! 6. [`registry`] follows the device registry topic (dimension values of
-//!    grouped streams; `config/dimensions.rs` turns them into a group);
-//!    [`keys`] selects the values of private dimensions that get slots;
-//! 7. [`fleet`] reads the releases back from the output topic and publishes
-//!    each window seq's fleet-wide combination.
+//! 1. `runtime/pipeline/consume.rs`: the loop receives a Kafka message and
+//!    prepares it, two messages before applying it;
+//! 2. `engine/process/mod.rs` ([`Processor::prepare`]): decodes it,
+//!    top-codes each reading to its stream's universe ([`dp::universe`]),
+//!    checks the device's partition and stages the readings;
+//! 3. `ingest/src/decoder.rs`: format, framing, limits and validation;
+//! 4. `engine/process/router.rs`: the reading's planned stream (its group,
+//!    from labels or the registry's replica; its private key's slot);
+//! 5. back in `engine/process/mod.rs` ([`Processor::apply`]): each staged
+//!    reading is offered to the windower;
+//! 6. `engine/window/mod.rs` ([`Windower`]): the reading's lane;
+//! 7. `engine/window/admit.rs`: its window or why none (replay, lateness),
+//!    the caps (`k`, `W`, `G`) and the charge;
+//! 8. `engine/devices.rs`: the device's counts in its lane;
+//! 9. `engine/window/lane.rs`: a full or due window closes
+//!    ([`ClosedWindow`]);
+//! 10. `runtime/pipeline/release.rs`: the release owner steps the lane and
+//!     builds the published form ([`runtime::pipeline::build_release`]);
+//! 11. `state/lane.rs`: what the lane carries to its next window;
+//! 12. `aggregator/dp/src/release/window.rs`: noise and statistics
+//!     ([`dp::release`]);
+//! 13. `state/mod.rs`: the writes in their order (charges, release, ledger);
+//! 14. back in `runtime/pipeline/consume.rs`, `runtime/pipeline/offsets.rs`:
+//!     the input offset is committed once everything before it is
+//!     acknowledged (rejected messages are dead-lettered first);
 //!
-//! Around it: [`config`] (the TOML file and its bounds), [`kafka`] (clients,
-//! topics), [`report`] (`fleetdp plan`), [`sim`] and [`demo`], [`faults`]
-//! (crash points for the crash test), [`logs`] (the command's log
-//! format and exit codes), [`dashboard`] (`fleetdp dashboard`).
+//! and `telemetry.rs` counts it all, `serve/http.rs` serves it (fifteen in
+//! all).
 //!
 //! # Glossary
 //!
@@ -59,39 +73,31 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-pub mod advise;
+pub mod clients;
+pub mod commands;
 pub mod config;
-pub mod dashboard;
-pub mod demo;
+pub mod engine;
 pub mod faults;
-pub mod fleet;
-pub mod http;
-pub mod kafka;
-pub mod keys;
-pub mod logs;
-pub mod pipeline;
-pub mod registry;
-pub mod report;
-pub mod schemas;
-pub mod sim;
+pub mod runtime;
+pub mod serve;
 pub mod state;
-pub mod tail;
 pub mod telemetry;
 
 mod clock;
-mod devices;
-mod judge;
-mod partitioner;
-mod process;
-mod show;
-mod status;
-mod window;
+
+// The public modules under their own names (what users, tests and
+// benchmarks import); code in this crate names them by their folders.
+pub use clients::{kafka, schemas};
+pub use commands::{advise, dashboard, demo, logs, report, sim, tail};
+pub use engine::{keys, registry};
+pub use runtime::{fleet, pipeline};
+pub use serve::http;
 
 // What the benchmarks and tests drive below the pipeline.
-pub use partitioner::Partitioner;
-pub use process::{decoder, Processor, PREPARE_AHEAD};
-pub use status::StatusBoard;
-pub use window::{
+pub use clients::partitioner::Partitioner;
+pub use engine::process::{decoder, Processor, PREPARE_AHEAD};
+pub use engine::window::{
     device_key, Admission, ClosedWindow, PublishedWindow, RestoredLane, Resume, StreamRules,
     Windower, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD,
 };
+pub use serve::status::StatusBoard;

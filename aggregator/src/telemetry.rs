@@ -348,7 +348,7 @@ pub(crate) fn registry_rejected(reason: &'static str) {
 }
 
 /// A private-key value not counted: its table held
-/// [`crate::keys::MAX_CANDIDATE_KEYS`] values that horizon.
+/// [`crate::engine::keys::MAX_CANDIDATE_KEYS`] values that horizon.
 pub(crate) fn key_value_refused(stream: &str) {
     metrics::counter!(name::KEY_VALUES_REFUSED, "stream" => stream.to_string()).increment(1);
 }

@@ -481,7 +481,7 @@ fn troubleshooting_covers_every_reason_and_quotes_real_messages() {
         .collect();
     assert!(drops.len() >= 7, "{drops:?}");
     // Kafka error kinds: the `ERROR_KINDS` table.
-    let kafka = std::fs::read_to_string(root().join("aggregator/src/kafka.rs")).unwrap();
+    let kafka = std::fs::read_to_string(root().join("aggregator/src/clients/kafka.rs")).unwrap();
     let at = kafka.find("ERROR_KINDS: [&str;").expect("the kinds table");
     let table = &kafka[at..at + kafka[at..].find("];").unwrap()];
     let kinds: Vec<&str> = table.split('"').skip(1).step_by(2).collect();
@@ -544,8 +544,8 @@ fn troubleshooting_indexes_every_runtime_error() {
         .map(|l| l.trim_end_matches('"'))
         .collect();
     let src = root().join("aggregator/src");
-    let mut files = vec![src.join("kafka.rs")];
-    for dir in ["pipeline", "state", "registry"] {
+    let mut files = vec![src.join("clients/kafka.rs"), src.join("runtime/follow.rs")];
+    for dir in ["runtime/pipeline", "state", "engine/registry"] {
         for e in std::fs::read_dir(src.join(dir)).unwrap() {
             files.push(e.unwrap().path());
         }

@@ -308,8 +308,8 @@ fn no_function_is_over_the_limit() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// The service module a source file belongs to (`pipeline/consume.rs` →
-/// `pipeline`); `None` for the crate roots.
+/// The service module a source file belongs to (`runtime/pipeline/consume.rs` →
+/// `runtime`); `None` for the crate roots.
 fn module_of(src: &Path, p: &Path) -> Option<String> {
     let rel = p.strip_prefix(src).unwrap();
     let first = rel.components().next()?.as_os_str().to_str()?.to_string();
@@ -514,7 +514,7 @@ fn files_of_a_folder_form_no_import_cycle() {
     }
     assert!(cycles.is_empty(), "import cycles among files: {cycles:#?}");
     assert!(folders >= 10, "found the folders ({folders})");
-    let pipeline = &file_graphs("aggregator/src")["pipeline"];
+    let pipeline = &file_graphs("aggregator/src")["runtime::pipeline"];
     assert!(
         pipeline["consume"].contains("offsets"),
         "the graph sees `super::` imports: {pipeline:#?}"
@@ -584,20 +584,68 @@ fn no_type_is_implemented_across_more_than_two_files() {
     );
 }
 
-/// The service's bottom layer: modules every other may use, which name no
-/// service module themselves (metrics take figures, not the configuration).
-const BOTTOM: [&str; 5] = ["telemetry", "clock", "partitioner", "devices", "faults"];
+/// The service's folders by role, lowest first (docs/DESIGN.md §9): a
+/// module names only modules of lower layers. The bottom layer (metrics,
+/// the clock, crash points) names no service module at all — metrics take
+/// figures, not the configuration.
+const LAYERS: &[&[&str]] = &[
+    &["telemetry", "clock", "faults"],
+    &["clients"],
+    &["config"],
+    &["engine", "serve"],
+    &["state"],
+    &["runtime"],
+    &["commands"],
+];
+
+/// Each service module's layer (its index in [`LAYERS`]).
+fn layer_of(m: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&m))
+}
+
+/// The arrows of `graph` that break [`LAYERS`].
+fn layer_violations(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (m, deps) in graph {
+        let Some(at) = layer_of(m) else {
+            wrong.push(format!("{m} has no layer in LAYERS"));
+            continue;
+        };
+        for d in deps {
+            match layer_of(d) {
+                Some(l) if l < at => {}
+                Some(l) => wrong.push(format!("{m} (layer {at}) names {d} (layer {l})")),
+                // A name the crate root re-exports (`crate::pipeline`):
+                // code in the crate names the folder it lives in.
+                None => wrong.push(format!(
+                    "{m} names crate::{d}, which is no folder of the crate"
+                )),
+            }
+        }
+    }
+    wrong
+}
 
 #[test]
-fn the_bottom_layer_names_no_module_above_it() {
+fn every_folder_names_only_folders_below_it() {
     let graph = module_graph("aggregator/src", &["dp"]);
-    for m in BOTTOM {
-        let deps = graph.get(m).unwrap_or_else(|| panic!("no module {m}"));
-        let up: Vec<&String> = deps
-            .iter()
-            .filter(|d| !BOTTOM.contains(&d.as_str()))
-            .collect();
-        assert!(up.is_empty(), "{m} names modules above it: {up:?}");
+    assert!(graph.len() >= 10, "found the modules: {graph:?}");
+    let wrong = layer_violations(&graph);
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The layer rule fails on an arrow up, on an arrow within a layer and on
+/// a re-exported name.
+#[test]
+fn the_layer_rule_can_fail() {
+    let graph = |m: &str, code: &str| BTreeMap::from([(m.to_string(), uses(code))]);
+    assert!(layer_violations(&graph("runtime", "use crate::engine::window::Offer;")).is_empty());
+    for (m, code) in [
+        ("engine", "use crate::runtime::pipeline::Options;"),
+        ("engine", "crate::serve::status::StatusBoard"),
+        ("runtime", "use crate::kafka::Producer;"),
+    ] {
+        assert_eq!(layer_violations(&graph(m, code)).len(), 1, "{m}: {code}");
     }
 }
 
@@ -732,19 +780,44 @@ fn the_layout_table_lists_every_module() {
             "DESIGN §9 lists `{entry}`, which aggregator/src does not have"
         );
     }
+    // Each entry of the crate's folder and of its role folders (a role
+    // folder's mod.rs is the folder's own row).
+    let entries = |dir: &Path, prefix: &str| -> Vec<(String, bool)> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = e.file_name().to_string_lossy().to_string();
+                let is_dir = e.path().is_dir();
+                let name = format!("{prefix}{name}{}", if is_dir { "/" } else { "" });
+                (name, is_dir)
+            })
+            .collect()
+    };
     let mut unlisted = Vec::new();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let e = e.unwrap();
-        let name = e.file_name().to_string_lossy().to_string();
-        let name = if e.path().is_dir() {
-            format!("{name}/")
-        } else {
-            name
-        };
-        if !listed.contains(&name) {
-            unlisted.push(name);
+    let mut modules = 0;
+    for (name, is_dir) in entries(&src, "") {
+        let role_folder = is_dir
+            && LAYERS
+                .iter()
+                .any(|l| l.contains(&name.trim_end_matches('/')));
+        let mut names = vec![name.clone()];
+        if role_folder && !["config/", "state/", "telemetry/"].contains(&name.as_str()) {
+            names.extend(
+                entries(&src.join(&name), &name)
+                    .into_iter()
+                    .map(|(n, _)| n)
+                    .filter(|n| !n.ends_with("/mod.rs")),
+            );
+        }
+        for n in names {
+            modules += 1;
+            if !listed.contains(&n) {
+                unlisted.push(n);
+            }
         }
     }
+    assert!(modules >= 30, "found the modules ({modules})");
     assert!(
         unlisted.is_empty(),
         "modules DESIGN §9 does not list: {unlisted:?}"

@@ -320,7 +320,7 @@ impl Decoder {
 }
 
 /// Schemas from a Schema Registry, held by the decoder (the caller fetches
-/// them: `aggregator/src/schemas.rs`).
+/// them: `aggregator/src/clients/schemas.rs`).
 impl Decoder {
     /// Read framed Avro payloads against their writers' schemas, fetched
     /// from a Schema Registry by the caller ([`Decoder::avro_schema_needed`],

@@ -8,7 +8,7 @@
 //! the declared one: which groups are released never depends on the data.
 //! A dimension with private keys is planned as `max_keys` slots (`#1`…)
 //! and `other`; the service binds a slot to a key only once the key clears
-//! the DP key selection (`crate::keys`), so which slots carry which key is
+//! the DP key selection (`crate::engine::keys`), so which slots carry which key is
 //! a post-processing of that selection (docs/DESIGN.md §4).
 
 use anyhow::{bail, Result};
@@ -162,7 +162,7 @@ pub fn validate(dims: &BTreeMap<String, Dimension>) -> Result<()> {
 
 /// A horizon's selected private keys route from two horizons on, so every
 /// reading of those must be stamped after the selection moment
-/// (`crate::keys`): `max_lateness + max_clock_skew ≤ horizon`.
+/// (`crate::engine::keys`): `max_lateness + max_clock_skew ≤ horizon`.
 pub fn check_private_timing(
     groupings: &[Option<Grouping>],
     streams: &[super::StreamConfig],
@@ -342,7 +342,7 @@ impl Grouping {
     }
 
     /// Dimension `i`'s digit for `value` (`None`: not declared; a private
-    /// dimension's digits are its bound slots, `crate::keys`).
+    /// dimension's digits are its bound slots, `crate::engine::keys`).
     pub fn digit(&self, i: usize, value: &str) -> Option<usize> {
         self.digits[i].get(value).copied()
     }

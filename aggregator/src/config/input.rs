@@ -152,7 +152,7 @@ impl InputConfig {
 pub(crate) struct Sources {
     pub described: Option<ingest::Described>,
     pub avro: Option<ingest::AvroSchema>,
-    pub schema_registry: Option<crate::schemas::SchemaRegistry>,
+    pub schema_registry: Option<crate::clients::schemas::SchemaRegistry>,
 }
 
 pub(crate) fn sources(input: Option<&InputConfig>, kafka: &super::KafkaConfig) -> Result<Sources> {
@@ -170,7 +170,7 @@ pub(crate) fn sources(input: Option<&InputConfig>, kafka: &super::KafkaConfig) -
     let schema_registry = match input.and_then(|i| i.schema_registry_url.as_ref()) {
         None => None,
         Some(url) => {
-            let r = crate::schemas::SchemaRegistry::parse(url)?;
+            let r = crate::clients::schemas::SchemaRegistry::parse(url)?;
             if avro.is_some() {
                 bail!("input.schema_registry_url and input.avro_schema: declare one (schemas from the registry, or one schema file)");
             }

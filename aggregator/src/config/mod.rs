@@ -86,7 +86,7 @@ pub struct KafkaConfig {
     /// partition it arrived on ("murmur2", the Java default; "crc32",
     /// librdkafka's default; "none" to skip the check).
     #[serde(default)]
-    pub input_partitioner: crate::partitioner::Partitioner,
+    pub input_partitioner: crate::clients::partitioner::Partitioner,
     /// Format of input messages without a content-type header.
     #[serde(default = "default_format")]
     pub input_format: Format,
@@ -304,7 +304,7 @@ pub struct Validated {
     pub avro: Option<ingest::AvroSchema>,
     /// Where framed Avro messages' schemas are fetched (`[input]
     /// schema_registry_url`).
-    pub schema_registry: Option<crate::schemas::SchemaRegistry>,
+    pub schema_registry: Option<crate::clients::schemas::SchemaRegistry>,
     /// Per declared stream (config order): how its readings find their
     /// group, if it has `group_by`.
     pub groupings: Vec<Option<dimensions::Grouping>>,

@@ -384,7 +384,7 @@ fn groups_are_validated_and_planned() {
     assert_eq!(v.guarantee(&v.plan.streams[1]).max_groups_per_device, 2);
     // `fleetdp plan` shows the declared stream once, with its groups and
     // what a device pays over its G groups (the whole plan's spend here).
-    let r = crate::report::PlanReport::new(&v);
+    let r = crate::commands::report::PlanReport::new(&v);
     assert_eq!(r.streams.len(), 1);
     assert_eq!(r.streams[0].name, "cabin_temp_c");
     assert_eq!(r.streams[0].groups.as_ref().unwrap().keys.len(), 3);

@@ -13,7 +13,7 @@
 use crate::dp::continual::RunningState;
 use crate::dp::release::{QuantileChoices, QuantileTrack, RunningValue, StreamPlan};
 use crate::dp::rng::ReleaseKey;
-use crate::window::ClosedWindow;
+use crate::engine::window::ClosedWindow;
 use anyhow::{Context as _, Result};
 use std::collections::BTreeMap;
 

@@ -32,10 +32,12 @@ pub use lane::LaneState;
 pub(crate) use lane::{Carried, Lanes, Step};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
+use crate::clients::kafka::Producer;
+use crate::clients::kafka::{produce_acked, Record, CONTENT_TYPE};
+use crate::engine::window::{
+    charge_records, ClosedWindow, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD,
+};
 use crate::faults::{crash_point, CrashPoint};
-use crate::kafka::Producer;
-use crate::kafka::{produce_acked, Record, CONTENT_TYPE};
-use crate::window::{charge_records, ClosedWindow, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD};
 use anyhow::Result;
 use prost::Message as _;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -49,7 +51,7 @@ pub const CHARGES: &str = "charges";
 /// [`RECORD_KIND`] of a ledger entry.
 pub const LEDGER: &str = "ledger";
 /// [`RECORD_KIND`] of a private-key table's bindings (key
-/// `stream/partition/keys`, JSON [`crate::keys::Bindings`] with the stream
+/// `stream/partition/keys`, JSON [`crate::engine::keys::Bindings`] with the stream
 /// and partition): written, acknowledged, before anything routed by them
 /// is released, so a restart never selects a horizon's keys again.
 pub const KEYS: &str = "keys";
@@ -58,12 +60,12 @@ pub const KEYS: &str = "keys";
 /// restore.
 pub const ADVISE: &str = "advise";
 /// [`RECORD_KIND`] of a fleet-wide release on the output topic
-/// ([`crate::fleet`]; derived, never part of a restore).
+/// ([`crate::runtime::fleet`]; derived, never part of a restore).
 pub const FLEET: &str = "fleet";
 
 /// Whether an output-topic message is a fleet-wide release.
 pub fn is_fleet<M: rdkafka::message::Message>(msg: &M) -> bool {
-    crate::kafka::header(msg, RECORD_KIND) == Some(FLEET)
+    crate::clients::kafka::header(msg, RECORD_KIND) == Some(FLEET)
 }
 
 /// A record of the output topic.
@@ -82,11 +84,11 @@ pub fn decode_output<M: rdkafka::message::Message>(
     msg: &M,
 ) -> Option<anyhow::Result<OutputRecord>> {
     let payload = msg.payload()?;
-    let ct = crate::kafka::header(msg, CONTENT_TYPE);
+    let ct = crate::clients::kafka::header(msg, CONTENT_TYPE);
     Some(if is_fleet(msg) {
-        crate::kafka::decode_fleet(payload, ct).map(OutputRecord::Fleet)
+        crate::clients::kafka::decode_fleet(payload, ct).map(OutputRecord::Fleet)
     } else {
-        crate::kafka::decode_release(payload, ct).map(OutputRecord::Window)
+        crate::clients::kafka::decode_release(payload, ct).map(OutputRecord::Window)
     })
 }
 
@@ -285,7 +287,7 @@ pub struct KeysRecord {
     pub stream: String,
     pub partition: i32,
     #[serde(flatten)]
-    pub bindings: crate::keys::Bindings,
+    pub bindings: crate::engine::keys::Bindings,
 }
 
 /// Write a key table's bindings (acknowledged).

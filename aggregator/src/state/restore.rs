@@ -11,8 +11,8 @@
 //! beside the device table being rebuilt.
 
 use super::{KeysRecord, LaneState, CHARGES, KEYS, LEDGER, RECORD_KIND};
-use crate::kafka::{header, read_topic, ReadProgress};
-use crate::window::{Resume, DEVICE_KEY_SCHEME};
+use crate::clients::kafka::{header, read_topic, ReadProgress};
+use crate::engine::window::{Resume, DEVICE_KEY_SCHEME};
 use anyhow::{anyhow, Result};
 use prost::Message as _;
 use rdkafka::config::ClientConfig;
@@ -52,7 +52,7 @@ pub struct Restored {
     /// (estimated; sizes the table the second pass fills).
     pub devices: HashMap<(String, i32), super::Distinct>,
     /// Per (declared stream, partition): private-key bindings.
-    pub keys: HashMap<(String, i32), crate::keys::Bindings>,
+    pub keys: HashMap<(String, i32), crate::engine::keys::Bindings>,
 }
 
 /// A window's charges records as read: the count it declares, and each
@@ -82,7 +82,7 @@ struct StateScan {
     window_last: HashMap<Window, (i64, u32)>,
     skipped: u64,
     devices: HashMap<(String, i32), super::Distinct>,
-    keys: HashMap<(String, i32), crate::keys::Bindings>,
+    keys: HashMap<(String, i32), crate::engine::keys::Bindings>,
 }
 
 impl StateScan {
