@@ -676,7 +676,7 @@ fn charges_of_another_device_key_scheme_are_refused_on_restore() {
         let foreign = proto::v1::WindowCharges { device_key_scheme: String::new(), ..written[0].clone() };
         produce(&broker, &t.state, &[Out {
             partition: Some(0),
-            key: proto::release_key("cabin_temp_c", 0, 0),
+            key: proto::window_record_key("cabin_temp_c", 0, 0),
             payload: foreign.encode_to_vec(),
             content_type: None,
         }]).await;

@@ -9,19 +9,20 @@ pub use v1::{
     DeviceReading, FleetRelease, FleetStatistic, Guarantee, ReadingBatch, Statistic, WindowRelease,
 };
 
-/// The Kafka key of a release: `<stream>/<partition>/<window_seq>`.
-pub fn release_key(stream: &str, partition: i32, seq: u64) -> String {
+/// The Kafka record key of a window release: `<stream>/<partition>/<window_seq>`
+/// (not the release key, the secret that keys the noise).
+pub fn window_record_key(stream: &str, partition: i32, seq: u64) -> String {
     format!("{stream}/{partition}/{seq}")
 }
 
-/// The Kafka key of a fleet-wide release: `<stream>/fleet/<window_seq>`.
-pub fn fleet_key(stream: &str, seq: u64) -> String {
+/// The Kafka record key of a fleet-wide release: `<stream>/fleet/<window_seq>`.
+pub fn fleet_record_key(stream: &str, seq: u64) -> String {
     format!("{stream}/fleet/{seq}")
 }
 
-/// Parse a release key back into `(stream, partition, window_seq)`.
+/// Parse a window release's record key back into `(stream, partition, window_seq)`.
 /// Stream names may contain `/`; the last two fields are numbers.
-pub fn parse_release_key(key: &str) -> Option<(String, i32, u64)> {
+pub fn parse_window_record_key(key: &str) -> Option<(String, i32, u64)> {
     let mut parts = key.rsplitn(3, '/');
     let seq = parts.next()?.parse().ok()?;
     let partition = parts.next()?.parse().ok()?;
@@ -35,16 +36,16 @@ mod tests {
     use prost::Message;
 
     #[test]
-    fn release_keys_round_trip() {
-        let k = release_key("fleet/cabin_temp_c", 3, 42);
+    fn window_record_keys_round_trip() {
+        let k = window_record_key("fleet/cabin_temp_c", 3, 42);
         assert_eq!(
-            parse_release_key(&k),
+            parse_window_record_key(&k),
             Some(("fleet/cabin_temp_c".into(), 3, 42))
         );
-        assert_eq!(parse_release_key("x/1"), None);
-        assert_eq!(parse_release_key("/1/2"), None);
+        assert_eq!(parse_window_record_key("x/1"), None);
+        assert_eq!(parse_window_record_key("/1/2"), None);
         // A fleet-wide release's key is not a window release's.
-        assert_eq!(parse_release_key(&fleet_key("s", 4)), None);
+        assert_eq!(parse_window_record_key(&fleet_record_key("s", 4)), None);
     }
 
     #[test]

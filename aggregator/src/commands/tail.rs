@@ -139,9 +139,11 @@ fn line(
 fn is_ours<M: Message>(msg: &M, r: &OutputRecord) -> bool {
     let want = match r {
         OutputRecord::Window(w) if !w.stream.is_empty() => {
-            proto::release_key(&w.stream, w.partition, w.window_seq)
+            proto::window_record_key(&w.stream, w.partition, w.window_seq)
         }
-        OutputRecord::Fleet(f) if !f.stream.is_empty() => proto::fleet_key(&f.stream, f.window_seq),
+        OutputRecord::Fleet(f) if !f.stream.is_empty() => {
+            proto::fleet_record_key(&f.stream, f.window_seq)
+        }
         _ => return false,
     };
     msg.key() == Some(want.as_bytes())

@@ -94,7 +94,7 @@ pub fn decode_output<M: rdkafka::message::Message>(
 
 /// The key of record `record` of a window's charges.
 pub(crate) fn charges_key(stream: &str, partition: i32, seq: u64, record: u32) -> String {
-    let key = proto::release_key(stream, partition, seq);
+    let key = proto::window_record_key(stream, partition, seq);
     if record == 0 {
         key
     } else {
@@ -124,7 +124,7 @@ pub(crate) fn parse_charges_key(key: &str) -> Option<(String, i32, u64, u32)> {
 /// The state records of one closed window, ready to write.
 pub(crate) struct WindowRecords {
     /// The release's key, also its first charges record's key.
-    release_key: String,
+    record_key: String,
     /// The ledger entry's key: `stream/partition`.
     lane_key: String,
     /// The window's charges records: (key, payload), each under the
@@ -181,7 +181,7 @@ impl WindowRecords {
             })
             .collect();
         Self {
-            release_key: proto::release_key(stream, w.partition, w.seq),
+            record_key: proto::window_record_key(stream, w.partition, w.seq),
             lane_key: format!("{stream}/{}", w.partition),
             charges,
             ledger: proto::v1::LedgerEntry {
@@ -230,7 +230,7 @@ pub(crate) async fn write_window(
     release: ReleaseRecord<'_>,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let key = rec.release_key.as_bytes();
+    let key = rec.record_key.as_bytes();
     crash_point(CrashPoint::BeforeState);
     for (charges_key, payload) in &rec.charges {
         produce_acked(

@@ -8,7 +8,7 @@
 //! and event times only.
 
 use super::counts::DeviceHorizon;
-use super::groups::GroupTable;
+use super::group_cap::GroupTable;
 use super::hosted::HeldGroup;
 use super::lane::{close_count_window, window_end, Lane, Open};
 use super::{Admission, ClosedWindow, FastMap, StreamRules, MAX_TIME_WINDOW_READINGS};

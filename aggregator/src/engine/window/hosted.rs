@@ -36,7 +36,7 @@
 //! with and without hosting and requires identical outcomes and windows.
 
 use super::counts::{DeviceHorizon, HostedCount};
-use super::groups::Entry;
+use super::group_cap::Entry;
 use super::lane::lane_mut;
 use super::{FastMap, LaneGroup, Windower};
 
@@ -305,11 +305,11 @@ pub(super) struct HeldGroup<'a> {
 }
 
 impl HeldGroup<'_> {
-    /// [`GroupTable::admit_held`](super::groups::GroupTable::admit_held) on
+    /// [`GroupTable::admit_held`](super::group_cap::GroupTable::admit_held) on
     /// this entry.
     pub(super) fn admit(
         &mut self,
-        t: &mut super::groups::GroupTable,
+        t: &mut super::group_cap::GroupTable,
         dk: u64,
         horizon: i64,
         group: u32,

@@ -5,7 +5,7 @@
 //! parent module's.
 
 use super::counts::{DeviceCounts, DeviceHorizon, HostedCount, Layout};
-use super::groups::GroupTable;
+use super::group_cap::GroupTable;
 use super::{charge_records, ClosedWindow, FastMap, StreamRules};
 
 #[derive(Debug, Default)]

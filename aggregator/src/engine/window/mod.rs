@@ -38,7 +38,7 @@ impl Windower {
 }
 mod admit;
 mod counts;
-mod groups;
+mod group_cap;
 mod hosted;
 mod lane;
 mod types;
@@ -49,7 +49,7 @@ pub use lane::RestoredLane;
 pub use types::*;
 
 use counts::{DeviceCounts, DeviceHorizon, Layout};
-use groups::GroupTable;
+use group_cap::GroupTable;
 use hosted::{HostedParts, Tags};
 use lane::{close, close_count_window, first_open_window, lane_mut, window_end};
 use lane::{Lane, Open};

@@ -328,7 +328,7 @@ async fn publish(
 ) -> Result<()> {
     let k = &t.v.config.kafka;
     let (payload, ct) = encode_fleet(f, k.output_format);
-    let key = proto::fleet_key(&f.stream, f.window_seq);
+    let key = proto::fleet_record_key(&f.stream, f.window_seq);
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: CONTENT_TYPE,
