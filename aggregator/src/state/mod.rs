@@ -20,26 +20,35 @@
 //!
 //! Restore ([`restore()`]) reads both topics back: a crash between any two
 //! steps resumes at the last released window and replays the rest.
+//!
+//! Each record kind has its own file with its keys, encoding and decoding:
+//! `charges.rs`, `ledger.rs`, `keys.rs`, and the output topic's kinds in
+//! `output.rs`; what a lane carries rides in its window's first charges
+//! record (`lane.rs`). This module writes them in the order above;
+//! `restore.rs` reads them back, each kind through its file's decoder.
 
+mod charges;
 mod distinct;
 mod fingerprint;
+mod keys;
 mod lane;
+mod ledger;
+mod output;
 mod restore;
 
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
+pub use keys::KeysRecord;
 pub use lane::LaneState;
 pub(crate) use lane::{Carried, Lanes, Step};
+pub use output::{decode_output, is_fleet, OutputRecord};
 pub use restore::{read_charges, restore, Charges, Restored, WindowAt};
 
 use crate::clients::kafka::Producer;
 use crate::clients::kafka::{produce_acked, Record, CONTENT_TYPE};
-use crate::engine::window::{
-    charge_records, ClosedWindow, DEVICE_KEY_SCHEME, MAX_CHARGES_PER_RECORD,
-};
+use crate::engine::window::ClosedWindow;
 use crate::faults::{crash_point, CrashPoint};
 use anyhow::Result;
-use prost::Message as _;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 
@@ -62,64 +71,6 @@ pub const ADVISE: &str = "advise";
 /// [`RECORD_KIND`] of a fleet-wide release on the output topic
 /// ([`crate::runtime::fleet`]; derived, never part of a restore).
 pub const FLEET: &str = "fleet";
-
-/// Whether an output-topic message is a fleet-wide release.
-pub fn is_fleet<M: rdkafka::message::Message>(msg: &M) -> bool {
-    crate::clients::kafka::header(msg, RECORD_KIND) == Some(FLEET)
-}
-
-/// A record of the output topic.
-#[derive(Debug, Clone)]
-pub enum OutputRecord {
-    Window(proto::WindowRelease),
-    Fleet(proto::FleetRelease),
-}
-
-/// An output-topic message decoded by its kind ([`RECORD_KIND`]) and
-/// content type; `None` without a payload. Whoever reads the output topic
-/// (restore, the fleet task, `fleetdp tail`) tells the kinds apart here: a
-/// fleet record read as a window release would decode (JSON ignores
-/// unknown fields) into a wrong one.
-pub fn decode_output<M: rdkafka::message::Message>(
-    msg: &M,
-) -> Option<anyhow::Result<OutputRecord>> {
-    let payload = msg.payload()?;
-    let ct = crate::clients::kafka::header(msg, CONTENT_TYPE);
-    Some(if is_fleet(msg) {
-        crate::clients::kafka::decode_fleet(payload, ct).map(OutputRecord::Fleet)
-    } else {
-        crate::clients::kafka::decode_release(payload, ct).map(OutputRecord::Window)
-    })
-}
-
-/// The key of record `record` of a window's charges.
-pub(crate) fn charges_key(stream: &str, partition: i32, seq: u64, record: u32) -> String {
-    let key = proto::window_record_key(stream, partition, seq);
-    if record == 0 {
-        key
-    } else {
-        format!("{key}/{record}")
-    }
-}
-
-/// `stream/partition/seq[/record]` → its parts (stream names hold no `/`).
-pub(crate) fn parse_charges_key(key: &str) -> Option<(String, i32, u64, u32)> {
-    let mut it = key.split('/');
-    let (stream, partition, seq) = (it.next()?, it.next()?, it.next()?);
-    let record = match it.next() {
-        Some(r) => r.parse().ok().filter(|&r| r > 0)?,
-        None => 0,
-    };
-    if it.next().is_some() || stream.is_empty() {
-        return None;
-    }
-    Some((
-        stream.to_string(),
-        partition.parse().ok()?,
-        seq.parse().ok()?,
-        record,
-    ))
-}
 
 /// The state records of one closed window, ready to write.
 pub(crate) struct WindowRecords {
@@ -144,61 +95,16 @@ impl WindowRecords {
         lane: LaneState,
         plan: &proto::v1::PlanFingerprint,
     ) -> Self {
-        let records = charge_records(w.charges.len());
-        // Charges records carry the plan's digest, not its settings (one
-        // copy per window is enough: the ledger entry's, which names them).
-        let charged_under = proto::v1::PlanFingerprint {
-            settings: Default::default(),
-            ..plan.clone()
-        };
-        let mut lane = Some(lane);
-        let charges = (0..records)
-            .map(|r| {
-                let chunk = w
-                    .charges
-                    .chunks(MAX_CHARGES_PER_RECORD)
-                    .nth(r as usize)
-                    .unwrap_or(&[]);
-                // Record 0 holds the lane's state.
-                let lane_state = lane.take().unwrap_or_default();
-                let payload = proto::v1::WindowCharges {
-                    stream: stream.to_string(),
-                    partition: w.partition,
-                    window_seq: w.seq,
-                    device_keys: chunk.iter().map(|c| c.0).collect(),
-                    horizons: chunk.iter().map(|c| c.1).collect(),
-                    running_state: lane_state.running,
-                    quantile_track: lane_state.quantile_track,
-                    device_key_scheme: DEVICE_KEY_SCHEME.into(),
-                    plan: Some(charged_under.clone()),
-                    record: r,
-                    records,
-                    last_offset: w.last_offset,
-                    last_index: w.last_index,
-                }
-                .encode_to_vec();
-                (charges_key(stream, w.partition, w.seq, r), payload)
-            })
-            .collect();
         Self {
             record_key: proto::window_record_key(stream, w.partition, w.seq),
-            lane_key: format!("{stream}/{}", w.partition),
-            charges,
-            ledger: proto::v1::LedgerEntry {
-                stream: stream.to_string(),
-                partition: w.partition,
-                last_seq: w.seq,
-                last_offset: w.last_offset,
-                last_index: w.last_index,
-                reference_event_time_ms: w.reference_event_ms,
-                plan: Some(plan.clone()),
-                ..Default::default()
-            },
+            lane_key: ledger::key(stream, w.partition),
+            charges: charges::encode(stream, w, lane, plan),
+            ledger: ledger::entry(stream, w, plan),
             retired: w
                 .retired
                 .iter()
                 .zip(&w.retired_records)
-                .flat_map(|(&s, &n)| (0..n).map(move |r| charges_key(stream, w.partition, s, r)))
+                .flat_map(|(&s, &n)| charges::keys_of((stream, w.partition), s, n))
                 .collect(),
         }
     }
@@ -266,7 +172,7 @@ pub(crate) async fn write_window(
     )
     .await?;
     crash_point(CrashPoint::AfterRelease);
-    let entry = rec.ledger.encode_to_vec();
+    let entry = ledger::encode(&rec.ledger);
     let records = std::iter::once((rec.lane_key.as_str(), Some(entry.as_slice()), LEDGER))
         .chain(rec.retired.iter().map(|k| (k.as_str(), None, CHARGES)));
     for (k, payload, what) in records {
@@ -281,15 +187,6 @@ pub(crate) async fn write_window(
     Ok(())
 }
 
-/// A key table's record as written.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct KeysRecord {
-    pub stream: String,
-    pub partition: i32,
-    #[serde(flatten)]
-    pub bindings: crate::engine::keys::Bindings,
-}
-
 /// Write a key table's bindings (acknowledged).
 pub(crate) async fn write_keys(
     producer: &Producer,
@@ -297,8 +194,8 @@ pub(crate) async fn write_keys(
     record: &KeysRecord,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let key = format!("{}/{}/keys", record.stream, record.partition);
-    let payload = serde_json::to_vec(record)?;
+    let key = record.key();
+    let payload = record.encode()?;
     produce_acked(
         producer,
         Record {
@@ -326,7 +223,7 @@ pub(crate) async fn retire(
 ) -> Result<()> {
     let keys = windows
         .iter()
-        .flat_map(|(s, p, seq, n)| (0..*n).map(move |r| charges_key(s, *p, *seq, r)));
+        .flat_map(|(s, p, seq, n)| charges::keys_of((s, *p), *seq, *n));
     for key in keys {
         produce_acked(
             producer,
@@ -343,70 +240,4 @@ pub(crate) async fn retire(
         .await?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn charges_keys_round_trip() {
-        assert_eq!(charges_key("temp", 3, 7, 0), "temp/3/7");
-        assert_eq!(charges_key("temp", 3, 7, 2), "temp/3/7/2");
-        for r in [0, 1, 5] {
-            assert_eq!(
-                parse_charges_key(&charges_key("a.b-c", 1, 9, r)),
-                Some(("a.b-c".to_string(), 1, 9, r))
-            );
-        }
-        for bad in ["hello", "a/1", "a/x/1", "a/1/2/0", "a/1/2/3/4", "/1/2"] {
-            assert_eq!(parse_charges_key(bad), None, "{bad}");
-        }
-    }
-
-    /// The kind header decides: a JSON fleet record without it would pass
-    /// for a window release (JSON ignores unknown fields), which is why
-    /// every reader of the output topic goes through `decode_output`.
-    #[test]
-    fn output_records_are_told_apart_by_their_kind() {
-        use rdkafka::message::{OwnedMessage, Timestamp};
-        let fleet = proto::FleetRelease {
-            stream: "temp".into(),
-            window_seq: 7,
-            partitions: vec![0, 1],
-            ..Default::default()
-        };
-        let payload = serde_json::to_vec(&fleet).unwrap();
-        let msg = |kind: Option<&str>| {
-            let mut h = OwnedHeaders::new().insert(Header {
-                key: CONTENT_TYPE,
-                value: Some("application/json"),
-            });
-            if let Some(k) = kind {
-                h = h.insert(Header {
-                    key: RECORD_KIND,
-                    value: Some(k),
-                });
-            }
-            OwnedMessage::new(
-                Some(payload.clone()),
-                None,
-                "out".into(),
-                Timestamp::NotAvailable,
-                0,
-                0,
-                Some(h),
-            )
-        };
-        match decode_output(&msg(Some(FLEET))) {
-            Some(Ok(OutputRecord::Fleet(f))) => assert_eq!(f, fleet),
-            other => panic!("{other:?}"),
-        }
-        match decode_output(&msg(None)) {
-            Some(Ok(OutputRecord::Window(w))) => {
-                assert_eq!((w.stream.as_str(), w.window_seq), ("temp", 7))
-            }
-            other => panic!("{other:?}"),
-        }
-    }
 }

@@ -10,11 +10,11 @@
 //! the caller as it arrives, so no more than one record's charges is held
 //! beside the device table being rebuilt.
 
-use super::{KeysRecord, LaneState, CHARGES, KEYS, LEDGER, RECORD_KIND};
+use super::charges::{self, parse_charges_key, Read};
+use super::{ledger, KeysRecord, LaneState, CHARGES, KEYS, LEDGER, RECORD_KIND};
 use crate::clients::kafka::{header, read_topic, ReadProgress};
-use crate::engine::window::{Resume, DEVICE_KEY_SCHEME};
+use crate::engine::window::Resume;
 use anyhow::{anyhow, Result};
-use prost::Message as _;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::Message;
 use std::collections::{BTreeMap, HashMap};
@@ -105,7 +105,7 @@ impl StateScan {
     }
 
     fn keys_record(&mut self, payload: Option<&[u8]>, partitions: &[i32], at: impl Fn() -> String) {
-        let Some(Ok(r)) = payload.map(serde_json::from_slice::<KeysRecord>) else {
+        let Some(r) = payload.and_then(KeysRecord::decode) else {
             return skip(&mut self.skipped, at(), "not a keys record");
         };
         if partitions.contains(&r.partition) {
@@ -118,7 +118,7 @@ impl StateScan {
         let Some(payload) = payload else {
             return;
         };
-        let Ok(e) = proto::v1::LedgerEntry::decode(payload) else {
+        let Some(e) = ledger::decode(payload) else {
             return skip(&mut self.skipped, at(), "not a ledger entry");
         };
         let lane = (e.stream.clone(), e.partition);
@@ -143,7 +143,7 @@ impl StateScan {
         let Some((stream, partition, seq, record)) = msg
             .key()
             .and_then(|k| std::str::from_utf8(k).ok())
-            .and_then(super::parse_charges_key)
+            .and_then(parse_charges_key)
         else {
             skip(
                 &mut self.skipped,
@@ -156,31 +156,17 @@ impl StateScan {
             return Ok(());
         }
         let window = (stream, partition, seq);
-        let Some(payload) = msg.payload() else {
-            self.retire(window, record);
-            return Ok(());
+        let c = match charges::decode(msg.payload(), record, &at)? {
+            Read::Charges(c) => c,
+            Read::Retired => {
+                self.retire(window, record);
+                return Ok(());
+            }
+            Read::Skip(why) => {
+                skip(&mut self.skipped, at(), why);
+                return Ok(());
+            }
         };
-        let Ok(c) = proto::v1::WindowCharges::decode(payload) else {
-            skip(&mut self.skipped, at(), "charges do not decode");
-            return Ok(());
-        };
-        if c.device_key_scheme != DEVICE_KEY_SCHEME {
-            return Err(anyhow!(
-                "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
-                 they cannot be matched to devices (see docs/operations.md, Operator's playbook: state topic deleted)",
-                at(),
-                c.device_key_scheme,
-                DEVICE_KEY_SCHEME
-            ));
-        }
-        if c.device_keys.len() != c.horizons.len() || c.record != record {
-            skip(
-                &mut self.skipped,
-                at(),
-                "device keys and horizons differ in length, or the record number is not its key's",
-            );
-            return Ok(());
-        }
         let entry = self.records.entry(window.clone()).or_default();
         entry.0 = c.records.max(1);
         entry.1.insert(record, (msg.partition(), msg.offset()));
@@ -427,20 +413,14 @@ pub fn read_charges<W: Clone>(
             let Some(w) = wanted.get(&(msg.partition(), msg.offset())) else {
                 return Ok(());
             };
-            let c = msg
-                .payload()
-                .and_then(|p| proto::v1::WindowCharges::decode(p).ok())
-                .ok_or_else(|| {
-                    anyhow!(
-                        "state at {state_topic}/{}@{}: a charges record changed between two reads",
-                        msg.partition(),
-                        msg.offset()
-                    )
-                })?;
-            apply(
-                w.clone(),
-                c.device_keys.into_iter().zip(c.horizons).collect(),
-            );
+            let charged = msg.payload().and_then(charges::charged).ok_or_else(|| {
+                anyhow!(
+                    "state at {state_topic}/{}@{}: a charges record changed between two reads",
+                    msg.partition(),
+                    msg.offset()
+                )
+            })?;
+            apply(w.clone(), charged);
             Ok(())
         },
     )
