@@ -2,8 +2,8 @@
 //! survive restarts and hand partitions over (docs/DESIGN.md §6).
 //!
 //! Records (state topic, compacted; the kind in the [`RECORD_KIND`] header):
-//! - [`CHARGES`], key `stream/partition/seq` (the release key) and, for a
-//!   window of more than [`MAX_CHARGES_PER_RECORD`] devices, further records
+//! - [`CHARGES`], key `stream/partition/seq` (the release's record key) and, for a
+//!   window of more than [`MAX_CHARGES_PER_RECORD`](crate::engine::window::MAX_CHARGES_PER_RECORD) devices, further records
 //!   `stream/partition/seq/i`: the devices a window charged (keyed device
 //!   ids and horizons) and the lane's state after it ([`LaneState`]: running
 //!   totals, adaptive quantile track); tombstones (no
