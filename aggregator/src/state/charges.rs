@@ -173,21 +173,11 @@ mod tests {
             .map(|d| (d * 7919, (d % 3) as i64))
             .collect();
         let w = ClosedWindow {
-            stream: 0,
             partition: 2,
-            seq: 9,
-            values: vec![],
-            first_offset: 0,
             last_offset: 40,
             last_index: 1,
-            first_event_ms: 0,
-            last_event_ms: 0,
-            padded: 0,
-            timed: false,
             charges: charges.clone(),
-            reference_event_ms: 0,
-            retired: vec![],
-            retired_records: vec![],
+            ..crate::state::lane::tests::window(9)
         };
         let lane = LaneState {
             running: b"{}".to_vec(),

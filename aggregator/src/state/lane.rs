@@ -149,7 +149,7 @@ impl Carried {
     }
 }
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     //! A lane against its own records: continued from the record of any
     //! window, it steps exactly as the lane that never stopped.
 
@@ -199,7 +199,8 @@ running_lifetime = 64
         Ok(())
     }
 
-    fn window(seq: u64) -> ClosedWindow {
+    /// Window `seq` of lane (0, 3), no charges.
+    pub(in crate::state) fn window(seq: u64) -> ClosedWindow {
         ClosedWindow {
             stream: 0,
             partition: 3,

@@ -514,8 +514,10 @@ impl Windower {
         let Some(judged) = judged else {
             return Admission::DroppedDeviceLimit;
         };
-        let full = rules.window_ms.is_none() && lane.open.values.len() >= rules.window_size;
-        if judged == Admission::Accepted && full {
+        if judged == Admission::Accepted
+            && rules.window_ms.is_none()
+            && lane.open.values.len() >= rules.window_size
+        {
             closed.push(close_count_window(lane, rules, id, timing.0, timing.1));
         }
         judged
