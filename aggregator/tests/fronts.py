@@ -34,6 +34,8 @@ MODE, LISTEN, UPSTREAM = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 if MODE == "sasl":
     MECHANISM, USER, PASSWORD = sys.argv[4], sys.argv[5], sys.argv[6]
     HASH = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}.get(MECHANISM)
+# FRONT_RECORD: a file the SASL front appends each asked mechanism to.
+RECORD = os.environ.get("FRONT_RECORD")
 SALT, ITERATIONS = os.urandom(16), 4096
 JWT_KEY = os.urandom(32)
 
@@ -198,6 +200,9 @@ async def sasl_handle(r, w):
                 w.write(frame(await read_frame(ur)))
             elif key == 17:  # SaslHandshake
                 asked = body[at + 2: at + 2 + struct.unpack(">h", body[at:at + 2])[0]].decode()
+                if RECORD:  # every mechanism a client asks for, one a line
+                    with open(RECORD, "a") as f:
+                        f.write(asked + "\n")
                 err = 0 if asked == MECHANISM else 33
                 w.write(frame(struct.pack(">ihi", corr, err, 1) + kstring(MECHANISM)))
             elif key == 36 and version <= 1:  # SaslAuthenticate

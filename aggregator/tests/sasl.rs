@@ -25,10 +25,12 @@ const USER: &str = "fleetdp";
 const PASSWORD: &str = "correct horse battery staple";
 
 /// The SASL front for `mechanism`; with OAUTHBEARER, `token_port` serves
-/// its token endpoint.
+/// its token endpoint. Every mechanism a client asks for is appended to
+/// [`record_of`]`(port)`.
 fn front(tansu: &std::ffi::OsStr, mechanism: &str, token_port: Option<u16>) -> Fronted {
     Fronted::start(tansu, |port, upstream| {
         let mut c = Command::new(python());
+        c.env("FRONT_RECORD", record_of(port));
         c.args([
             "-c",
             FRONT,
@@ -40,6 +42,72 @@ fn front(tansu: &std::ffi::OsStr, mechanism: &str, token_port: Option<u16>) -> F
         c.args(token_port.map(|p| p.to_string()));
         c
     })
+}
+
+/// Where the front on `port` records the mechanisms asked of it.
+fn record_of(port: u16) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("fleetdp-sasl-front-{}-{port}", std::process::id()))
+}
+
+/// The mechanisms asked of the front on `port` so far.
+fn asked(port: u16) -> Vec<String> {
+    std::fs::read_to_string(record_of(port))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Issue: every client of the service (consumer, producers, lag
+/// probe, restore readers, fleet combiner, `simulate`) asked the front
+/// for the configured mechanism, and none for another: a stray spelling
+/// once had some clients authenticate with PLAIN.
+fn every_client_asked_for(port: u16, mechanism: &str) {
+    let asked = asked(port);
+    assert!(
+        asked.len() >= 4,
+        "only {} handshakes: {asked:?}",
+        asked.len()
+    );
+    assert!(
+        asked.iter().all(|m| m == mechanism),
+        "asked for other mechanisms than {mechanism}: {asked:?}"
+    );
+}
+
+/// Issue, through the binary: `sasl.mechanism = "PLAIN"` left in
+/// `[kafka.properties]` beside `[kafka.security]` is refused at start
+/// (exit 78, naming it), before any client asks the front for anything.
+fn a_leftover_alias_never_reaches_the_front(broker: &Broker, port: u16) {
+    let before = asked(port).len();
+    let t = Topics::new("sasl-alias");
+    let key = std::env::temp_dir().join(unique("fleetdp-sasl-key"));
+    std::fs::write(&key, "09".repeat(32)).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let text = config_text(
+        broker,
+        &t,
+        &format!("epsilon_per_device = 1.0\nhorizon = \"24h\"\nkey_file = \"{}\"", key.display()),
+        &format!(
+            "[kafka.properties]\n\"sasl.mechanism\" = \"PLAIN\"\n[kafka.security]\nprotocol = \"sasl_plaintext\"\nsasl_mechanism = \"SCRAM-SHA-256\"\nusername = \"{USER}\"\npassword = \"${{FLEETDP_TEST_SASL_PASSWORD}}\""
+        ),
+        STREAM,
+    );
+    let file = std::env::temp_dir().join(unique("fleetdp-sasl-alias.toml"));
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["run", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{err}");
+    assert!(err.contains("kafka.properties.\"sasl.mechanism\""), "{err}");
+    assert!(!err.contains(PASSWORD), "{err}");
+    assert_eq!(asked(port).len(), before, "a client reached the front");
 }
 
 const STREAM: &str = "[[stream]]\nname = \"temp\"\nlower = -20.0\nupper = 60.0\nresolution = 0.1\nwindow_size = 5\nstatistics = [\"count\", \"mean\"]";
@@ -162,6 +230,10 @@ fn the_pipeline_authenticates_with_scram_and_plain() {
                 mechanism == "SCRAM-SHA-256",
             )
             .await;
+            every_client_asked_for(f.port, mechanism);
+            if mechanism == "SCRAM-SHA-256" {
+                a_leftover_alias_never_reaches_the_front(&broker, f.port);
+            }
         }
     });
 }
@@ -206,5 +278,6 @@ fn the_pipeline_authenticates_with_oauthbearer_client_credentials() {
             true,
         )
         .await;
+        every_client_asked_for(f.port, "OAUTHBEARER");
     });
 }

@@ -192,7 +192,7 @@ pub const CONTENT_TYPE: &str = "content-type";
 /// A base client configuration: brokers plus extra properties.
 pub fn client_config(brokers: &str, properties: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers);
+    c.set("metadata.broker.list", brokers);
     for (k, v) in properties {
         c.set(k, v);
     }

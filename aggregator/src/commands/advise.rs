@@ -210,7 +210,7 @@ async fn record_spend(
 ) -> Result<()> {
     let producer: kafka::Producer = base
         .clone()
-        .set("acks", "all")
+        .set("request.required.acks", "all")
         .create_with_context(kafka::Quiet("advise"))?;
     let payload = serde_json::to_vec(record)?;
     produce_acked(

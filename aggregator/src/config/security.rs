@@ -5,7 +5,8 @@
 //! `kafka.properties`, which every client FleetDP creates starts from
 //! (consumer, producers, lag probe, restore and registry readers, the fleet
 //! combiner, `tail`, `advise`). Raw `kafka.properties` keep working for
-//! anything else; setting the same property both ways is refused.
+//! anything else; a security property set both ways, under any of
+//! librdkafka's spellings, is refused (`super::properties`).
 //!
 //! Secrets (`password`, `key_password`, `oauthbearer.client_secret`) are
 //! usually `${ENV}` or `${file:/path}` (`super::secrets`); `Debug` never
@@ -310,58 +311,11 @@ impl SecurityConfig {
     }
 }
 
-/// Merge `[kafka.security]` into the client properties (a property set
-/// both ways is refused), then have librdkafka check every property, so a
-/// setting this build cannot use (a feature not compiled in, an unknown
-/// name, a bad value) fails at start naming the field, not mid-stream.
-pub(crate) fn merge(
-    security: Option<&SecurityConfig>,
-    properties: &mut BTreeMap<String, String>,
-) -> Result<()> {
-    let mut from_security = std::collections::BTreeSet::new();
-    if let Some(s) = security {
-        for (k, v) in s.properties()? {
-            if properties.contains_key(&k) {
-                bail!("kafka.properties.{k:?}: also set by [kafka.security]; keep one");
-            }
-            from_security.insert(k.clone());
-            properties.insert(k, v);
-        }
-    }
-    let mut c = rdkafka::ClientConfig::new();
-    for (k, v) in properties.iter() {
-        c.set(k, v);
-    }
-    if let Err(e) = c.create_native_config() {
-        let rdkafka::error::KafkaError::ClientConfig(_, why, key, value) = &e else {
-            bail!("kafka.properties: the client configuration was refused");
-        };
-        // librdkafka quotes the value it refuses, which may be a secret.
-        let why = if value.is_empty() {
-            why.clone()
-        } else {
-            why.replace(value.as_str(), "<value>")
-        };
-        let field = if from_security.contains(key) {
-            "kafka.security".to_string()
-        } else {
-            format!("kafka.properties.{key:?}")
-        };
-        let hint = if why.contains("libcurl") {
-            " (this FleetDP was built without libcurl: install Debian's libcurl4-openssl-dev and rebuild)"
-        } else {
-            ""
-        };
-        bail!("{field}: librdkafka refuses {key}: {why}{hint}");
-    }
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::config::Config;
 
-    pub(super) const BASE: &str = r#"
+    pub(in crate::config) const BASE: &str = r#"
 [kafka]
 brokers = "b:9093"
 input_topic = "in"
@@ -432,7 +386,7 @@ statistics = ["mean"]
         Config::parse(&text).unwrap().validate().unwrap();
         for codec in ["gzip", "snappy", "lz4", "zstd"] {
             let mut c = rdkafka::ClientConfig::new();
-            c.set("compression.type", codec);
+            c.set("compression.codec", codec);
             c.create_native_config().unwrap();
         }
     }

@@ -451,7 +451,7 @@ pub async fn produce_fleet(
     let mut pc = config.clone();
     // Devices are placed as Kafka's Java clients place them (the service's
     // default `kafka.input_partitioner = "murmur2"`).
-    pc.set("linger.ms", "5")
+    pc.set("queue.buffering.max.ms", "5")
         .set("partitioner", "murmur2_random")
         .set("queue.buffering.max.messages", "1000000");
     let producer: rdkafka::producer::ThreadedProducer<DefaultProducerContext> =

@@ -65,7 +65,7 @@ pub async fn produce_rows(
 ) -> Result<()> {
     let mut config = config.clone();
     if config.get("linger.ms").is_none() {
-        config.set("linger.ms", "5");
+        config.set("queue.buffering.max.ms", "5");
     }
     let producer: FutureProducer = config
         .set("partitioner", "murmur2_random")
@@ -167,8 +167,8 @@ mod tests {
         mock.create_topic("devices", 1, 1).unwrap();
         let mut config = ClientConfig::new();
         config
-            .set("bootstrap.servers", mock.bootstrap_servers())
-            .set("linger.ms", "300000")
+            .set("metadata.broker.list", mock.bootstrap_servers())
+            .set("queue.buffering.max.ms", "300000")
             .set("message.timeout.ms", "600000")
             .set("batch.num.messages", "20");
         let rows: Vec<(String, Vec<u8>)> = (0..20)

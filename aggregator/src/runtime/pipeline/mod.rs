@@ -180,8 +180,8 @@ impl Pipeline {
         // is not needed for correctness (a retried release is bit-identical
         // and the ledger skips it), so it is left to the operator's
         // `kafka.properties`.
-        pc.set("acks", "all")
-            .set("linger.ms", "0")
+        pc.set("request.required.acks", "all")
+            .set("queue.buffering.max.ms", "0")
             .set("max.in.flight.requests.per.connection", "1");
         // A produce that cannot be delivered fails within this bound (the
         // librdkafka default, 300 s per attempt, kept a broker outage from
