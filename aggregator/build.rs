@@ -1,6 +1,8 @@
 //! Build facts for `fleetdp --version`, the startup log and
-//! `fleetdp_build_info`: the git commit (or "unknown" outside a checkout)
-//! and the build time (UTC).
+//! `fleetdp_build_info`: the git commit (or "unknown" outside a checkout),
+//! the build time (UTC), and whether the linked librdkafka has libcurl
+//! (OAUTHBEARER's OIDC flow): a build without it says so now, as a cargo
+//! warning, not only when the setting is used.
 
 fn main() {
     let commit = std::process::Command::new("git")
@@ -18,4 +20,24 @@ fn main() {
     println!("cargo:rerun-if-changed=../.git/HEAD");
     println!("cargo:rerun-if-changed=../.git/refs/heads");
     println!("cargo:rerun-if-changed=build.rs");
+    oidc();
+}
+
+/// librdkafka's configure turns OIDC off quietly when libcurl's headers
+/// are missing; its config.h says what it found.
+fn oidc() {
+    let Ok(root) = std::env::var("DEP_RDKAFKA_ROOT") else {
+        return;
+    };
+    let header = std::path::Path::new(&root).join("config.h");
+    let found = std::fs::read_to_string(&header).unwrap_or_default();
+    let oidc = found.lines().any(|l| l.trim() == "#define WITH_CURL 1");
+    if !oidc {
+        println!(
+            "cargo:warning=librdkafka was built without libcurl: this FleetDP cannot use \
+             [kafka.security.oauthbearer] (OIDC). Install Debian's libcurl4-openssl-dev, then \
+             `cargo clean -p rdkafka-sys` and build again (tests/run.sh does this itself)."
+        );
+    }
+    println!("cargo:rerun-if-changed={}", header.display());
 }

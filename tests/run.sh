@@ -47,6 +47,9 @@ fi
 if ! pkg-config --exists libcurl 2> /dev/null; then
   apt_install libcurl4-openssl-dev "librdkafka's OAUTHBEARER OIDC flow"
 fi
+# A librdkafka built before libcurl was there (the demo command run first
+# on a fresh machine) is cleaned, or cargo would never rebuild it with OIDC.
+"$root/tests/stale_librdkafka.sh"
 # Chromium for the status-page test (headless).
 if [ -z "${FLEETDP_CHROMIUM:-}" ] && [ ! -x /usr/bin/chromium ]; then
   apt_install chromium "status-page test"
