@@ -4,7 +4,9 @@
 //! documented bound, the type's extremes) and ordinary ones. Found by hand
 //! before: `window_size = 2⁴⁰` and a huge `k` aborted with multi-GB
 //! allocations, ε = 10⁻¹⁵ made the plan take 23 s, tiny horizons panicked.
-//! Accepted plans must also release a window without panicking.
+//! Accepted plans must also release a window, and step their running
+//! totals, without panicking (`running_share = 1e-35` passed the plan and
+//! panicked at the first release).
 
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
@@ -122,9 +124,6 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     if !s.statistics.contains(&StatKind::Quantiles) {
         s.quantiles.clear();
     }
-    if timed {
-        s.running_share = 0.0;
-    }
     if rng.gen_bool(p) {
         s.name = pick(
             rng,
@@ -185,7 +184,23 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         s.window_timeout_ms = pick(rng, &[Some(0), Some(1), Some(60_000), Some(u64::MAX)]);
     }
     if rng.gen_bool(p) {
-        s.running_share = pick(rng, &[0.99, 1.0, -0.1, f64::NAN]);
+        // Just under 1, out of range, and so small that a running total's
+        // noise outgrows the sampler's integers (1e-35 crash-looped the
+        // service).
+        s.running_share = pick(
+            rng,
+            &[
+                0.99,
+                1.0,
+                -0.1,
+                f64::NAN,
+                1e-12,
+                1e-20,
+                1e-35,
+                1e-300,
+                5e-324,
+            ],
+        );
     }
     if rng.gen_bool(p) {
         s.running_lifetime = pick(rng, &[0, 1, 3, 1 << 24, 1 << 40, u64::MAX]);
@@ -303,6 +318,16 @@ fn every_declaration_is_planned_or_refused_quickly() {
                     }
                 });
                 assert!(r.is_ok(), "release after a track panicked on {}", what());
+                // Running totals over a few windows: every draw of an
+                // accepted plan fits the exact sampler.
+                let r = std::panic::catch_unwind(|| {
+                    let mut state = Default::default();
+                    for seq in 0..2 {
+                        let stepped = s.running_step(&key, 0, seq, &values, &mut state);
+                        assert_eq!(stepped.is_some(), s.running.is_some());
+                    }
+                });
+                assert!(r.is_ok(), "running totals panicked on {}", what());
             }
             total += started.elapsed();
         }

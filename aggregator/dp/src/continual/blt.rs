@@ -65,9 +65,12 @@ impl Blt {
     /// `G(m) = Σ_{i≥0} cᵢ cᵢ₊ₘ` over an infinite stream, in closed form.
     pub fn gram(&self, m: usize) -> f64 {
         let mut g = self.c(m);
+        // θₖᵐ once per k, not per (j, k): the same terms added in the same
+        // order (Γ_W over W = 10⁶ windows took 1.5 s to plan).
+        let powers: Vec<f64> = self.theta.iter().map(|t| t.powi(m as i32)).collect();
         for (tj, wj) in self.theta.iter().zip(&self.omega) {
-            for (tk, wk) in self.theta.iter().zip(&self.omega) {
-                g += wj * wk * tk.powi(m as i32) / (1.0 - tj * tk);
+            for ((tk, wk), pk) in self.theta.iter().zip(&self.omega).zip(&powers) {
+                g += wj * wk * pk / (1.0 - tj * tk);
             }
         }
         g

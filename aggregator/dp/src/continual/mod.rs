@@ -156,6 +156,9 @@ impl RunningPlan {
     ) -> Self {
         assert!(!groups.is_empty() && w >= 1 && (1..=40).contains(&log2_lifetime));
         let share = budget / BigRational::from_integer(BigInt::from(groups.len()));
+        // Γ_W once for every group (it is O(W) to compute).
+        let gamma = (measure == Measure::Zcdp)
+            .then(|| Blt::for_lifetime(log2_lifetime).sensitivity_sq(w) * (1.0 + 1e-9));
         let groups = groups
             .iter()
             .map(|&(name, dim, l1, l2_sq)| match measure {
@@ -163,7 +166,7 @@ impl RunningPlan {
                     let blt = Blt::for_lifetime(log2_lifetime);
                     // σ² = Γ_W·L²/(2ρ), rounded up (with room for Γ's
                     // floating-point error) so the spend stays ≤ ρ.
-                    let gamma = blt.sensitivity_sq(w) * (1.0 + 1e-9);
+                    let gamma = gamma.unwrap_or_default();
                     let sigma2 = rational::round_up(
                         &(exact(gamma) * BigRational::from_integer(l2_sq.into())
                             / (BigRational::from_integer(2.into()) * &share)),

@@ -19,6 +19,7 @@
 
 use super::*;
 use crate::continual::{RunningGroup, RunningPlan, RunningState};
+use crate::mechanism::Measure;
 use crate::rational;
 use crate::rational::exact;
 use crate::relation::Relation;
@@ -279,42 +280,109 @@ pub(super) fn running_plan(
              use a coarser resolution or turn running totals off",
         ));
     }
-    Ok((spec.running_share > 0.0).then(|| {
-        let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
-        let mut groups = vec![("sum", 1usize, l1, l2_sq)];
-        // Add-remove: the running count is not public, so it is a
-        // noisy total of its own (k readings a window).
-        if !change_one {
-            groups.push(("count", 1, k, k * k));
+    if spec.running_share <= 0.0 {
+        return Ok(None);
+    }
+    let (l1, l2_sq) = (sum_l1.unwrap_or(0), sum_l2_sq.unwrap_or(0));
+    let mut groups = vec![("sum", 1usize, l1, l2_sq)];
+    // Add-remove: the running count is not public, so it is a
+    // noisy total of its own (k readings a window).
+    if !change_one {
+        groups.push(("count", 1, k, k * k));
+    }
+    if let Some(edges) = spec
+        .statistics
+        .contains(&StatKind::Histogram)
+        .then_some(&spec.histogram_edges)
+    {
+        // k readings change bins: moved (change-one, L1 2k, L2² 2k²)
+        // or added/removed (add-remove, all in one bin at worst).
+        let (l1, l2_sq) = if change_one {
+            (2 * k, 2 * k * k)
+        } else {
+            (k, k * k)
+        };
+        groups.push(("histogram", edges.len() - 1, l1, l2_sq));
+    }
+    // A device counts in up to `G` groups, each its own lanes and
+    // running totals: each group's get a `G`-th of the share
+    // (`per_horizon` charges them `G` times).
+    let budget = exact(privacy.budget.per_horizon)
+        * rational::decimal(spec.budget_share)
+        * rational::decimal(spec.running_share)
+        / BigRational::from_integer(grouped::groups_per_device(spec).into());
+    let log2_lifetime = 64 - (spec.running_lifetime - 1).leading_zeros();
+    check_node_floor(privacy, spec, &budget, groups.len(), log2_lifetime, None)?;
+    let plan = RunningPlan::calibrate(
+        measure,
+        &groups,
+        spec.max_windows_per_device,
+        &budget,
+        log2_lifetime,
+        u.resolution(),
+    );
+    check_node_floor(
+        privacy,
+        spec,
+        &budget,
+        groups.len(),
+        log2_lifetime,
+        Some(&plan),
+    )?;
+    Ok(Some(plan))
+}
+
+/// The floor every noisy measurement keeps ([`MIN_MEASUREMENT_EPSILON`],
+/// [`MIN_MEASUREMENT_RHO`]), applied to what one running total spends per
+/// noise draw: a pure tree node's ε is the total's share over `W` windows
+/// in `ℓ + 1` levels, a BLT step's ρ its share over `Γ_W`. Below it the
+/// noise outgrows the exact sampler's integers (`running_share = 1e-35`
+/// passed and panicked at the first release, after every restart).
+fn check_node_floor(
+    privacy: &PrivacySpec,
+    spec: &StreamSpec,
+    budget: &BigRational,
+    totals: usize,
+    log2_lifetime: u32,
+    calibrated: Option<&RunningPlan>,
+) -> Result<(), PlanError> {
+    let per_total = rational::to_f64(budget) / totals as f64;
+    let w = f64::from(spec.max_windows_per_device);
+    let (per_draw, floor, field, what) = match (privacy.budget.measure, calibrated) {
+        (Measure::Pure, _) => (
+            per_total / (w * f64::from(log2_lifetime + 1)),
+            MIN_MEASUREMENT_EPSILON,
+            "epsilon_per_device",
+            "ε",
+        ),
+        // Before calibrating: the share itself must clear the floor (a
+        // step's ρ is at most the total's), so σ² stays finite.
+        (Measure::Zcdp, None) => (per_total, MIN_MEASUREMENT_RHO, "rho_per_device", "ρ"),
+        // After: a step's ρ is L²/(2σ²) = share/Γ_W, read off the plan
+        // (Γ_W is not computed twice).
+        (Measure::Zcdp, Some(plan)) => {
+            let per_step = plan
+                .groups
+                .iter()
+                .filter_map(|g| match &g.noise {
+                    crate::continual::RunningNoise::Blt { sigma, .. } => {
+                        Some(g.window_sensitivity.powi(2) / (2.0 * sigma * sigma))
+                    }
+                    _ => None,
+                })
+                .fold(f64::INFINITY, f64::min);
+            (per_step, MIN_MEASUREMENT_RHO, "rho_per_device", "ρ")
         }
-        if let Some(edges) = spec
-            .statistics
-            .contains(&StatKind::Histogram)
-            .then_some(&spec.histogram_edges)
-        {
-            // k readings change bins: moved (change-one, L1 2k, L2² 2k²)
-            // or added/removed (add-remove, all in one bin at worst).
-            let (l1, l2_sq) = if change_one {
-                (2 * k, 2 * k * k)
-            } else {
-                (k, k * k)
-            };
-            groups.push(("histogram", edges.len() - 1, l1, l2_sq));
-        }
-        // A device counts in up to `G` groups, each its own lanes and
-        // running totals: each group's get a `G`-th of the share
-        // (`per_horizon` charges them `G` times).
-        let budget = exact(privacy.budget.per_horizon)
-            * rational::decimal(spec.budget_share)
-            * rational::decimal(spec.running_share)
-            / BigRational::from_integer(grouped::groups_per_device(spec).into());
-        RunningPlan::calibrate(
-            measure,
-            &groups,
-            spec.max_windows_per_device,
-            &budget,
-            64 - (spec.running_lifetime - 1).leading_zeros(),
-            u.resolution(),
-        )
-    }))
+    };
+    if per_draw.is_finite() && per_draw >= floor {
+        return Ok(());
+    }
+    Err(field_err(
+        spec,
+        "running_share",
+        format!(
+            "each running total's noise would get {what} = {per_draw:e} per draw, below the floor {floor:e}: \
+             raise running_share or privacy.{field}, or lower max_windows_per_device or running_lifetime"
+        ),
+    ))
 }
