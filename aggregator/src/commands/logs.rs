@@ -17,22 +17,24 @@ pub const EXIT_USAGE: u8 = 2;
 /// A configuration or release key refused (`EX_CONFIG` of sysexits.h).
 pub const EXIT_CONFIG: u8 = 78;
 
-/// An error in the configuration (or the key it names): exits with
-/// [`EXIT_CONFIG`]. Shown exactly as the error it wraps.
-#[derive(Debug)]
-pub struct Configuration(pub anyhow::Error);
+pub use crate::config::{configuration, Configuration};
 
-impl std::fmt::Display for Configuration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
+/// Stderr, with every value a configuration expanded from `${…}` blanked
+/// in each line written ([`crate::config::redact_logged`]): whatever line
+/// shows a setting (the `starting` line's brokers, topics and group id, a
+/// client's error naming a broker), an expanded value never reaches the
+/// log. The formatter writes each event with one call.
+struct Redacting;
+
+impl std::io::Write for Redacting {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        std::io::stderr().write_all(crate::config::redact_logged(&text).as_bytes())?;
+        Ok(buf.len())
     }
-}
-
-impl std::error::Error for Configuration {}
-
-/// Mark `e` as a configuration error.
-pub fn configuration(e: anyhow::Error) -> anyhow::Error {
-    anyhow::Error::new(Configuration(e))
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// Install the global subscriber: JSON lines or text on stderr, ANSI
@@ -43,7 +45,7 @@ pub fn init(json: bool, default: &str) {
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(|| Redacting);
     if json {
         b.json().init();
     } else {
@@ -71,6 +73,10 @@ pub fn error_code(e: &anyhow::Error) -> u8 {
 /// the other lines (timestamp, level, fields.message, target) with the
 /// exit code.
 pub fn fatal_line(e: &anyhow::Error, json: bool, code: u8) -> String {
+    crate::config::redact_logged(&fatal_text(e, json, code))
+}
+
+fn fatal_text(e: &anyhow::Error, json: bool, code: u8) -> String {
     if !json {
         return format!("fleetdp: {e:#}");
     }

@@ -21,6 +21,8 @@ mod fleet;
 mod identity;
 mod input;
 mod limits;
+mod properties;
+mod refused;
 mod secrets;
 pub mod security;
 mod stream;
@@ -35,6 +37,8 @@ pub(crate) use identity::changed as changed_settings;
 pub use identity::PlanIdentity;
 pub use input::InputConfig;
 pub use limits::{LimitsConfig, MAX_DEVICES_PER_LANE, MAX_MESSAGE_BYTES, MAX_READINGS_PER_MESSAGE};
+pub use refused::{configuration, Configuration};
+pub(crate) use secrets::redact_logged;
 pub use secrets::{Expanded, MAX_SECRET_BYTES};
 pub use stream::StreamConfig;
 
@@ -407,10 +411,12 @@ impl Config {
     /// Parse TOML text (errors name the line and field), then expand
     /// `${ENV}` and `${file:/path}` in its strings (`secrets`).
     pub fn parse(text: &str) -> Result<Config> {
-        let config: Config = toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))?;
         if !text.contains("${") {
-            return Ok(config);
+            return toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"));
         }
+        // Expanded before the typed parse, so a `${…}` may stand for any
+        // string value, the named choices (`protocol`, `relation`,
+        // `measure`, `input_format`, …) included.
         let mut value: toml::Value =
             toml::from_str(text).map_err(|e| anyhow!("configuration: {e}"))?;
         let mut seen = secrets::Expanded::default();
@@ -418,6 +424,7 @@ impl Config {
         let mut config: Config = value
             .try_into()
             .map_err(|e| anyhow!("configuration (after expanding ${{…}}): {e}"))?;
+        secrets::remember(&seen);
         config.secrets = seen;
         Ok(config)
     }
@@ -470,7 +477,11 @@ impl Config {
 
     /// Validate everything and calibrate the plan.
     pub fn validate(mut self) -> Result<Validated> {
-        security::merge(self.kafka.security.as_ref(), &mut self.kafka.properties)?;
+        properties::merge(
+            self.kafka.security.as_ref(),
+            &mut self.kafka.properties,
+            &mut self.kafka.consumer_properties,
+        )?;
         let topics = self.kafka.check()?;
         if self.http.ready_max_lag < 0 {
             bail!("http.ready_max_lag: must be ≥ 0");

@@ -27,12 +27,63 @@ pub struct Expanded(Vec<Zeroizing<String>>);
 impl Expanded {
     /// `text` with every expanded value replaced by `<secret>`.
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for s in self.0.iter().filter(|s| !s.is_empty()) {
-            out = out.replace(s.as_str(), "<secret>");
-        }
-        out
+        redact_with(&self.0, text)
     }
+}
+
+/// `text` with each of `values` blanked: as it is, and as it reads
+/// escaped (inside a JSON string or a `Debug` string), longest first so
+/// one value inside another leaves no part of the longer.
+fn redact_with(values: &[Zeroizing<String>], text: &str) -> String {
+    let mut forms: Vec<String> = Vec::new();
+    for v in values.iter().filter(|s| !s.is_empty()) {
+        forms.push(v.to_string());
+        let json = serde_json::to_string(v.as_str()).unwrap_or_default();
+        forms.push(json[1..json.len() - 1].to_string());
+        let debug = format!("{:?}", v.as_str());
+        forms.push(debug[1..debug.len() - 1].to_string());
+    }
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.dedup();
+    let mut out = text.to_string();
+    for f in forms.iter().filter(|f| !f.is_empty()) {
+        if out.contains(f.as_str()) {
+            out = out.replace(f.as_str(), "<secret>");
+        }
+    }
+    // The escaped copies are secrets too.
+    for f in &mut forms {
+        zeroize::Zeroize::zeroize(f);
+    }
+    out
+}
+
+/// Every value expanded in this process, for [`redact_logged`].
+static REMEMBERED: std::sync::RwLock<Vec<Zeroizing<String>>> = std::sync::RwLock::new(Vec::new());
+
+/// Remember `seen`'s values so every log line of this process blanks them
+/// (a `${…}` in `brokers`, a topic or the group id appeared verbatim in
+/// the `starting` line).
+pub(crate) fn remember(seen: &Expanded) {
+    if seen.0.is_empty() {
+        return;
+    }
+    let mut all = REMEMBERED.write().unwrap_or_else(|e| e.into_inner());
+    for v in &seen.0 {
+        if !all.iter().any(|a| a.as_str() == v.as_str()) {
+            all.push(v.clone());
+        }
+    }
+}
+
+/// `text` with every value any configuration of this process expanded
+/// from `${…}` blanked: what the log writer and the fatal line show.
+pub fn redact_logged(text: &str) -> String {
+    let all = REMEMBERED.read().unwrap_or_else(|e| e.into_inner());
+    if all.is_empty() {
+        return text.to_string();
+    }
+    redact_with(&all, text)
 }
 
 impl std::fmt::Debug for Expanded {
@@ -91,6 +142,9 @@ fn expand_str(s: &str, field: &str, seen: &mut Expanded) -> Result<String> {
             Some(path) => read_secret_file(field, Path::new(path))?,
             None => from_env(field, name)?,
         };
+        if value.contains('\0') {
+            bail!("{field}: `${{{name}}}` holds a NUL byte, which no setting can carry");
+        }
         out.push_str(&value);
         seen.0.push(value);
         rest = &after[end + 1..];
@@ -195,6 +249,32 @@ mod tests {
             assert!(e.contains("kafka.security.password"), "{e}");
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    /// Issue: a password file holding a NUL byte was reported as
+    /// "the client configuration was refused", naming no field.
+    #[test]
+    fn a_nul_byte_names_the_field() {
+        let f = secret_file("nul", "pass\0word\n", 0o600);
+        let e = format!(
+            "{:#}",
+            expand_one(&format!("${{file:{}}}", f.display())).unwrap_err()
+        );
+        assert!(
+            e.starts_with("kafka.security.password:") && e.contains("NUL byte"),
+            "{e}"
+        );
+    }
+
+    /// Escaped forms are blanked too (a JSON log line escapes a quote or a
+    /// backslash in a value).
+    #[test]
+    fn escaped_forms_are_redacted() {
+        let values = vec![Zeroizing::new("pa\"ss\\w".to_string())];
+        let json = serde_json::json!({"brokers": "x pa\"ss\\w y"}).to_string();
+        let shown = redact_with(&values, &json);
+        assert!(!shown.contains("ss"), "{shown}");
+        assert_eq!(redact_with(&values, "a pa\"ss\\w b"), "a <secret> b");
     }
 
     #[test]
