@@ -54,7 +54,7 @@ enum Command {
         config: PathBuf,
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
-        /// Fail (exit 1) when a figure would be mostly noise: a mean's or
+        /// Fail (exit 78, the configuration error's code) when a figure would be mostly noise: a mean's or
         /// std's 95% half-width over 5% of the stream's range, a histogram
         /// bin's over the count the bin expects, or any figure over its
         /// declared target_error.

@@ -53,7 +53,9 @@ async fn run_until(
     if h.is_finished() {
         return match h.await.unwrap() {
             Ok(()) => Err("stopped without an error".into()),
-            Err(e) => Err(format!("{e:#}")),
+            // A refusal no restart cures exits with the configuration
+            // error's code (78), not 1 ("restarting helps").
+            Err(e) => Err(format!("exit {}: {e:#}", fleetdp::logs::error_code(&e))),
         };
     }
     stop.send(true).unwrap();
@@ -109,6 +111,7 @@ fn a_changed_horizon_is_refused_and_allowed_at_a_boundary() {
         let err = run(config(&broker, &t3, &privacy("24h"), "", STREAM), false, 1)
             .await
             .expect_err("a changed horizon must be refused");
+        assert!(err.starts_with("exit 78: "), "{err}");
         assert!(err.contains("privacy.horizon"), "{err}");
         assert!(err.contains("--allow-plan-change"), "{err}");
 
@@ -151,6 +154,7 @@ fn a_changed_partition_count_is_refused() {
         let err = run(config(&broker, &t2, &privacy("24h"), "", STREAM), false, 1)
             .await
             .expect_err("a changed partition count must be refused");
+        assert!(err.starts_with("exit 78: "), "{err}");
         assert!(err.contains("partition count"), "{err}");
     });
 }
@@ -185,6 +189,7 @@ fn a_group_by_added_mid_horizon_is_refused_and_allowed_at_a_boundary() {
         )
         .await
         .expect_err("group_by added within a horizon must be refused");
+        assert!(err.starts_with("exit 78: "), "{err}");
         assert!(err.contains("stream.groups"), "{err}");
         assert!(err.contains("--allow-plan-change"), "{err}");
 
@@ -197,6 +202,7 @@ fn a_group_by_added_mid_horizon_is_refused_and_allowed_at_a_boundary() {
         )
         .await
         .expect_err("a renamed stream must be refused");
+        assert!(err.starts_with("exit 78: "), "{err}");
         assert!(err.contains("'temp'"), "{err}");
         assert!(
             err.contains("plan.streams") || err.contains("not declared"),

@@ -121,13 +121,14 @@ pub(super) fn decode(payload: Option<&[u8]>, record: u32, at: impl Fn() -> Strin
         return Ok(Read::Skip("charges do not decode"));
     };
     if c.device_key_scheme != DEVICE_KEY_SCHEME {
-        return Err(anyhow!(
+        // No restart cures it: a configuration error (exit 78).
+        return Err(crate::config::configuration(anyhow!(
             "{}: charges keyed by device-key scheme {:?}, this build uses {:?}; \
              they cannot be matched to devices (see docs/operations.md, Operator's playbook: state topic deleted)",
             at(),
             c.device_key_scheme,
             DEVICE_KEY_SCHEME
-        ));
+        )));
     }
     if c.device_keys.len() != c.horizons.len() || c.record != record {
         return Ok(Read::Skip(

@@ -129,10 +129,12 @@ impl Carried {
                 Some(b) => serde_json::from_slice(b).with_context(|| {
                     format!("running-total state of {name}/{partition}#{last_seq} is not readable")
                 })?,
-                None => anyhow::bail!(
-                    "the state topic has no record of {name}/{partition}#{last_seq}: its running totals cannot continue \
-                     without re-noising released steps (see docs/operations.md, Operator's playbook: state topic deleted)"
-                ),
+                None => {
+                    return Err(crate::config::configuration(anyhow::anyhow!(
+                        "the state topic has no record of {name}/{partition}#{last_seq}: its running totals cannot continue \
+                         without re-noising released steps (see docs/operations.md, Operator's playbook: state topic deleted)"
+                    )))
+                }
             });
         }
         if stream.spec.adaptive_quantiles {

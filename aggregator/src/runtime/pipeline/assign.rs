@@ -143,11 +143,12 @@ impl Restoring<'_> {
         let lane_plan = restored.lane_plans.get(lane);
         if let Some(c) = changed(lane_plan) {
             if !self.allow_plan_change {
-                anyhow::bail!(
+                // No restart cures it: a configuration error (exit 78).
+                return Err(crate::config::configuration(anyhow::anyhow!(
                     "stream '{stream}' partition {partition}: the plan changed since its state was written ({}). \
                      Within a horizon this would give devices fresh caps or another spend per window; {PLAN_CHANGE_FIX}",
                     c.describe()
-                );
+                )));
             }
             tracing::warn!(
                 stream = %stream,
@@ -173,11 +174,11 @@ impl Restoring<'_> {
             };
             if let Some(ch) = changed(window) {
                 if !self.allow_plan_change {
-                    anyhow::bail!(
+                    return Err(crate::config::configuration(anyhow::anyhow!(
                         "stream '{stream}' partition {partition}: window {seq} was charged under another plan ({}); \
                          {PLAN_CHANGE_FIX}",
                         ch.describe()
-                    );
+                    )));
                 }
                 dropped.push((stream.clone(), partition, seq, at.records));
                 continue;
@@ -242,12 +243,12 @@ impl Restoring<'_> {
         for (lane, c) in unplanned {
             let (stream, partition) = &lane;
             if !self.allow_plan_change {
-                anyhow::bail!(
+                return Err(crate::config::configuration(anyhow::anyhow!(
                     "lane '{stream}' partition {partition}: the state topic holds live charges of it, but the \
                      running plan has no such lane: the plan changed since its state was written ({}). Within a \
                      horizon this would give its devices fresh caps; {PLAN_CHANGE_FIX}",
                     c.describe()
-                );
+                )));
             }
             tracing::warn!(
                 lane = %stream,
