@@ -3,10 +3,11 @@
 //! the expected 95% interval half-width in metric units, and the figures it
 //! would release mostly as noise ([`PlanWarning`]).
 
+mod advice;
 mod text;
 pub(crate) mod warnings;
 
-pub use warnings::{PlanWarning, USEFUL_SHARE};
+pub use warnings::{Fix, PlanWarning, USEFUL_SHARE};
 
 use crate::config::Validated;
 use crate::dp::mechanism::{zcdp_to_approx_dp, Measure};
@@ -324,9 +325,14 @@ fn plan_warnings(v: &Validated, streams: &[StreamReport]) -> Vec<PlanWarning> {
                 unit: unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
                 bins: s.spec.histogram_edges.len().saturating_sub(1),
             });
-            declared
-                .map(|d| warnings::warnings(r, &d, zcdp, b.per_horizon))
-                .unwrap_or_default()
+            let (Some(s), Some(d)) = (s, declared) else {
+                return vec![];
+            };
+            let replan = advice::Replan {
+                privacy: &v.plan.privacy,
+                spec: &s.spec,
+            };
+            warnings::warnings(r, &d, zcdp, &replan)
         })
         .collect()
 }
