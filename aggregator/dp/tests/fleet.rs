@@ -8,7 +8,9 @@
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::relation::Relation;
-use fleetdp_dp::release::{plan, FleetCache, PartRelease, PrivacySpec, StatKind, StreamSpec};
+use fleetdp_dp::release::{
+    plan, FleetCache, PartRelease, PrivacySpec, QuantileTrack, StatKind, StreamSpec,
+};
 use fleetdp_dp::rng::ReleaseKey;
 use rand::{Rng, SeedableRng};
 
@@ -83,6 +85,7 @@ fn run(
         .streams
         .remove(0);
     let key = ReleaseKey::from_bytes([3; 32]);
+    let track = QuantileTrack::default();
     let mut data = rand_chacha::ChaCha8Rng::seed_from_u64(m as u64 * 7 + eps as u64);
     let mut cache = FleetCache::default();
     let mut tallies: Vec<Tally> = names
@@ -109,18 +112,20 @@ fn run(
         let releases: Vec<_> = windows
             .iter()
             .enumerate()
-            .map(|(p, w)| s.release(&key, p as i32, trial as u64, w))
+            .map(|(p, w)| s.release_with_moments(&key, p as i32, trial as u64, w, &track, None))
             .collect();
+        // With their raw moments, as the service publishes them: the
+        // add-remove count and sum are combined from the raw draws.
         let parts: Vec<PartRelease> = releases
             .iter()
-            .map(|r| PartRelease {
+            .map(|(r, moments)| PartRelease {
                 n: if relation == Relation::ChangeOne {
                     40
                 } else {
                     0
                 },
                 statistics: r,
-                moments: None,
+                moments: *moments,
             })
             .collect();
         let fleet = s.combine(&parts, &mut cache).unwrap();

@@ -623,7 +623,7 @@ pub fn release_public_fields(r: &proto::WindowRelease, released_at: bool) -> Str
             running_public(&r.running),
             // Which raw moments it carries (values are noisy).
             r.moments.as_ref().map(|m| {
-                [m.count, m.centred_sum, m.centred_sum_sq, m.boundary].map(|x| x.is_some())
+                [m.count, m.centred_sum, m.centred_sum_sq, m.boundary, m.sum].map(|x| x.is_some())
             }),
         )
     )

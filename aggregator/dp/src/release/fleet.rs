@@ -55,6 +55,9 @@ pub struct RawMoments {
     pub centred_sum: Option<f64>,
     pub centred_sum_sq: Option<f64>,
     pub boundary: Option<f64>,
+    /// The direct sum `Σx` (grid units), where planned (add-remove sums).
+    #[serde(default)]
+    pub sum: Option<f64>,
 }
 
 /// A fleet-wide statistic.
@@ -200,6 +203,51 @@ impl Seq<'_> {
             / self.total
     }
 
+    /// A total combined from the parts' raw draws of `which` (`field` of
+    /// their moments), then clamped as each part's is (`(at least 0, at
+    /// most 0)`), in units of `per`: the summed noise's exact interval
+    /// holds for the raw sum, and the clamp keeps a true total of that sign
+    /// inside it. Summing the clamped values instead was biased (the
+    /// interval held in 93–94% of windows, less where counts are small).
+    /// Without every part's raw draw, the released values' sum, with no
+    /// interval where they were clamped.
+    fn raw_total(
+        &self,
+        cache: &mut FleetCache,
+        i: usize,
+        field: fn(&RawMoments) -> Option<f64>,
+        which: Measurement,
+        per: f64,
+        (at_least_0, at_most_0): (bool, bool),
+    ) -> (Vec<f64>, &'static str, Option<Spread>) {
+        let noise = |cache: &mut FleetCache| self.noise_of(cache, |m| *m == which, per);
+        match self.raw(field) {
+            Some(raw) => {
+                let mut v = raw;
+                if at_least_0 {
+                    v = v.max(0.0);
+                }
+                if at_most_0 {
+                    v = v.min(0.0);
+                }
+                (vec![v * per], "sum", noise(cache))
+            }
+            None if at_least_0 || at_most_0 => (self.summed(i), "sum", None),
+            None => (self.summed(i), "sum", noise(cache)),
+        }
+    }
+
+    /// The sum over every part of one raw moment; `None` unless every
+    /// part carries it finite.
+    fn raw(&self, field: fn(&RawMoments) -> Option<f64>) -> Option<f64> {
+        let v = self
+            .parts
+            .iter()
+            .map(|p| p.moments.as_ref().and_then(field))
+            .sum::<Option<f64>>()?;
+        v.is_finite().then_some(v)
+    }
+
     fn summed(&self, i: usize) -> Vec<f64> {
         (0..self.parts[0].statistics[i].values.len())
             .map(|j| self.parts.iter().map(|p| p.statistics[i].values[j]).sum())
@@ -289,11 +337,22 @@ impl Seq<'_> {
         match name {
             // Change-one: the exact window sizes.
             "count" if self.change_one => (self.summed(i), "sum", Some((Some(0.0), 0.0))),
-            "count" => (
-                self.summed(i),
-                "sum",
-                self.noise_of(cache, |m| *m == Measurement::Count, 1.0),
+            // A partition's count (and a direct sum over a universe of one
+            // sign) is released clamped, so the sum of released values is
+            // biased: the fleet's is the raw draws' sum ([`Self::raw_total`]).
+            "count" => self.raw_total(
+                cache,
+                i,
+                |m| m.count,
+                Measurement::Count,
+                1.0,
+                (true, false),
             ),
+            "sum" if direct => {
+                let u = &self.stream.universe;
+                let clamps = (u.lower() >= 0, u.upper() <= 0);
+                self.raw_total(cache, i, |m| m.sum, Measurement::Sum, res, clamps)
+            }
             "sum" => {
                 let values = self.summed(i);
                 let noise = match (direct, self.change_one) {

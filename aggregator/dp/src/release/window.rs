@@ -132,6 +132,7 @@ impl StreamPlan {
             Measurement::CentredSum,
             Measurement::CentredSumSq,
             Measurement::Boundary,
+            Measurement::Sum,
         ]
         .map(at);
         idx.iter().flatten().max()?;
@@ -144,6 +145,7 @@ impl StreamPlan {
             centred_sum: scalar(idx[1]),
             centred_sum_sq: scalar(idx[2]),
             boundary: scalar(idx[3]),
+            sum: scalar(idx[4]),
         })
     }
 

@@ -33,6 +33,7 @@ pub(super) fn build(
                 centred_sum: m.centred_sum,
                 centred_sum_sq: m.centred_sum_sq,
                 boundary: m.boundary,
+                sum: m.sum,
             }),
         })
         .collect();

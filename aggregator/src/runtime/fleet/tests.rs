@@ -59,8 +59,17 @@ fn release_of(
 ) -> proto::WindowRelease {
     let s = &v.plan.streams[index];
     let key = ReleaseKey::from_bytes([1; 32]);
-    let stats = s.release(&key, p, seq, values);
+    let track = crate::dp::release::QuantileTrack::default();
+    // With its raw moments, as the pipeline publishes it.
+    let (stats, moments) = s.release_with_moments(&key, p, seq, values, &track, None);
     proto::WindowRelease {
+        moments: moments.map(|m| proto::v1::RawMoments {
+            count: m.count,
+            centred_sum: m.centred_sum,
+            centred_sum_sq: m.centred_sum_sq,
+            boundary: m.boundary,
+            sum: m.sum,
+        }),
         stream: s.spec.name.clone(),
         partition: p,
         window_seq: seq,
@@ -233,7 +242,13 @@ fn decisions_and_public_fields_ignore_the_released_values() {
                 .enumerate()
             {
                 let at = t0 + Duration::from_secs(step as u64 * 4);
-                out.extend(c.offer(release(&v, *p, *seq, values), at).1);
+                // Without the raw moments: the box intervals they give are
+                // noisy figures themselves (they vary by window, as
+                // output.md says); the decisions and every other public
+                // field must not.
+                let mut r = release(&v, *p, *seq, values);
+                r.moments = None;
+                out.extend(c.offer(r, at).1);
                 out.extend(c.due(at));
             }
             out.extend(c.due(t0 + Duration::from_secs(60)));

@@ -247,6 +247,7 @@ impl<'a> Releases<'a> {
                 centred_sum: m.centred_sum,
                 centred_sum_sq: m.centred_sum_sq,
                 boundary: m.boundary,
+                sum: m.sum,
             });
             // A slot of private keys publishes the key it is bound to.
             if let Some((dimension, value)) = bound {
