@@ -147,6 +147,8 @@ pub struct Counters {
     pub already_released: AtomicU64,
     pub dropped_window_cap: AtomicU64,
     pub dropped_horizon_cap: AtomicU64,
+    /// Readings of a device past its `G` groups a horizon.
+    pub dropped_group_cap: AtomicU64,
     /// Time windows: readings dropped as late, out of order or beyond a
     /// window's bound.
     pub dropped_time_window: AtomicU64,
@@ -510,8 +512,9 @@ impl StreamMetrics {
             self.dropped_horizon_cap.increment(t.dropped_horizon_cap);
         }
         if t.dropped_group_cap > 0 {
-            // A per-horizon cap too (G groups), counted with W's.
-            c.dropped_horizon_cap
+            // Its own count (it was shown as per_horizon_cap): G groups,
+            // not W windows.
+            c.dropped_group_cap
                 .fetch_add(t.dropped_group_cap, Ordering::Relaxed);
             self.dropped_group_cap.increment(t.dropped_group_cap);
         }

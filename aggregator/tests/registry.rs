@@ -116,7 +116,10 @@ max_groups_per_device = 2
             "accepted {}",
             count(&c.readings_accepted)
         );
-        assert_eq!(count(&c.dropped_horizon_cap), 1, "z's third group");
+        // Counted as the group cap, not as W's (/api/status and
+        // the page showed it as per_horizon_cap).
+        assert_eq!(count(&c.dropped_group_cap), 1, "z's third group");
+        assert_eq!(count(&c.dropped_horizon_cap), 0, "not W's cap");
 
         // Mid-stream: r1 moves to 4.2; its later readings follow.
         produce(&broker, &registry, &[row("r1", "4.2")]).await;

@@ -361,7 +361,9 @@ fn progress_line(c: &crate::telemetry::Counters, started: Instant) -> String {
         c.messages.load(Ordering::Relaxed),
         c.readings_accepted.load(Ordering::Relaxed),
         c.dead_letters_total(),
-        c.dropped_window_cap.load(Ordering::Relaxed) + c.dropped_horizon_cap.load(Ordering::Relaxed),
+        c.dropped_window_cap.load(Ordering::Relaxed)
+            + c.dropped_horizon_cap.load(Ordering::Relaxed)
+            + c.dropped_group_cap.load(Ordering::Relaxed),
         c.windows_released.load(Ordering::Relaxed),
     )
 }

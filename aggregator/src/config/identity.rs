@@ -219,7 +219,40 @@ pub(crate) fn changed(
             out.push((name.clone(), shown(recorded, &name), shown(now, &name)));
         }
     }
-    out
+    readable(out)
+}
+
+/// Exact spends (`n/d`, dozens of digits) shown as decimals; a derived
+/// spend (`plan.*`, `stream.per_window`) that reads the same both ways is
+/// left out beside a declared setting that changed, which explains it
+/// (changing only `running_share` listed `plan.per_horizon: 50 → 50` in
+/// 25-digit fractions).
+fn readable(out: Vec<(String, String, String)>) -> Vec<(String, String, String)> {
+    let derived = |n: &str| n.starts_with("plan.") || n == "stream.per_window";
+    let declared_changed = out.iter().any(|(n, _, _)| !derived(n));
+    out.into_iter()
+        .filter_map(|(n, a, b)| {
+            let (da, db) = (decimal(&a), decimal(&b));
+            match (da, db) {
+                (Some(da), Some(db)) if da == db && declared_changed && derived(&n) => None,
+                (Some(da), Some(db)) if da != db => Some((n, da, db)),
+                _ => Some((n, a, b)),
+            }
+        })
+        .collect()
+}
+
+/// `n/d` (or space-separated ones) as decimals of 12 significant digits.
+fn decimal(v: &str) -> Option<String> {
+    let parts: Option<Vec<String>> = v
+        .split(' ')
+        .map(|x| {
+            let r: BigRational = x.parse().ok()?;
+            let f = crate::dp::rational::to_f64(&r);
+            Some(crate::telemetry::tidy(f).to_string())
+        })
+        .collect();
+    parts.map(|p| p.join(" "))
 }
 
 #[cfg(test)]
@@ -274,6 +307,35 @@ mod tests {
         let b = m(&[("stream.w", "1")]);
         assert!(changed(&a, &b).is_empty());
         assert_eq!(FREE_CHOICES, ["stream.adaptive_quantiles"]);
+    }
+
+    /// Issue: exact spends read as decimals, and a derived spend
+    /// that reads the same is not listed beside the setting that moved it.
+    #[test]
+    fn spends_read_as_decimals_and_only_where_they_differ() {
+        let a = m(&[
+            ("stream.running_share", "0.2"),
+            (
+                "plan.per_horizon",
+                "50000000000000000000000001/1000000000000000000000000",
+            ),
+        ]);
+        let b = m(&[
+            ("stream.running_share", "0.3"),
+            (
+                "plan.per_horizon",
+                "50000000000000000000000003/1000000000000000000000000",
+            ),
+        ]);
+        assert_eq!(
+            changed(&a, &b),
+            vec![("stream.running_share".into(), "0.2".into(), "0.3".into())]
+        );
+        let a = m(&[("plan.per_horizon", "1/3")]);
+        let b = m(&[("plan.per_horizon", "1/4")]);
+        let c = changed(&a, &b);
+        assert_eq!(c.len(), 1);
+        assert!(c[0].1.starts_with("0.33333") && c[0].2 == "0.25", "{c:?}");
     }
 
     #[test]

@@ -480,6 +480,7 @@ impl StatusBoard {
                 BTreeMap::from([
                     ("per_window_cap", C::get(&counters.dropped_window_cap)),
                     ("per_horizon_cap", C::get(&counters.dropped_horizon_cap)),
+                    ("group_cap", C::get(&counters.dropped_group_cap)),
                     ("time_window", C::get(&counters.dropped_time_window)),
                     ("device_limit", C::get(&counters.dropped_device_limit)),
                 ])

@@ -62,6 +62,44 @@ pub struct SimulateArgs {
     /// 2/24`), each from its own offset. Default: every round.
     #[arg(long, value_parser = parse_duty)]
     pub duty: Option<(u32, u32)>,
+    /// Event time of the first round: "now" (the default, so a service
+    /// with time windows and a lateness bound accepts the readings) or an
+    /// RFC 3339 time such as 2026-01-01T00:00:00Z. Later rounds are one
+    /// --round apart in event time.
+    #[arg(long, default_value = "now", value_parser = parse_start)]
+    pub start: Start,
+}
+
+/// `--start`: the wall clock when the command starts, or a fixed time.
+#[derive(Debug, Clone, Copy)]
+pub enum Start {
+    Now,
+    At(i64),
+}
+
+impl Start {
+    /// Milliseconds since the epoch.
+    fn ms(self) -> i64 {
+        match self {
+            Start::Now => crate::clock::now_ms(),
+            Start::At(ms) => ms,
+        }
+    }
+}
+
+fn parse_start(text: &str) -> Result<Start, String> {
+    if text == "now" {
+        return Ok(Start::Now);
+    }
+    let t = humantime::parse_rfc3339_weak(text)
+        .map_err(|e| format!("{text:?} is neither \"now\" nor an RFC 3339 time ({e})"))?;
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| format!("{text:?} is before 1970"))?
+        .as_millis();
+    i64::try_from(ms)
+        .map(Start::At)
+        .map_err(|_| format!("{text:?} is too far ahead"))
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -141,6 +179,7 @@ impl SimulateArgs {
             },
             interval_ms: self.round.as_millis() as i64,
             duty: self.duty,
+            start_ms: self.start.ms(),
             ..FleetSpec::default()
         });
         let (brokers, properties, topic) = match loaded {
@@ -222,6 +261,25 @@ mod tests {
         assert_eq!(p.fleet.messages_per_round(), 60.0);
     }
 
+    /// Issue: readings were dated from 2026-01-01, so a service with
+    /// time windows dropped every one as late. The first round is now
+    /// (or the time asked for).
+    #[test]
+    fn the_first_round_is_now_unless_asked_otherwise() {
+        let before = crate::clock::now_ms();
+        let p = parse(&[]).unwrap().prepare().unwrap();
+        let start = p.fleet.spec().start_ms;
+        assert!(
+            start >= before && start <= crate::clock::now_ms(),
+            "{start}"
+        );
+        let p = parse(&["--start", "2026-01-01T00:00:00Z"])
+            .unwrap()
+            .prepare()
+            .unwrap();
+        assert_eq!(p.fleet.spec().start_ms, 1_767_225_600_000);
+    }
+
     #[test]
     fn every_setting_is_bounded_and_named() {
         for (flags, named) in [
@@ -230,6 +288,8 @@ mod tests {
             (&["--duty", "2"], "--duty"),
             (&["--duty", "1/99999"], "--duty"),
             (&["--round", "soon"], "--round"),
+            (&["--start", "yesterday"], "--start"),
+            (&["--start", "1969-12-31T00:00:00Z"], "--start"),
         ] {
             let err = parse(flags)
                 .err()
