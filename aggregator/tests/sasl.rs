@@ -82,7 +82,10 @@ fn a_leftover_alias_never_reaches_the_front(broker: &Broker, port: u16) {
     let before = asked(port).len();
     let t = Topics::new("sasl-alias");
     let key = std::env::temp_dir().join(unique("fleetdp-sasl-key"));
-    std::fs::write(&key, "09".repeat(32)).unwrap();
+    let hex: String = (0..32u8)
+        .map(|i| format!("{:02x}", i.wrapping_mul(41) ^ 0x3c))
+        .collect();
+    std::fs::write(&key, hex).unwrap();
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();

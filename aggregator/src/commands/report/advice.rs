@@ -1,11 +1,12 @@
 //! What would bring a flagged statistic within its bound: a window size, a
-//! budget, or fewer windows per device. Each is found by planning the
-//! stream again with the change — the same accuracy functions `plan`
-//! reports — and checked as it will be printed (rounded the safe way), so
-//! every suggestion, applied as written, removes its warning. Scaling
-//! rules of thumb did not: a std's half-width does not fall as 1/n, and a
-//! budget printed rounded down missed its bound (ε = 1.797 gave ±6.2515
-//! against 6.25).
+//! budget, or fewer windows per device. Each starts from how the mechanism
+//! scales and is checked by planning the stream again with the change —
+//! the same accuracy functions `plan` reports — as it will be printed
+//! (rounded the safe way), doubling until the plan meets it and then
+//! bisecting back, so every suggestion, applied as written, removes its
+//! warning. Scaling rules alone did not: a std's half-width is capped at
+//! half the range and does not fall as 1/n, and a budget printed rounded
+//! down missed its bound (ε = 1.797 gave ±6.2515 against 6.25).
 //!
 //! Post-processing of public parameters: no data, no privacy cost.
 
@@ -18,8 +19,13 @@ pub(super) struct Replan<'a> {
     pub spec: &'a StreamSpec,
 }
 
-/// Largest budget factor searched (beyond it the suggestion is omitted).
+/// Largest budget factor suggested (beyond it the suggestion is omitted).
 const MAX_FACTOR: f64 = 1e6;
+/// Doublings per suggestion at most: each starts from the mechanism's
+/// scaling (a mean's noise falls as 1/n, every scale as 1/ε or 1/√ρ, the
+/// per-window budget as 1/W), which a capped half-width (a std's is at
+/// most half the range) understates.
+const TRIES: usize = 24;
 
 impl Replan<'_> {
     /// The half-width of statistic `name` (quantile `level`) when the
@@ -51,103 +57,128 @@ impl Replan<'_> {
         Self::half_width(privacy, spec, name, level).is_some_and(|h| h <= bound * (1.0 + 1e-9))
     }
 
-    /// The least window size `n` whose half-width meets `bound_at(n)`
-    /// (count windows only; a histogram's bound grows with `n`).
+    fn zcdp(&self) -> bool {
+        self.privacy.budget.measure == crate::dp::mechanism::Measure::Zcdp
+    }
+
+    /// A window size `n` whose half-width meets `bound_at(n)` (count
+    /// windows only; a histogram's bound grows with `n`): from today's `n`
+    /// scaled by how far the half-width is over its bound (a mean's noise
+    /// falls as 1/n; a bin's does not while its bound grows as n).
     pub fn window_size(
         &self,
-        (name, level): (&str, Option<f64>),
+        (name, level, hw): (&str, Option<f64>, f64),
         bound_at: impl Fn(u64) -> f64,
     ) -> Option<u64> {
         if self.spec.window_ms.is_some() {
             return None;
         }
-        let with = |n: u64| {
+        let n = self.spec.window_size.max(1);
+        let first = ((n as f64) * hw / bound_at(n)).ceil().max(n as f64 + 1.0);
+        let ok = |x: f64| {
             let mut s = self.spec.clone();
-            s.window_size = n;
-            Self::meets(self.privacy, &s, (name, level, bound_at(n)))
+            s.window_size = x as u64;
+            x <= MAX_WINDOW_SIZE as f64
+                && Self::meets(self.privacy, &s, (name, level, bound_at(x as u64)))
         };
-        least_u64(self.spec.window_size.max(1), MAX_WINDOW_SIZE, with)
+        upward(first, MAX_WINDOW_SIZE as f64, f64::ceil, ok).map(|x| x as u64)
     }
 
-    /// The least budget per horizon that meets `bound`, as printed (4
-    /// significant digits, rounded up, then checked).
-    pub fn budget(&self, stat: (&str, Option<f64>, f64)) -> Option<f64> {
+    /// A budget per horizon that meets `bound`, as printed (4 significant
+    /// digits, rounded up, and checked as printed): from today's scaled as
+    /// the noise falls (1/ε, or 1/√ρ).
+    pub fn budget(&self, (name, level, hw, bound): (&str, Option<f64>, f64, f64)) -> Option<f64> {
         let now = self.privacy.budget.per_horizon;
-        let with = |b: f64| {
+        let over = hw / bound;
+        let first = now * if self.zcdp() { over * over } else { over };
+        let ok = |b: f64| {
             let mut p = self.privacy.clone();
             p.budget.per_horizon = b;
-            Self::meets(&p, self.spec, stat)
+            Self::meets(&p, self.spec, (name, level, bound))
         };
-        let (mut lo, mut hi) = (now, now * 2.0);
-        while !with(hi) {
-            if hi > now * MAX_FACTOR {
-                return None;
-            }
-            (lo, hi) = (hi, hi * 2.0);
-        }
-        for _ in 0..40 {
-            let mid = (lo + hi) / 2.0;
-            if with(mid) {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-        }
-        // Printed with 4 significant digits, rounded up; one step more
-        // where the rounded figure still misses (it cannot, but it is
-        // checked as printed).
-        let mut shown = round_up(hi, 4);
-        for _ in 0..10 {
-            if with(shown) {
-                return Some(shown);
-            }
-            shown = round_up(shown * (1.0 + 1e-4), 4);
-        }
-        None
+        upward(first.max(now), now * MAX_FACTOR, |b| round_up(b, 4), ok)
     }
 
-    /// The most windows per device per horizon (below today's) that meet
-    /// `bound`.
-    pub fn windows(&self, stat: (&str, Option<f64>, f64)) -> Option<u32> {
-        let w = self.spec.max_windows_per_device;
-        let with = |w: u32| {
+    /// A number of windows per device per horizon, below today's, that
+    /// meets `bound` (the per-window budget is the horizon's over W): the
+    /// most the search finds, from today's scaled as the noise grows.
+    pub fn windows(&self, (name, level, hw, bound): (&str, Option<f64>, f64, f64)) -> Option<u32> {
+        let w = f64::from(self.spec.max_windows_per_device);
+        let ok = |x: f64| {
             let mut s = self.spec.clone();
-            s.max_windows_per_device = w;
-            Self::meets(self.privacy, &s, stat)
+            s.max_windows_per_device = x as u32;
+            x >= 1.0 && Self::meets(self.privacy, &s, (name, level, bound))
         };
-        if w <= 1 || !with(1) {
+        if w < 2.0 || !ok(1.0) {
             return None;
         }
-        // Largest w' in [1, w) that meets it: meeting is monotone in W.
-        let (mut ok, mut bad) = (1u32, w);
-        while bad - ok > 1 {
-            let mid = ok + (bad - ok) / 2;
-            if with(mid) {
-                ok = mid;
+        let under = bound / hw;
+        let guess = (w * if self.zcdp() { under * under } else { under })
+            .floor()
+            .clamp(1.0, w - 1.0);
+        // Down by halves to one that meets, then up between it and the
+        // first that failed.
+        let (mut good, mut bad) = (guess, w);
+        for _ in 0..TRIES {
+            if ok(good) {
+                break;
+            }
+            bad = good;
+            good = (good / 2.0).floor().max(1.0);
+        }
+        for _ in 0..REFINE {
+            let mid = ((good + bad) / 2.0).floor();
+            if mid <= good {
+                break;
+            }
+            if ok(mid) {
+                good = mid;
             } else {
                 bad = mid;
             }
         }
-        Some(ok)
+        Some(good as u32)
     }
 }
 
-/// The least `x` in `(from, max]` for which `ok(x)` holds (monotone), by
-/// doubling then bisection; `None` if not even `max`.
-fn least_u64(from: u64, max: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
-    let (mut bad, mut hi) = (from, from.saturating_mul(2).min(max));
-    while !ok(hi) {
-        if hi >= max {
+/// Bisection steps after the doubling: within ≈ 2% of the least.
+const REFINE: usize = 6;
+
+/// The least value the search finds that passes `ok` (monotone): `first`,
+/// else doubling up to `max` until one passes, then bisecting between the
+/// last that failed and it; each candidate as `shown` makes it (rounded
+/// up, so what is printed is what was checked).
+fn upward(
+    first: f64,
+    max: f64,
+    shown: impl Fn(f64) -> f64,
+    ok: impl Fn(f64) -> bool,
+) -> Option<f64> {
+    let (mut bad, mut hi) = (f64::NAN, shown(first));
+    for _ in 0..TRIES {
+        if hi > max {
             return None;
         }
-        (bad, hi) = (hi, hi.saturating_mul(2).min(max));
+        if ok(hi) {
+            break;
+        }
+        bad = hi;
+        hi = shown(hi * 2.0);
     }
-    while hi - bad > 1 {
-        let mid = bad + (hi - bad) / 2;
-        if ok(mid) {
-            hi = mid;
-        } else {
-            bad = mid;
+    if hi > max || (bad.is_nan() && !ok(hi)) {
+        return None;
+    }
+    if !bad.is_nan() {
+        for _ in 0..REFINE {
+            let mid = shown((bad + hi) / 2.0);
+            if mid >= hi || mid <= bad {
+                break;
+            }
+            if ok(mid) {
+                hi = mid;
+            } else {
+                bad = mid;
+            }
         }
     }
     Some(hi)
@@ -171,11 +202,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rounding_is_up_and_searches_find_the_least() {
+    fn rounding_is_up() {
         assert_eq!(round_up(1.7971, 4), 1.798);
         assert_eq!(round_up(1.797, 4), 1.797);
         assert_eq!(round_up(0.0123411, 4), 0.01235);
-        assert_eq!(least_u64(10, 1000, |n| n >= 137), Some(137));
-        assert_eq!(least_u64(10, 100, |n| n >= 137), None);
     }
 }

@@ -110,7 +110,7 @@ pub(super) fn warnings(
         if hw <= bound * (1.0 + 1e-9) {
             continue;
         }
-        let stat = (st.name.as_str(), st.level, bound);
+        let stat = (st.name.as_str(), st.level, hw, bound);
         let fixes = fixes(s, replan, stat, zcdp, range);
         let said: Vec<String> = fixes.iter().map(|f| said(f, s, replan)).collect();
         out.push(PlanWarning {
@@ -156,12 +156,12 @@ fn unjudged(s: &StreamReport, st: &StatisticReport, shown: &str) -> PlanWarning 
 fn fixes(
     s: &StreamReport,
     replan: &Replan<'_>,
-    stat: (&str, Option<f64>, f64),
+    stat: (&str, Option<f64>, f64, f64),
     zcdp: bool,
     range: &Declared,
 ) -> Vec<Fix> {
     let mut out = Vec::new();
-    let (name, level, bound) = stat;
+    let (name, level, hw, bound) = stat;
     // The bound at another n: a histogram's grows with it (n / bins), a
     // sum's too (a share of n × the range); a target's does not.
     let targeted = s
@@ -177,7 +177,7 @@ fn fixes(
         _ => bound,
     };
     if s.window_seconds.is_none() {
-        if let Some(n) = replan.window_size((name, level), bound_at) {
+        if let Some(n) = replan.window_size((name, level, hw), bound_at) {
             out.push(Fix {
                 setting: "window_size".into(),
                 value: n as f64,

@@ -62,34 +62,42 @@ pub struct SimulateArgs {
     /// 2/24`), each from its own offset. Default: every round.
     #[arg(long, value_parser = parse_duty)]
     pub duty: Option<(u32, u32)>,
-    /// Event time of the first round: "now" (the default, so a service
-    /// with time windows and a lateness bound accepts the readings) or an
-    /// RFC 3339 time such as 2026-01-01T00:00:00Z. Later rounds are one
-    /// --round apart in event time.
-    #[arg(long, default_value = "now", value_parser = parse_start)]
+    /// Event times: "auto" (the default: the wall clock as each message
+    /// is sent when the --config declares time windows, add-remove, whose
+    /// lateness bound drops old readings; else rounds one --round apart
+    /// from 2026-01-01), "now" (the wall clock), or an RFC 3339 time such
+    /// as 2026-01-01T00:00:00Z for the first round, later rounds one
+    /// --round apart.
+    #[arg(long, default_value = "auto", value_parser = parse_start)]
     pub start: Start,
 }
 
-/// `--start`: the wall clock when the command starts, or a fixed time.
+/// `--start`.
 #[derive(Debug, Clone, Copy)]
 pub enum Start {
+    Auto,
     Now,
     At(i64),
 }
 
 impl Start {
-    /// Milliseconds since the epoch.
-    fn ms(self) -> i64 {
+    /// The first round's event time, or `None`: the wall clock per
+    /// message (`time_windows`: the configuration releases time windows).
+    fn first_round(self, time_windows: bool) -> Option<i64> {
         match self {
-            Start::Now => crate::clock::now_ms(),
-            Start::At(ms) => ms,
+            Start::Auto if time_windows => None,
+            Start::Auto => Some(FleetSpec::default().start_ms),
+            Start::Now => None,
+            Start::At(ms) => Some(ms),
         }
     }
 }
 
 fn parse_start(text: &str) -> Result<Start, String> {
-    if text == "now" {
-        return Ok(Start::Now);
+    match text {
+        "auto" => return Ok(Start::Auto),
+        "now" => return Ok(Start::Now),
+        _ => {}
     }
     let t = humantime::parse_rfc3339_weak(text)
         .map_err(|e| format!("{text:?} is neither \"now\" nor an RFC 3339 time ({e})"))?;
@@ -168,6 +176,12 @@ impl SimulateArgs {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        // Time windows (add-remove) drop readings past their lateness bound:
+        // stamped with the wall clock unless --start says otherwise.
+        let time_windows = loaded
+            .as_ref()
+            .is_some_and(|v| v.plan.streams.iter().any(|s| s.spec.window_ms.is_some()));
+        let first = self.start.first_round(time_windows);
         let fleet = Fleet::new(FleetSpec {
             devices: self.devices,
             seed: self.seed,
@@ -179,7 +193,8 @@ impl SimulateArgs {
             },
             interval_ms: self.round.as_millis() as i64,
             duty: self.duty,
-            start_ms: self.start.ms(),
+            start_ms: first.unwrap_or_default(),
+            wall_clock: first.is_none(),
             ..FleetSpec::default()
         });
         let (brokers, properties, topic) = match loaded {
@@ -261,23 +276,28 @@ mod tests {
         assert_eq!(p.fleet.messages_per_round(), 60.0);
     }
 
-    /// Issue: readings were dated from 2026-01-01, so a service with
-    /// time windows dropped every one as late. The first round is now
-    /// (or the time asked for).
+    /// Issue: `simulate --config` dated readings from 2026-01-01, so a
+    /// service with time windows dropped every one as late. With a
+    /// configuration of time windows (or `--start now`) each message is
+    /// stamped with the wall clock; a fixed time is kept when asked for.
     #[test]
-    fn the_first_round_is_now_unless_asked_otherwise() {
-        let before = crate::clock::now_ms();
-        let p = parse(&[]).unwrap().prepare().unwrap();
-        let start = p.fleet.spec().start_ms;
-        assert!(
-            start >= before && start <= crate::clock::now_ms(),
-            "{start}"
+    fn time_windows_get_the_wall_clock_unless_asked_otherwise() {
+        assert_eq!(Start::Auto.first_round(true), None);
+        assert_eq!(Start::Now.first_round(false), None);
+        assert_eq!(
+            Start::Auto.first_round(false),
+            Some(FleetSpec::default().start_ms)
         );
+        let p = parse(&["--start", "now"]).unwrap().prepare().unwrap();
+        assert!(p.fleet.spec().wall_clock);
         let p = parse(&["--start", "2026-01-01T00:00:00Z"])
             .unwrap()
             .prepare()
             .unwrap();
         assert_eq!(p.fleet.spec().start_ms, 1_767_225_600_000);
+        assert!(!p.fleet.spec().wall_clock);
+        let p = parse(&[]).unwrap().prepare().unwrap();
+        assert!(!p.fleet.spec().wall_clock, "no --config: rounds as before");
     }
 
     #[test]

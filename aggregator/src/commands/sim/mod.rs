@@ -50,6 +50,9 @@ pub struct FleetSpec {
     pub signals: Vec<Signal>,
     /// Event time of the first round, ms since the epoch.
     pub start_ms: i64,
+    /// Stamp each message with the wall clock instead (a service with time
+    /// windows drops readings past its lateness bound).
+    pub wall_clock: bool,
     /// Event-time step between a device's readings of one stream.
     pub interval_ms: i64,
     /// Fraction of messages replaced by a malformed one.
@@ -92,6 +95,7 @@ impl Default for FleetSpec {
             seed: 1,
             signals: Signal::ALL.to_vec(),
             start_ms: 1_767_225_600_000, // 2026-01-01T00:00:00Z
+            wall_clock: false,
             interval_ms: 15 * 60 * 1000,
             bad_fraction: 0.002,
             outlier_fraction: 0.005,
@@ -326,8 +330,12 @@ impl Fleet {
     /// Device `d`'s event time in this round (devices spread over the
     /// round, deterministically); then move the cursor on.
     fn step(&mut self, d: usize) -> i64 {
-        let t = self.round_start_ms()
-            + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64);
+        let t = if self.spec.wall_clock {
+            crate::clock::now_ms()
+        } else {
+            self.round_start_ms()
+                + (d as i64 * self.spec.interval_ms / self.devices.len().max(1) as i64)
+        };
         self.cursor += 1;
         if self.cursor == self.round_len() {
             self.cursor = 0;
