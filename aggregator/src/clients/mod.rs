@@ -5,6 +5,6 @@
 //! reaches Kafka through `kafka`.
 
 pub mod kafka;
-pub mod names;
+pub(crate) mod names;
 pub(crate) mod partitioner;
 pub mod schemas;

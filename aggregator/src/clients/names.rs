@@ -35,24 +35,12 @@ fn table() -> &'static Table {
 /// the same name, as in librdkafka), else the property it is an alias of;
 /// an unknown name is returned as it is (librdkafka refuses it later,
 /// naming it).
-pub fn canonical(name: &str) -> &str {
+pub(crate) fn canonical(name: &str) -> &str {
     let t = table();
     if t.real.contains(name) {
         return name;
     }
     t.alias.get(name).map(String::as_str).unwrap_or(name)
-}
-
-/// Whether `name` is an alias rather than a property of its own.
-pub fn is_alias(name: &str) -> bool {
-    canonical(name) != name
-}
-
-/// How many properties and aliases the linked librdkafka lists (a test
-/// checks the listing was read at all).
-pub fn counts() -> (usize, usize) {
-    let t = table();
-    (t.real.len(), t.alias.len())
 }
 
 /// librdkafka's property listing (the Markdown table CONFIGURATION.md is
@@ -124,6 +112,17 @@ fn parse(listing: &str) -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `name` is an alias rather than a property of its own.
+    fn is_alias(name: &str) -> bool {
+        canonical(name) != name
+    }
+
+    /// How many properties and aliases the linked librdkafka lists.
+    fn counts() -> (usize, usize) {
+        let t = table();
+        (t.real.len(), t.alias.len())
+    }
 
     #[test]
     fn librdkafka_s_own_listing_names_its_aliases() {

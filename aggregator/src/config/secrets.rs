@@ -31,35 +31,50 @@ impl Expanded {
     }
 }
 
-/// `text` with each of `values` blanked: as it is, and as it reads
-/// escaped (inside a JSON string or a `Debug` string), longest first so
-/// one value inside another leaves no part of the longer.
+/// `text` with each of `values` blanked ([`forms`]).
 fn redact_with(values: &[Zeroizing<String>], text: &str) -> String {
-    let mut forms: Vec<String> = Vec::new();
+    replace_forms(&forms(values), text)
+}
+
+/// Each value as it is and as it reads escaped (inside a JSON string or a
+/// `Debug` string), longest first so one value inside another leaves no
+/// part of the longer.
+fn forms(values: &[Zeroizing<String>]) -> Vec<Zeroizing<String>> {
+    let mut forms: Vec<Zeroizing<String>> = Vec::new();
     for v in values.iter().filter(|s| !s.is_empty()) {
-        forms.push(v.to_string());
-        let json = serde_json::to_string(v.as_str()).unwrap_or_default();
-        forms.push(json[1..json.len() - 1].to_string());
-        let debug = format!("{:?}", v.as_str());
-        forms.push(debug[1..debug.len() - 1].to_string());
+        let json = Zeroizing::new(serde_json::to_string(v.as_str()).unwrap_or_default());
+        let debug = Zeroizing::new(format!("{:?}", v.as_str()));
+        for f in [
+            v.as_str(),
+            &json[1..json.len() - 1],
+            &debug[1..debug.len() - 1],
+        ] {
+            if !f.is_empty() && !forms.iter().any(|x| x.as_str() == f) {
+                forms.push(Zeroizing::new(f.to_string()));
+            }
+        }
     }
     forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
-    forms.dedup();
+    forms
+}
+
+fn replace_forms(forms: &[Zeroizing<String>], text: &str) -> String {
     let mut out = text.to_string();
-    for f in forms.iter().filter(|f| !f.is_empty()) {
+    for f in forms {
         if out.contains(f.as_str()) {
             out = out.replace(f.as_str(), "<secret>");
         }
     }
-    // The escaped copies are secrets too.
-    for f in &mut forms {
-        zeroize::Zeroize::zeroize(f);
-    }
     out
 }
 
-/// Every value expanded in this process, for [`redact_logged`].
-static REMEMBERED: std::sync::RwLock<Vec<Zeroizing<String>>> = std::sync::RwLock::new(Vec::new());
+/// Every value expanded in this process, and its [`forms`] (made once
+/// here, not per log line), for [`redact_logged`].
+static REMEMBERED: std::sync::RwLock<(Secrets, Secrets)> =
+    std::sync::RwLock::new((Vec::new(), Vec::new()));
+
+/// Secret strings, wiped when dropped.
+type Secrets = Vec<Zeroizing<String>>;
 
 /// Remember `seen`'s values so every log line of this process blanks them
 /// (a `${…}` in `brokers`, a topic or the group id appeared verbatim in
@@ -69,21 +84,20 @@ pub(crate) fn remember(seen: &Expanded) {
         return;
     }
     let mut all = REMEMBERED.write().unwrap_or_else(|e| e.into_inner());
+    let (values, all_forms) = &mut *all;
     for v in &seen.0 {
-        if !all.iter().any(|a| a.as_str() == v.as_str()) {
-            all.push(v.clone());
+        if !values.iter().any(|a| a.as_str() == v.as_str()) {
+            values.push(v.clone());
         }
     }
+    *all_forms = forms(values);
 }
 
 /// `text` with every value any configuration of this process expanded
 /// from `${…}` blanked: what the log writer and the fatal line show.
 pub fn redact_logged(text: &str) -> String {
     let all = REMEMBERED.read().unwrap_or_else(|e| e.into_inner());
-    if all.is_empty() {
-        return text.to_string();
-    }
-    redact_with(&all, text)
+    replace_forms(&all.1, text)
 }
 
 impl std::fmt::Debug for Expanded {

@@ -321,14 +321,18 @@ pub(super) fn running_plan(
         log2_lifetime,
         u.resolution(),
     );
-    check_node_floor(
-        privacy,
-        spec,
-        &budget,
-        groups.len(),
-        log2_lifetime,
-        Some(&plan),
-    )?;
+    // A BLT step's ρ is read off the calibrated plan (a pure node's ε
+    // was decided above, without one).
+    if measure == Measure::Zcdp {
+        check_node_floor(
+            privacy,
+            spec,
+            &budget,
+            groups.len(),
+            log2_lifetime,
+            Some(&plan),
+        )?;
+    }
     Ok(Some(plan))
 }
 
@@ -349,6 +353,7 @@ fn check_node_floor(
     let per_total = rational::to_f64(budget) / totals as f64;
     let w = f64::from(spec.max_windows_per_device);
     let (per_draw, floor, field, what) = match (privacy.budget.measure, calibrated) {
+        // Decided before calibrating: a node's ε needs no plan.
         (Measure::Pure, _) => (
             per_total / (w * f64::from(log2_lifetime + 1)),
             MIN_MEASUREMENT_EPSILON,
