@@ -114,10 +114,14 @@ pub enum Reason {
     /// Kafka timestamp plus the allowed clock skew (a wrong device clock,
     /// or microseconds sent as milliseconds).
     Future,
+    /// A record batch the consumer could not decompress, skipped under
+    /// `kafka.undecodable = "skip"` (the dead letter names its offsets;
+    /// the service, not the decoder, gives this reason).
+    UndecodableBatch,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 10] = [
         Reason::Undecodable,
         Reason::MissingField,
         Reason::NotFinite,
@@ -127,6 +131,7 @@ impl Reason {
         Reason::TooOld,
         Reason::WrongPartition,
         Reason::Future,
+        Reason::UndecodableBatch,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -140,6 +145,7 @@ impl Reason {
             Reason::TooOld => "too_old",
             Reason::WrongPartition => "wrong_partition",
             Reason::Future => "future",
+            Reason::UndecodableBatch => "undecodable_batch",
         }
     }
 }

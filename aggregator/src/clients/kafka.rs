@@ -67,6 +67,10 @@ pub(crate) const ERROR_KINDS: [&str; 7] = [
     "other",
 ];
 
+/// The setting to check after a decompression error, and the way past a
+/// batch no setting can fix (`kafka.undecodable`).
+const UNDECODABLE: &str = "the producers' compression.type; a batch that cannot be decompressed stops its partition until kafka.undecodable = \"skip\" passes it (docs/troubleshooting.md)";
+
 /// What kind of client error stops progress, for the metric, the log line
 /// and `/readyz`: `(kind, the setting to check)`.
 pub fn error_kind(e: &rdkafka::error::KafkaError) -> (&'static str, &'static str) {
@@ -96,9 +100,9 @@ pub fn error_kind(e: &rdkafka::error::KafkaError) -> (&'static str, &'static str
         Some(C::BrokerTransportFailure | C::AllBrokersDown | C::Resolve) => {
             ("transport", "kafka.brokers and kafka.security.protocol")
         }
-        Some(C::BadCompression) => ("decompression", "the producers' compression.type"),
+        Some(C::BadCompression) => ("decompression", UNDECODABLE),
         _ if text.contains("ecompress") || text.contains("ompression") => {
-            ("decompression", "the producers' compression.type")
+            ("decompression", UNDECODABLE)
         }
         _ => ("other", "the error text"),
     }

@@ -28,6 +28,7 @@ pub mod security;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod undecodable;
 
 pub(crate) use duration::duration;
 pub use duration::{MAX_DURATION, MIN_DURATION};
@@ -41,6 +42,7 @@ pub use refused::{configuration, Configuration};
 pub(crate) use secrets::redact_logged;
 pub use secrets::{Expanded, MAX_SECRET_BYTES};
 pub use stream::StreamConfig;
+pub use undecodable::Undecodable;
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize)]
@@ -112,6 +114,10 @@ pub struct KafkaConfig {
     /// service to one dead letter per round trip.
     #[serde(default = "one_in_flight")]
     pub dead_letters_in_flight: usize,
+    /// A record batch the consumer cannot decompress: `stop` (default) or
+    /// `skip` (recorded as a dead letter).
+    #[serde(default)]
+    pub undecodable: Undecodable,
     /// TLS and SASL (`[kafka.security]`), merged into `properties` by
     /// [`Config::validate`].
     #[serde(default)]
@@ -142,6 +148,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("read_content_type", &self.read_content_type)
             .field("output_format", &self.output_format)
             .field("dead_letters_in_flight", &self.dead_letters_in_flight)
+            .field("undecodable", &self.undecodable)
             .field("security", &self.security)
             .field("properties", &names(&self.properties))
             .field("consumer_properties", &names(&self.consumer_properties))

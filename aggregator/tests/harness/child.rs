@@ -18,6 +18,21 @@ impl Service {
     /// Start `fleetdp run` with the `[privacy]` lines `privacy`, extra
     /// `[http]` lines `http` and the `[[stream]]` tables `streams`.
     pub fn start(broker: &Broker, t: &Topics, privacy: &str, http: &str, streams: &str) -> Service {
+        let key = fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex();
+        Self::start_with(broker, t, [privacy, http, streams], "", &key)
+    }
+
+    /// The same with extra `[kafka]` lines `kafka` and the release key
+    /// `key` (hex), for a restart under the same key. `parts` are the
+    /// `[privacy]` lines, the `[http]` lines and the `[[stream]]` tables.
+    pub fn start_with(
+        broker: &Broker,
+        t: &Topics,
+        parts: [&str; 3],
+        kafka: &str,
+        key: &str,
+    ) -> Service {
+        let [privacy, http, streams] = parts;
         let port = free_port();
         let text = config_text(
             broker,
@@ -25,7 +40,8 @@ impl Service {
             &format!("{privacy}\nkey_env = \"FLEETDP_CHILD_KEY\""),
             &format!("[http]\nlisten = \"127.0.0.1:{port}\"\n{http}"),
             streams,
-        );
+        )
+        .replacen("[kafka]\n", &format!("[kafka]\n{kafka}\n"), 1);
         let dir = std::env::temp_dir().join(unique("fleetdp-child"));
         std::fs::create_dir_all(&dir).unwrap();
         let cfg = dir.join("fleetdp.toml");
@@ -33,10 +49,7 @@ impl Service {
         let child = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
             .args(["run", "--config"])
             .arg(&cfg)
-            .env(
-                "FLEETDP_CHILD_KEY",
-                fleetdp::dp::rng::ReleaseKey::ephemeral().to_hex(),
-            )
+            .env("FLEETDP_CHILD_KEY", key)
             .env("NO_COLOR", "1")
             .stderr(std::fs::File::create(dir.join("run.log")).unwrap())
             .spawn()

@@ -7,11 +7,13 @@
 use super::assign::Restoring;
 use super::dead_letter::DeadLetters;
 use super::offsets::Offsets;
+use super::poisoned::Probe;
 use super::rebalance::{self, Events};
 use super::release::Releases;
 use super::{now_ms, Options, Pipeline};
 use crate::clients::kafka::Producer;
 use crate::clients::kafka::{self, Stopped, CONTENT_TYPE};
+use crate::config::Undecodable;
 use crate::engine::process::{Processor, PREPARE_AHEAD};
 use crate::engine::window::ClosedWindow;
 use crate::faults::{crash_point, CrashPoint};
@@ -23,6 +25,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -59,6 +62,11 @@ pub(crate) struct Consuming<'a> {
     timed: bool,
     /// Rate limit of consumer-error log lines, per kind.
     error_log: kafka::LogLimiter,
+    /// The undecodable-batch probe, made when first needed.
+    probe: Option<Arc<Probe>>,
+    /// Per partition, the end of the last undecodable range skipped since
+    /// it was assigned (an error queued before the skip is not a new one).
+    skipped_to: BTreeMap<i32, i64>,
 }
 
 impl<'a> Consuming<'a> {
@@ -89,6 +97,8 @@ impl<'a> Consuming<'a> {
             stop,
             last_commit: Instant::now(),
             error_log: kafka::LogLimiter::default(),
+            probe: None,
+            skipped_to: BTreeMap::new(),
         }
     }
 
@@ -160,7 +170,7 @@ impl<'a> Consuming<'a> {
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
-                    self.consumer_error(&e).await;
+                    self.consumer_error(consumer, &mut staged, &e).await?;
                     continue;
                 }
             };
@@ -194,15 +204,87 @@ impl<'a> Consuming<'a> {
     /// A consumer error: counted by kind, logged once per kind and
     /// interval with the setting to check (`/readyz` turns red if input
     /// waits behind it for `http.stall_timeout`); then a pause before the
-    /// next try.
-    async fn consumer_error(&mut self, e: &rdkafka::error::KafkaError) {
+    /// next try. An undecodable batch is skipped under
+    /// `kafka.undecodable = "skip"` (`poisoned.rs`).
+    async fn consumer_error(
+        &mut self,
+        consumer: &InputConsumer,
+        staged: &mut VecDeque<BorrowedMessage<'_>>,
+        e: &rdkafka::error::KafkaError,
+    ) -> Result<()> {
         let (kind, check) = kafka::error_kind(e);
         telemetry::kafka_error("consumer", kind);
+        if kind == "decompression" && self.p.v.config.kafka.undecodable == Undecodable::Skip {
+            self.apply_all(staged).await?;
+            if self.skip_undecodable(consumer).await? {
+                return Ok(());
+            }
+        }
         self.p.board.consumer_error((kind, check));
         if let Some(held) = self.error_log.admit(kind, Instant::now()) {
             tracing::warn!(error = %e, kind, check, held_back = held, "consumer error; retrying");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(())
+    }
+
+    /// Find the partition an undecodable batch stops and the range it
+    /// spans ([`poisoned::Probe`]), move the consumer past it and record it
+    /// as a dead letter. Returns whether a range was skipped.
+    async fn skip_undecodable(&mut self, consumer: &InputConsumer) -> Result<bool> {
+        let kc = &self.p.v.config.kafka;
+        let probe = match &self.probe {
+            Some(probe) => probe.clone(),
+            None => {
+                let mut base = self.p.client_config();
+                for (k, v) in &kc.consumer_properties {
+                    base.set(k, v);
+                }
+                let probe = Arc::new(Probe::new(&base, &kc.group_id, &kc.input_topic)?);
+                self.probe.insert(probe).clone()
+            }
+        };
+        let positions = consumer.position().unwrap_or_default();
+        let mut parts = Vec::new();
+        for e in positions.elements_for_topic(&kc.input_topic) {
+            let at = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            let left = self.skipped_to.get(&e.partition()).copied();
+            parts.push((e.partition(), at.max(left)));
+        }
+        let found = tokio::task::spawn_blocking(move || probe.find(&parts)).await?;
+        let skipped = match found {
+            Ok(Some(skipped)) => skipped,
+            Ok(None) => return Ok(false),
+            Err(e) => {
+                tracing::warn!(error = %e, "the undecodable batch was not skipped");
+                return Ok(false);
+            }
+        };
+        let p = skipped.partition;
+        consumer
+            .seek(
+                &kc.input_topic,
+                p,
+                Offset::Offset(skipped.end),
+                Duration::from_secs(10),
+            )
+            .with_context(|| format!("moving partition {p} past its undecodable offsets"))?;
+        tracing::warn!(
+            partition = p,
+            first = skipped.start,
+            end = skipped.end,
+            "skipped undecodable offsets (kafka.undecodable = \"skip\"); recorded as a dead letter"
+        );
+        self.dead_letters
+            .send_skipped(skipped, &mut self.offsets)
+            .await?;
+        self.offsets.handled(p, skipped.end - 1);
+        self.skipped_to.insert(p, skipped.end);
+        self.p.board.set_position(p, skipped.end);
+        Ok(true)
     }
 
     /// Prepare a received message ([`Processor::prepare`]): its writer's
@@ -324,6 +406,7 @@ impl<'a> Consuming<'a> {
             self.offsets.forget(p);
             self.releases.lanes().drop_partition(p);
             self.appended_until.remove(&p);
+            self.skipped_to.remove(&p);
             telemetry::forget_partition(p);
         }
         self.p.board.rebalanced(&changes.assigned, &changes.revoked);

@@ -221,6 +221,49 @@ impl<'a> DeadLetters<'a> {
         Ok(())
     }
 
+    /// Record a skipped undecodable range (`poisoned.rs`) as one dead
+    /// letter without key or payload, its headers naming the range
+    /// (`fleetdp-source-offset` its first offset, `fleetdp-source-end-offset`
+    /// the first one after it); commits stay behind its first offset until
+    /// it is acknowledged.
+    pub async fn send_skipped(
+        &mut self,
+        skipped: super::poisoned::Poisoned,
+        offsets: &mut Offsets,
+    ) -> Result<()> {
+        let v = self.p.v.clone();
+        let kc = &v.config.kafka;
+        let (p, o) = (skipped.partition, skipped.start);
+        let rejection = Rejection {
+            reason: Reason::UndecodableBatch,
+            detail: format!(
+                "offsets {}..{} of partition {p} could not be decompressed and were skipped (kafka.undecodable = \"skip\")",
+                skipped.start, skipped.end
+            ),
+        };
+        let end = skipped.end.to_string();
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "fleetdp-source-end-offset",
+            value: Some(end.as_str()),
+        });
+        let headers = fleetdp_headers(headers, &rejection, (&kc.input_topic, p, o), Form::Whole, 0);
+        let (producer, topic) = (self.producer.clone(), kc.dead_letter_topic.clone());
+        offsets.dead_letter_sent(p, o);
+        self.tasks.spawn(async move {
+            let record = FutureRecord::<[u8], [u8]>::to(&topic).headers(headers);
+            match producer.send(record, rdkafka::util::Timeout::Never).await {
+                Ok(_) => Ok((p, o, Reason::UndecodableBatch)),
+                Err((e, _)) => {
+                    telemetry::produce_failed(&topic, kafka::error_kind(&e).0);
+                    Err(anyhow!(
+                        "dead-lettering the skipped offsets {p}@{o} to {topic} failed: {e}; exiting (nothing was committed past them)"
+                    ))
+                }
+            }
+        });
+        Ok(())
+    }
+
     /// Hand `msg`'s dead letter to the producer: whole, or smaller each
     /// time the producer refuses it as too large; a full queue is waited
     /// out (acks drain it). Returns its delivery and the form it went in.

@@ -11,13 +11,15 @@
 //! rebalance events and `assign` acting on them (restoring lanes);
 //! `release` the release owner (stepping a window's lane, building,
 //! encoding and publishing its release through [`crate::state`]'s write
-//! protocol); `dead_letter` the dead-letter owner. Only `consume` and
+//! protocol); `dead_letter` the dead-letter owner; `poisoned` the way
+//! past an undecodable record batch. Only `consume` and
 //! `assign` see the loop's state; the owners are handed what they need.
 
 mod assign;
 mod consume;
 mod dead_letter;
 mod offsets;
+mod poisoned;
 mod rebalance;
 mod release;
 
