@@ -44,6 +44,7 @@ pub mod name {
     pub const COMMIT_ERRORS: &str = "fleetdp_commit_errors_total";
     pub const PRODUCE_ERRORS: &str = "fleetdp_produce_errors_total";
     pub const RESTORE_SKIPPED: &str = "fleetdp_restore_skipped_records_total";
+    pub const RELEASES_LATE: &str = "fleetdp_releases_late_total";
     pub const LANE_DEVICES: &str = "fleetdp_lane_devices";
     pub const FLEET_RELEASES: &str = "fleetdp_fleet_releases_total";
     pub const FLEET_PENDING: &str = "fleetdp_fleet_pending";
@@ -80,6 +81,7 @@ pub const METRICS: &[&str] = &[
     name::COMMIT_ERRORS,
     name::PRODUCE_ERRORS,
     name::RESTORE_SKIPPED,
+    name::RELEASES_LATE,
     name::LANE_DEVICES,
     name::FLEET_RELEASES,
     name::FLEET_PENDING,
@@ -105,6 +107,8 @@ pub const EXACT_COUNT_METRICS: &[&str] = &[
     name::DEAD_LETTERS,
     name::CONSUMER_LAG,
     name::RELEASE_LATENCY,
+    // Whether making a release outlasted the delay depends on its size.
+    name::RELEASES_LATE,
     name::LANE_DEVICES,
     // How many seqs wait depends on how far partitions lag (input volume).
     name::FLEET_PENDING,
@@ -204,6 +208,12 @@ impl Counters {
         metrics::counter!(name::WINDOWS_RELEASED, "stream" => stream.to_string()).increment(1);
         metrics::histogram!(name::RELEASE_LATENCY).record(latency.as_secs_f64());
     }
+}
+
+/// Time windows of one due moment were made after their release moment
+/// (due + `limits.release_delay`) and written late, by stream.
+pub(crate) fn releases_late(stream: &str, n: u64) {
+    metrics::counter!(name::RELEASES_LATE, "stream" => stream.to_string()).increment(n);
 }
 
 /// An offset commit failed (a later one covers it).

@@ -1,8 +1,10 @@
 //! `[limits]`: the sizes, counts and durations the service holds itself
 //! to, each bounded and checked at start (docs/configuration.md).
 
+use super::duration::duration;
 use anyhow::{bail, Result};
 use serde::Deserialize;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +28,11 @@ pub struct LimitsConfig {
     /// Each counted device takes 20–60 bytes.
     #[serde(default = "default_max_devices")]
     pub max_devices_per_lane: usize,
+    /// Time windows: a release is written this long after its window's
+    /// due moment, whatever its making took, so that its arrival time
+    /// tells nothing of the readings (docs/operations.md).
+    #[serde(default = "default_release_delay")]
+    pub release_delay: String,
 }
 
 impl Default for LimitsConfig {
@@ -36,6 +43,7 @@ impl Default for LimitsConfig {
             max_lateness: default_lateness(),
             max_clock_skew: default_skew(),
             max_devices_per_lane: default_max_devices(),
+            release_delay: default_release_delay(),
         }
     }
 }
@@ -63,6 +71,11 @@ fn default_lateness() -> String {
 fn default_skew() -> String {
     "5m".into()
 }
+fn default_release_delay() -> String {
+    "10s".into()
+}
+/// The longest `limits.release_delay`.
+pub const MAX_RELEASE_DELAY: Duration = Duration::from_secs(3600);
 
 impl LimitsConfig {
     /// The counts in range (the durations are checked where they are
@@ -90,6 +103,17 @@ impl LimitsConfig {
                 bail!("limits.{name}: must be in [1, {max}], got {v}");
             }
         }
+        if self.release_delay()? > MAX_RELEASE_DELAY {
+            bail!(
+                "limits.release_delay: {:?} is longer than 1h",
+                self.release_delay
+            );
+        }
         Ok(())
+    }
+
+    /// `release_delay` as a duration (the field named if it is not one).
+    pub fn release_delay(&self) -> Result<Duration> {
+        duration("limits.release_delay", &self.release_delay)
     }
 }

@@ -127,16 +127,14 @@ fn kind(k: &'static str) -> OwnedHeaders {
     })
 }
 
-/// Write a window's records and its release in the protocol's order
-/// (module doc). Returns once the release is acknowledged.
-pub(crate) async fn write_window(
+/// A window's charges records, the protocol's first step (module doc);
+/// returns once every one is acknowledged. [`write_release`] follows.
+pub(crate) async fn write_charges(
     producer: &Producer,
     state_topic: &str,
-    mut rec: WindowRecords,
-    release: ReleaseRecord<'_>,
+    rec: &WindowRecords,
     stop: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let key = rec.record_key.as_bytes();
     crash_point(CrashPoint::BeforeState);
     for (charges_key, payload) in &rec.charges {
         produce_acked(
@@ -153,6 +151,20 @@ pub(crate) async fn write_window(
         )
         .await?;
     }
+    Ok(())
+}
+
+/// A window's release, then its ledger entry and the tombstones of
+/// retired charges: the protocol's steps after [`write_charges`] (module
+/// doc). Returns once the release is acknowledged.
+pub(crate) async fn write_release(
+    producer: &Producer,
+    state_topic: &str,
+    mut rec: WindowRecords,
+    release: ReleaseRecord<'_>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
+    let key = rec.record_key.as_bytes();
     crash_point(CrashPoint::BeforeRelease);
     let headers = OwnedHeaders::new().insert(Header {
         key: CONTENT_TYPE,

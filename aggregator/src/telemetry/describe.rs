@@ -35,6 +35,7 @@ pub(crate) const FAMILIES: &[(&str, Kind, &str)] = &[
     (name::COMMIT_ERRORS, Kind::Counter, "Offset commits that failed (a later commit covers them)."),
     (name::PRODUCE_ERRORS, Kind::Counter, "Records the producer failed to write, by topic."),
     (name::RESTORE_SKIPPED, Kind::Counter, "Records of the state or output topic skipped on restore (not FleetDP's, or undecodable)."),
+    (name::RELEASES_LATE, Kind::Counter, "Time-window releases written after their due moment plus limits.release_delay (making them took longer), by stream."),
     (name::LANE_DEVICES, Kind::Gauge, "Devices a lane counts this horizon, against limits.max_devices_per_lane."),
     (name::FLEET_RELEASES, Kind::Counter, "Fleet-wide releases written, by stream and coverage (complete or partial)."),
     (name::FLEET_PENDING, Kind::Gauge, "Window seqs waiting for partitions' releases before a fleet-wide release."),

@@ -7,9 +7,9 @@
 use super::assign::Restoring;
 use super::dead_letter::DeadLetters;
 use super::offsets::Offsets;
-use super::poisoned::Probe;
+use super::poisoned::Skipper;
 use super::rebalance::{self, Events};
-use super::release::Releases;
+use super::release::{Closing, Releases};
 use super::{now_ms, Options, Pipeline};
 use crate::clients::kafka::Producer;
 use crate::clients::kafka::{self, Stopped, CONTENT_TYPE};
@@ -25,7 +25,6 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -62,11 +61,8 @@ pub(crate) struct Consuming<'a> {
     timed: bool,
     /// Rate limit of consumer-error log lines, per kind.
     error_log: kafka::LogLimiter,
-    /// The undecodable-batch probe, made when first needed.
-    probe: Option<Arc<Probe>>,
-    /// Per partition, the end of the last undecodable range skipped since
-    /// it was assigned (an error queued before the skip is not a new one).
-    skipped_to: BTreeMap<i32, i64>,
+    /// The way past undecodable batches (`kafka.undecodable = "skip"`).
+    skipper: Skipper,
 }
 
 impl<'a> Consuming<'a> {
@@ -97,8 +93,7 @@ impl<'a> Consuming<'a> {
             stop,
             last_commit: Instant::now(),
             error_log: kafka::LogLimiter::default(),
-            probe: None,
-            skipped_to: BTreeMap::new(),
+            skipper: Skipper::default(),
         }
     }
 
@@ -216,7 +211,10 @@ impl<'a> Consuming<'a> {
         telemetry::kafka_error("consumer", kind);
         if kind == "decompression" && self.p.v.config.kafka.undecodable == Undecodable::Skip {
             self.apply_all(staged).await?;
-            if self.skip_undecodable(consumer).await? {
+            if let Some(s) = self.skipper.skip(self.p, consumer).await? {
+                self.dead_letters.send_skipped(s, &mut self.offsets).await?;
+                self.offsets.handled(s.partition, s.end - 1);
+                self.p.board.set_position(s.partition, s.end);
                 return Ok(());
             }
         }
@@ -226,65 +224,6 @@ impl<'a> Consuming<'a> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         Ok(())
-    }
-
-    /// Find the partition an undecodable batch stops and the range it
-    /// spans ([`poisoned::Probe`]), move the consumer past it and record it
-    /// as a dead letter. Returns whether a range was skipped.
-    async fn skip_undecodable(&mut self, consumer: &InputConsumer) -> Result<bool> {
-        let kc = &self.p.v.config.kafka;
-        let probe = match &self.probe {
-            Some(probe) => probe.clone(),
-            None => {
-                let mut base = self.p.client_config();
-                for (k, v) in &kc.consumer_properties {
-                    base.set(k, v);
-                }
-                let probe = Arc::new(Probe::new(&base, &kc.group_id, &kc.input_topic)?);
-                self.probe.insert(probe).clone()
-            }
-        };
-        let positions = consumer.position().unwrap_or_default();
-        let mut parts = Vec::new();
-        for e in positions.elements_for_topic(&kc.input_topic) {
-            let at = match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            let left = self.skipped_to.get(&e.partition()).copied();
-            parts.push((e.partition(), at.max(left)));
-        }
-        let found = tokio::task::spawn_blocking(move || probe.find(&parts)).await?;
-        let skipped = match found {
-            Ok(Some(skipped)) => skipped,
-            Ok(None) => return Ok(false),
-            Err(e) => {
-                tracing::warn!(error = %e, "the undecodable batch was not skipped");
-                return Ok(false);
-            }
-        };
-        let p = skipped.partition;
-        consumer
-            .seek(
-                &kc.input_topic,
-                p,
-                Offset::Offset(skipped.end),
-                Duration::from_secs(10),
-            )
-            .with_context(|| format!("moving partition {p} past its undecodable offsets"))?;
-        tracing::warn!(
-            partition = p,
-            first = skipped.start,
-            end = skipped.end,
-            "skipped undecodable offsets (kafka.undecodable = \"skip\"); recorded as a dead letter"
-        );
-        self.dead_letters
-            .send_skipped(skipped, &mut self.offsets)
-            .await?;
-        self.offsets.handled(p, skipped.end - 1);
-        self.skipped_to.insert(p, skipped.end);
-        self.p.board.set_position(p, skipped.end);
-        Ok(true)
     }
 
     /// Prepare a received message ([`Processor::prepare`]): its writer's
@@ -406,7 +345,7 @@ impl<'a> Consuming<'a> {
             self.offsets.forget(p);
             self.releases.lanes().drop_partition(p);
             self.appended_until.remove(&p);
-            self.skipped_to.remove(&p);
+            self.skipper.forget(p);
             telemetry::forget_partition(p);
         }
         self.p.board.rebalanced(&changes.assigned, &changes.revoked);
@@ -543,13 +482,25 @@ impl<'a> Consuming<'a> {
     }
 
     /// Start the releases of closed windows, in order; returns whether
-    /// there were any.
+    /// there were any. Time windows of one due moment (one window end)
+    /// go together: they are written together at the same moment.
     async fn release_closed(&mut self) -> Result<bool> {
         let released_any = !self.closed.is_empty();
         let closed = std::mem::take(&mut self.closed);
+        let mut group: Vec<Closing> = Vec::new();
         for w in closed {
+            let joins = group
+                .last()
+                .is_some_and(|(g, _)| g.timed && w.timed && g.last_event_ms == w.last_event_ms);
+            if !joins && !group.is_empty() {
+                let ws = std::mem::take(&mut group);
+                self.releases.release(ws, &mut self.offsets).await?;
+            }
             let bound = self.processor.bound_value(w.stream, w.partition);
-            self.releases.release(w, bound, &mut self.offsets).await?;
+            group.push((w, bound));
+        }
+        if !group.is_empty() {
+            self.releases.release(group, &mut self.offsets).await?;
         }
         Ok(released_any)
     }

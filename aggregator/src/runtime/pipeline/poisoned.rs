@@ -11,11 +11,14 @@
 //! passed over. The loop then moves its consumer there and records the
 //! range as one dead letter (`dead_letter.rs`).
 
+use super::Pipeline;
 use crate::clients::kafka::{self, Quiet};
 use anyhow::{bail, Context as _, Result};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Offsets one skip may pass over (one fetch each); a longer undecodable
@@ -42,6 +45,84 @@ enum First {
     Undecodable,
     /// Nothing within [`PROBE_WAIT`].
     Nothing,
+}
+
+/// The loop's side of it: the probe, made when first needed, and per
+/// partition the end of the last range skipped since it was assigned (an
+/// error queued before the skip is not a new one).
+#[derive(Default)]
+pub(super) struct Skipper {
+    probe: Option<Arc<Probe>>,
+    skipped_to: BTreeMap<i32, i64>,
+}
+
+impl Skipper {
+    /// `partition` was revoked or assigned again: it is read anew.
+    pub fn forget(&mut self, partition: i32) {
+        self.skipped_to.remove(&partition);
+    }
+
+    /// Find the partition an undecodable batch stops and the range it
+    /// spans, and move `consumer` past it. `None`: none was found (the
+    /// caller waits and retries as for any consumer error).
+    pub async fn skip<C: ConsumerContext>(
+        &mut self,
+        p: &Pipeline,
+        consumer: &(impl Consumer<C> + Sync),
+    ) -> Result<Option<Poisoned>> {
+        let kc = &p.v.config.kafka;
+        let probe = match &self.probe {
+            Some(probe) => probe.clone(),
+            None => {
+                let mut base = p.client_config();
+                for (k, v) in &kc.consumer_properties {
+                    base.set(k, v);
+                }
+                let probe = Arc::new(Probe::new(&base, &kc.group_id, &kc.input_topic)?);
+                self.probe.insert(probe).clone()
+            }
+        };
+        let positions = consumer.position().unwrap_or_default();
+        let parts: Vec<(i32, Option<i64>)> = positions
+            .elements_for_topic(&kc.input_topic)
+            .iter()
+            .map(|e| {
+                let at = match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                };
+                (
+                    e.partition(),
+                    at.max(self.skipped_to.get(&e.partition()).copied()),
+                )
+            })
+            .collect();
+        let skipped = match tokio::task::spawn_blocking(move || probe.find(&parts)).await? {
+            Ok(Some(skipped)) => skipped,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(error = %e, "the undecodable batch was not skipped");
+                return Ok(None);
+            }
+        };
+        let part = skipped.partition;
+        consumer
+            .seek(
+                &kc.input_topic,
+                part,
+                Offset::Offset(skipped.end),
+                Duration::from_secs(10),
+            )
+            .with_context(|| format!("moving partition {part} past its undecodable offsets"))?;
+        tracing::warn!(
+            partition = part,
+            first = skipped.start,
+            end = skipped.end,
+            "skipped undecodable offsets (kafka.undecodable = \"skip\"); recorded as a dead letter"
+        );
+        self.skipped_to.insert(part, skipped.end);
+        Ok(Some(skipped))
+    }
 }
 
 /// The probe consumer.

@@ -1,8 +1,18 @@
 //! A window's release: the published form ([`build_release`]), its
 //! encoding, and the release owner ([`Releases`]): it steps the window's
 //! lane, computes its noise and writes it through the durable protocol
-//! ([`crate::state::write_window`]) in a task; then, once acknowledged,
-//! tells the observers (status board, metrics, events).
+//! ([`crate::state::write_charges`], then [`crate::state::write_release`])
+//! in a task; then, once acknowledged, tells the observers (status board,
+//! metrics, events).
+//!
+//! Release timing (docs/DESIGN.md §8): a time window's release is written
+//! at its due moment plus `limits.release_delay`, not when it happens to
+//! be ready. How long making it takes depends on the readings (their
+//! number; one charges record per 40,000 devices), and under add-remove a
+//! consumer timing arrivals must not learn that. The windows one due
+//! moment closes are made and their charges written in one task, then
+//! their releases are written back to back at that moment. One made after
+//! it is written at once and counted (`fleetdp_releases_late_total`).
 
 use super::offsets::Offsets;
 use super::{now_ms, Options, Pipeline, ReleaseEvent};
@@ -126,14 +136,59 @@ pub fn encode_release(r: &proto::WindowRelease, format: OutputFormat) -> (Vec<u8
 const MAX_INFLIGHT: usize = 1;
 
 /// A release task's outcome.
-pub(super) type Done = Result<Result<Released>, tokio::task::JoinError>;
+pub(super) type Done = Result<Result<Vec<Released>>, tokio::task::JoinError>;
+
+/// A closed window to release, with the key its slot of private keys is
+/// bound to.
+pub(super) type Closing = (ClosedWindow, Option<(String, String)>);
+
+/// What the loop knows of a release being made.
+struct Meta {
+    partition: i32,
+    out_partition: i32,
+    /// The input offset it holds back from commits, if any.
+    holds: Option<i64>,
+    padded: u64,
+    started: Instant,
+}
+
+/// A release being made: its noise and encoding on the blocking pool.
+struct Made {
+    meta: Meta,
+    computed: tokio::task::JoinHandle<Computed>,
+}
+
+/// A release made, ready to write.
+struct Computed {
+    release: proto::WindowRelease,
+    payload: Vec<u8>,
+    content_type: &'static str,
+    truth: Option<Vec<ReleasedStatistic>>,
+    values: Option<Vec<i64>>,
+    records: WindowRecords,
+    timed: bool,
+}
+
+/// Wait until the wall clock reads `at_ms` (ms since the epoch); returns
+/// whether that moment had already passed. Gives up when the service is
+/// asked to stop ([`Stopped`]: the release is replayed on restart).
+async fn wait_until_ms(at_ms: i64, stop: &mut watch::Receiver<bool>) -> Result<bool> {
+    let left = at_ms.saturating_sub(now_ms());
+    if left <= 0 {
+        return Ok(left < 0);
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(std::time::Duration::from_millis(left as u64)) => Ok(false),
+        _ = stop.wait_for(|s| *s) => Err(Stopped("the output topic".into()).into()),
+    }
+}
 
 /// The release owner: steps each window's lane in window order, computes
 /// its noise and writes it through the durable protocol in a task (at most
 /// [`MAX_INFLIGHT`]), and tells the observers once it is acknowledged.
 pub(super) struct Releases<'a> {
     p: &'a Pipeline,
-    tasks: JoinSet<Result<Released>>,
+    tasks: JoinSet<Result<Vec<Released>>>,
     lanes: Lanes,
     producer: Producer,
     stop: watch::Receiver<bool>,
@@ -183,21 +238,18 @@ impl<'a> Releases<'a> {
         self.tasks.try_join_next()
     }
 
-    /// Release a closed window once a task is free: its lane is stepped
-    /// here, in order; noise, encoding and the writes run in a task.
-    /// `bound`: the key a slot of private keys is bound to.
-    pub async fn release(
-        &mut self,
-        w: ClosedWindow,
-        bound: Option<(String, String)>,
-        offsets: &mut Offsets,
-    ) -> Result<()> {
+    /// Release closed windows once a task is free: their lanes are
+    /// stepped here, in order; noise, encoding and the writes run in one
+    /// task. Time windows come in groups of one due moment: their charges
+    /// are written first, then their releases together at the due moment
+    /// plus `limits.release_delay` (module doc).
+    pub async fn release(&mut self, ws: Vec<Closing>, offsets: &mut Offsets) -> Result<()> {
         // Bounded pipelining: publishes overlap with consuming.
         while self.tasks.len() >= MAX_INFLIGHT {
             let done = self.tasks.join_next().await.expect("non-empty");
             self.done(done, offsets)?;
         }
-        self.start(w, bound, offsets);
+        self.start(ws, offsets);
         // Let the release task start now: a task spawned from the busy
         // consuming loop sits in the worker's LIFO slot, which other
         // workers cannot steal, until the loop yields.
@@ -205,7 +257,72 @@ impl<'a> Releases<'a> {
         Ok(())
     }
 
-    fn start(&mut self, w: ClosedWindow, bound: Option<(String, String)>, offsets: &mut Offsets) {
+    fn start(&mut self, ws: Vec<Closing>, offsets: &mut Offsets) {
+        let v = self.p.v.clone();
+        // Time windows: written at a moment no reading decides.
+        let delay = v.config.limits.release_delay().unwrap_or_default();
+        let not_before = ws.first().filter(|(w, _)| w.timed).map(|(w, _)| {
+            let due = w
+                .published(v.max_lateness.as_millis() as i64)
+                .released_at_ms;
+            due.unwrap_or_else(now_ms)
+                .saturating_add(delay.as_millis() as i64)
+        });
+        let made: Vec<Made> = ws
+            .into_iter()
+            .map(|(w, bound)| self.make(w, bound, offsets))
+            .collect();
+        let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
+        self.tasks.spawn(async move {
+            let state_topic = v.config.kafka.state_topic();
+            let mut ready = Vec::with_capacity(made.len());
+            for m in made {
+                let c = m.computed.await.context("computing a release")?;
+                state::write_charges(&producer, &state_topic, &c.records, &mut stop).await?;
+                ready.push((m.meta, c));
+            }
+            if let Some(at) = not_before {
+                let late = wait_until_ms(at, &mut stop).await?;
+                if late {
+                    let stream = ready.first().map_or("", |(_, c)| c.release.stream.as_str());
+                    crate::telemetry::releases_late(stream, ready.len() as u64);
+                }
+            }
+            let kc = &v.config.kafka;
+            let mut out = Vec::with_capacity(ready.len());
+            for (meta, c) in ready {
+                let record = ReleaseRecord {
+                    topic: &kc.output_topic,
+                    partition: meta.out_partition,
+                    payload: &c.payload,
+                    content_type: c.content_type,
+                    // Time windows: stamped with their due moment (the
+                    // published release time), not when it happened to be made.
+                    timestamp_ms: c.timed.then_some(c.release.released_at_ms),
+                };
+                state::write_release(&producer, &state_topic, c.records, record, &mut stop).await?;
+                out.push(Released {
+                    partition: meta.partition,
+                    first_offset: meta.holds,
+                    padded: meta.padded,
+                    started: meta.started,
+                    release: c.release,
+                    truth: c.truth,
+                    values: c.values,
+                });
+            }
+            Ok(out)
+        });
+    }
+
+    /// Step a window's lane (here, in order) and start computing its noise
+    /// and encoding on the blocking pool.
+    fn make(
+        &mut self,
+        w: ClosedWindow,
+        bound: Option<(String, String)>,
+        offsets: &mut Offsets,
+    ) -> Made {
         let started = Instant::now();
         let v = self.p.v.clone();
         let stream = &v.plan.streams[w.stream];
@@ -223,9 +340,13 @@ impl<'a> Releases<'a> {
             offsets.release_sent(w.partition, o);
         }
         let (input_partitions, output_partitions) = self.partitions;
-        let out_partition = w.partition.rem_euclid(output_partitions);
-        let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
-        let (partition, padded) = (w.partition, w.padded);
+        let meta = Meta {
+            partition: w.partition,
+            out_partition: w.partition.rem_euclid(output_partitions),
+            holds,
+            padded: w.padded,
+            started,
+        };
         let (release_key, with_truth) = (self.p.key.clone(), self.with_truth);
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
         // pool, started now: an async task spawned from the busy consuming
@@ -253,50 +374,30 @@ impl<'a> Releases<'a> {
             if let Some((dimension, value)) = bound {
                 release.group.insert(dimension, value);
             }
-            let (payload, ct) = encode_release(&release, v.config.kafka.output_format);
-            let truth = with_truth.then(|| stream.truth(&w.values));
-            let values = with_truth.then(|| w.values.clone());
+            let (payload, content_type) = encode_release(&release, v.config.kafka.output_format);
             let plan = state::fingerprint(&v, w.stream, input_partitions);
-            let records = WindowRecords::new(&stream.spec.name, &w, lane, &plan);
-            (v, release, payload, ct, (truth, values), records, w.timed)
-        });
-        self.tasks.spawn(async move {
-            let (v, release, payload, ct, (truth, values), records, timed) =
-                computed.await.context("computing a release")?;
-            let kc = &v.config.kafka;
-            state::write_window(
-                &producer,
-                &kc.state_topic(),
-                records,
-                ReleaseRecord {
-                    topic: &kc.output_topic,
-                    partition: out_partition,
-                    payload: &payload,
-                    content_type: ct,
-                    // Time windows: stamped with their due moment (the
-                    // published release time), not when it happened to be made.
-                    timestamp_ms: timed.then_some(release.released_at_ms),
-                },
-                &mut stop,
-            )
-            .await?;
-            Ok(Released {
-                partition,
-                first_offset: holds,
-                padded,
-                started,
+            Computed {
+                truth: with_truth.then(|| stream.truth(&w.values)),
+                values: with_truth.then(|| w.values.clone()),
+                records: WindowRecords::new(&stream.spec.name, &w, lane, &plan),
+                timed: w.timed,
                 release,
-                truth,
-                values,
-            })
+                payload,
+                content_type,
+            }
         });
+        Made { meta, computed }
     }
 
     /// A release task ended: acknowledged, given up because the service is
     /// stopping (replayed on restart), or failed (fatal).
     pub fn done(&mut self, done: Done, offsets: &mut Offsets) -> Result<()> {
         match done? {
-            Ok(r) => self.finish(r, offsets),
+            Ok(released) => {
+                for r in released {
+                    self.finish(r, offsets);
+                }
+            }
             Err(e) if e.downcast_ref::<Stopped>().is_some() => {
                 tracing::warn!(
                     "stopping before a release was acknowledged; it is replayed on restart"
