@@ -490,3 +490,73 @@ fn past_the_bound_a_seq_gets_one_partial_then_one_complete_record() {
     assert_eq!(seq0, vec![1, 2]);
     assert!(out.iter().rfind(|f| f.window_seq == 0).unwrap().complete);
 }
+
+/// The fleet-wide count and sum of add-remove windows hold their stated
+/// 95% intervals through the combiner itself (the partitions' releases as
+/// the pipeline publishes them, raw moments and all, offered one by one):
+/// four non-empty partitions of unlike sizes, with and without running
+/// totals, pure DP and zCDP. The truth is the pooled windows' count and
+/// sum. At 20,000 seqs a 95% interval covers at least 3.3 standard errors
+/// under 95% but for one run in 2,000, so a 94% interval (the independent
+/// check's measurement) fails.
+///
+/// Issue: the fleet count's interval held in 93.3–94% of windows.
+#[test]
+fn add_remove_fleet_count_and_sum_cover_their_truth_through_the_combiner() {
+    const SEQS: u64 = 20_000;
+    let floor = 0.95 - 3.3 * (0.95 * 0.05 / SEQS as f64).sqrt();
+    let sizes = [3usize, 17, 40, 120];
+    let windows: Vec<Vec<i64>> = sizes
+        .iter()
+        .map(|&n| (0..n as i64).map(|i| (i * 37) % 201).collect())
+        .collect();
+    let count = windows.iter().map(Vec::len).sum::<usize>() as f64;
+    // Grid units of 0.5 over [0, 100].
+    let sum = windows.iter().flatten().sum::<i64>() as f64 * 0.5;
+    for (budget, running) in [
+        ("epsilon_per_device = 4.0", "0.0"),
+        ("epsilon_per_device = 4.0", "0.3"),
+        (
+            "rho_per_device = 0.5\nmeasure = \"zcdp\"\ndelta = 1e-6",
+            "0.3",
+        ),
+    ] {
+        let text = CHANGE_ONE
+            .replace(
+                "epsilon_per_device = 4.0",
+                &format!("{budget}\nrelation = \"add-remove\""),
+            )
+            .replace("window_size = 4", &format!("window = \"1m\"\nrunning_share = {running}"))
+            .replace("max_pending = 3", "max_pending = 10")
+            .replace(
+                "statistics = [\"count\", \"sum\", \"mean\", \"std\", \"quantiles\"]\nquantiles = [0.5]",
+                "statistics = [\"count\", \"sum\"]",
+            );
+        let v = validated(&text);
+        let mut c = Combiner::new(v.clone(), sizes.len() as i32);
+        let t0 = Instant::now();
+        let mut covered = [0u64; 2];
+        for seq in 0..SEQS {
+            let mut out = Vec::new();
+            for (p, w) in windows.iter().enumerate() {
+                out.extend(c.offer(release(&v, p as i32, seq, w), t0).1);
+            }
+            let [f] = &out[..] else {
+                panic!("seq {seq}: {} fleet records", out.len())
+            };
+            assert!(f.complete);
+            for (i, truth) in [count, sum].into_iter().enumerate() {
+                let s = &f.statistics[i];
+                let h = s.half_width.expect("an interval");
+                covered[i] += u64::from((s.values[0] - truth).abs() <= h + 1e-9);
+            }
+        }
+        for (i, name) in ["count", "sum"].iter().enumerate() {
+            let rate = covered[i] as f64 / SEQS as f64;
+            assert!(
+                rate >= floor,
+                "{budget}, running_share {running}: the fleet {name} covers {rate} < {floor}"
+            );
+        }
+    }
+}
