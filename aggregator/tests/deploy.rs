@@ -242,6 +242,7 @@ fn dashboard_and_alert_rules_name_only_exported_metrics() {
         "FleetDPInputSilent",
         "FleetDPNotReady",
         "FleetDPNoFleetWriter",
+        "FleetDPAbsent",
     ] {
         assert!(alerts.contains(a), "alert {a} missing");
     }
@@ -549,9 +550,21 @@ fn compose_stack_is_consistent() {
 #[test]
 fn kubernetes_manifests_are_consistent() {
     use serde::Deserialize;
-    let text = std::fs::read_to_string(deploy().join("k8s/fleetdp.yaml")).unwrap();
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+    let read = |file: &str| -> Vec<serde_yaml::Value> {
+        let text = std::fs::read_to_string(deploy().join("k8s").join(file)).unwrap();
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde_yaml::Value::deserialize(d).unwrap())
+            .collect()
+    };
+    let main = read("fleetdp.yaml");
+    // The key apart: re-applying fleetdp.yaml never overwrites it.
+    assert!(
+        main.iter().all(|d| d["kind"] != "Secret"),
+        "a Secret in fleetdp.yaml"
+    );
+    let docs: Vec<serde_yaml::Value> = main
+        .into_iter()
+        .chain(read("release-key.example.yaml"))
         .collect();
     let find = |kind: &str| {
         docs.iter()
@@ -559,15 +572,18 @@ fn kubernetes_manifests_are_consistent() {
             .unwrap_or_else(|| panic!("no {kind}"))
     };
     for k in [
+        "Namespace",
         "Deployment",
         "ConfigMap",
         "Secret",
         "Service",
         "ServiceMonitor",
         "PodDisruptionBudget",
+        "NetworkPolicy",
     ] {
         find(k);
     }
+    kubernetes_day_two(&docs, &find);
     let dep = find("Deployment");
     let c = &dep["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
@@ -646,6 +662,73 @@ fn kubernetes_manifests_are_consistent() {
     assert!(c["args"][2].as_str().unwrap().starts_with(config_mount));
     assert_eq!(cfg.http.listen, "0.0.0.0:9898");
     cfg.validate().unwrap();
+}
+
+/// What a cluster admin checks before accepting the manifests as they are:
+/// a namespace enforcing the restricted Pod Security Standard that holds
+/// every object; the key in a versioned, immutable Secret; a configuration
+/// change rolls the pods (the pod template carries the configuration's
+/// hash); no service-account token; a disruption budget that lets a drain
+/// evict a pod that is not ready; a NetworkPolicy letting in only the
+/// status port; a ServiceMonitor kube-prometheus-stack selects.
+fn kubernetes_day_two<'a>(
+    docs: &'a [serde_yaml::Value],
+    find: &dyn Fn(&str) -> &'a serde_yaml::Value,
+) {
+    let ns = find("Namespace");
+    assert_eq!(
+        ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    for d in docs.iter().filter(|d| d["kind"] != "Namespace") {
+        assert_eq!(
+            d["metadata"]["namespace"], ns["metadata"]["name"],
+            "{:?} outside the namespace",
+            d["kind"]
+        );
+    }
+    let secret = find("Secret");
+    assert_eq!(
+        secret["immutable"], true,
+        "the key's Secret is edited in place"
+    );
+    let name = secret["metadata"]["name"].as_str().unwrap();
+    assert!(
+        name.rsplit_once("-v")
+            .is_some_and(|(_, v)| v.parse::<u32>().is_ok()),
+        "the key's Secret {name} is not versioned"
+    );
+    let dep = find("Deployment");
+    let template = &dep["spec"]["template"];
+    let toml = find("ConfigMap")["data"]["fleetdp.toml"].as_str().unwrap();
+    let hash = blake3::hash(toml.as_bytes()).to_hex().to_string();
+    assert_eq!(
+        template["metadata"]["annotations"]["fleetdp.io/config-checksum"].as_str(),
+        Some(hash.as_str()),
+        "the pod template's config checksum is stale: a configuration change would not roll the pods"
+    );
+    assert_eq!(template["spec"]["automountServiceAccountToken"], false);
+    let pdb = find("PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    let np = find("NetworkPolicy");
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(
+        np["spec"]["policyTypes"],
+        serde_yaml::to_value(["Ingress", "Egress"]).unwrap()
+    );
+    let ingress = np["spec"]["ingress"].as_sequence().unwrap();
+    let ports: Vec<&serde_yaml::Value> = ingress
+        .iter()
+        .flat_map(|r| r["ports"].as_sequence().unwrap())
+        .collect();
+    assert!(
+        ports.iter().all(|p| p["port"] == 9898),
+        "ingress beyond the status port: {ports:?}"
+    );
+    assert!(find("ServiceMonitor")["metadata"]["labels"]["release"].is_string());
 }
 
 /// What a platform review of the image and the compose stack checks: the
@@ -740,4 +823,80 @@ fn the_rust_version_covers_the_locked_dependencies() {
             );
         }
     }
+}
+
+/// `deploy/k8s/prometheus-rule.yaml` is `alerts.yml` as a PrometheusRule,
+/// for the Prometheus Operator: the same groups, in FleetDP's namespace,
+/// with the label kube-prometheus-stack selects rules by. Generated:
+/// `FLEETDP_BLESS=1` rewrites it from alerts.yml. Issue: the rules never
+/// loaded on the Prometheus Operator.
+#[test]
+fn the_prometheus_rule_is_the_alert_rules() {
+    let alerts: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy().join("prometheus/alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    let path = deploy().join("k8s/prometheus-rule.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut rule: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    if std::env::var("FLEETDP_BLESS").is_ok() && rule["spec"]["groups"] != alerts["groups"] {
+        rule["spec"]["groups"] = alerts["groups"].clone();
+        let head: String = text
+            .lines()
+            .take_while(|l| l.starts_with('#'))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, head + &serde_yaml::to_string(&rule).unwrap()).unwrap();
+    }
+    assert_eq!(rule["kind"], "PrometheusRule");
+    assert_eq!(rule["metadata"]["namespace"], "fleetdp");
+    assert!(rule["metadata"]["labels"]["release"].is_string());
+    assert!(
+        rule["spec"]["groups"] == alerts["groups"],
+        "deploy/k8s/prometheus-rule.yaml differs from alerts.yml: FLEETDP_BLESS=1 cargo test -p fleetdp --test deploy the_prometheus_rule rewrites it"
+    );
+}
+
+/// Every alert has a runbook: its `runbook_url` names the section of
+/// docs/troubleshooting.md titled by the alert's name, and that section
+/// exists. Issue: no alert had one.
+#[test]
+fn every_alert_has_a_runbook_that_exists() {
+    let alerts: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy().join("prometheus/alerts.yml")).unwrap(),
+    )
+    .unwrap();
+    let page = std::fs::read_to_string(deploy().join("../docs/troubleshooting.md")).unwrap();
+    // GitHub's anchors: lower case, punctuation dropped, spaces as dashes.
+    let anchors: BTreeSet<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let mut rules = 0;
+    for group in alerts["groups"].as_sequence().unwrap() {
+        for rule in group["rules"].as_sequence().unwrap() {
+            let name = rule["alert"].as_str().unwrap();
+            let anchor = name.to_lowercase();
+            assert_eq!(
+                rule["annotations"]["runbook_url"].as_str(),
+                Some(format!("docs/troubleshooting.md#{anchor}").as_str()),
+                "{name}"
+            );
+            assert!(
+                anchors.contains(&anchor),
+                "docs/troubleshooting.md has no section {name}"
+            );
+            rules += 1;
+        }
+    }
+    assert!(rules >= 11, "{rules} alerts");
 }

@@ -500,7 +500,15 @@ pub fn shipped_config(broker: &Broker, t: &Topics) -> String {
             "deploy/fleetdp.toml no longer has {from}"
         );
     }
+    // tansu 0.6 loses records of multi-record batches: one dead letter at
+    // a time there (a real cluster keeps the shipped value).
+    let in_flight = if std::env::var("KAFKA_BROKERS").is_ok_and(|b| !b.is_empty()) {
+        "dead_letters_in_flight = 10000"
+    } else {
+        "dead_letters_in_flight = 1"
+    };
     shipped
+        .replacen("dead_letters_in_flight = 10000", in_flight, 1)
         .replace("\"127.0.0.1:9092\"", &format!("{:?}", broker.brokers))
         .replace("\"readings\"", &format!("{:?}", t.input))
         .replace("\"releases\"", &format!("{:?}", t.output))
