@@ -318,9 +318,21 @@ fn tail(path: PathBuf, opts: &fleetdp::tail::TailOptions) -> Result<()> {
 fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Result<()> {
     let (key, v) = configuration(Config::load(&path).and_then(|config| {
         let key = config.release_key()?;
+        if config.rotate_from()? == Some(key.id()) {
+            bail!(
+                "privacy.rotate_from: names this instance's own release key ({}); it must name the key being \
+                 replaced (see docs/operations.md#rotating-the-release-key)",
+                key.id()
+            );
+        }
         Ok((key, config.validate()?))
     }))?;
     fleetdp::logs::effective_configuration(&v);
+    tracing::info!(
+        release_key_id = %key.id(),
+        rotate_from = v.config.rotate_from()?.as_deref().unwrap_or(""),
+        "release key loaded"
+    );
     runtime()?.block_on(async move {
         if let Some(p) = create_topics {
             if p < 1 {
@@ -473,6 +485,10 @@ fn keygen(out: PathBuf) -> Result<()> {
     f.write_all(hex.as_bytes())
         .and_then(|()| f.sync_all())
         .with_context(|| format!("writing {}", out.display()))?;
-    println!("wrote a new release key to {} (mode 0600)", out.display());
+    println!(
+        "wrote a new release key to {} (mode 0600); its id is {} (privacy.rotate_from names it)",
+        out.display(),
+        key.id()
+    );
     Ok(())
 }

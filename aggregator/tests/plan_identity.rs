@@ -254,7 +254,12 @@ fn declared(lane: &str) -> &str {
 /// Each planned stream's fingerprint, by lane name.
 fn fingerprints(v: &Validated) -> BTreeMap<String, proto::v1::PlanFingerprint> {
     (0..v.plan.streams.len())
-        .map(|i| (v.plan.streams[i].spec.name.clone(), fingerprint(v, i, 1)))
+        .map(|i| {
+            (
+                v.plan.streams[i].spec.name.clone(),
+                fingerprint(v, i, 1, ""),
+            )
+        })
         .collect()
 }
 

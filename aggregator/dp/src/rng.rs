@@ -82,6 +82,15 @@ impl ReleaseKey {
         Self(Arc::new(b))
     }
 
+    /// The key's public id: 16 hex digits of BLAKE3 in a domain of its
+    /// own (one-way: it tells keys apart and says nothing of the noise).
+    /// The state records it, so a lane is never resumed under another key
+    /// by accident (docs/DESIGN.md §6).
+    pub fn id(&self) -> String {
+        let d = blake3::derive_key("fleetdp 2026 release key id v1", self.0.as_slice());
+        d[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Hex form, for writing a newly generated key file.
     pub fn to_hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
@@ -168,6 +177,18 @@ fn keyed_rng(
 mod tests {
     use super::*;
     use rand::RngCore;
+
+    #[test]
+    fn a_key_id_is_stable_short_and_differs_between_keys() {
+        let a = ReleaseKey::from_bytes([7; 32]);
+        assert_eq!(a.id(), a.id());
+        assert_eq!(a.id().len(), 16);
+        assert!(a.id().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_ne!(a.id(), ReleaseKey::from_bytes([8; 32]).id());
+        // Not a prefix of the key itself, nor of its plain BLAKE3 hash.
+        assert!(!a.to_hex().starts_with(&a.id()));
+        assert!(!blake3::hash(&[7; 32]).to_hex().starts_with(&a.id()));
+    }
 
     #[test]
     fn same_inputs_same_bits_and_any_change_differs() {

@@ -6,7 +6,6 @@ use crate::dp::accountant::Budget;
 use crate::dp::mechanism::Measure;
 use crate::dp::relation::Relation;
 use crate::dp::release::{plan, Plan, PrivacySpec};
-use crate::dp::rng::ReleaseKey;
 use anyhow::{anyhow, bail, Context, Result};
 use ingest::Format;
 use serde::Deserialize;
@@ -23,6 +22,7 @@ mod input;
 mod limits;
 mod properties;
 mod refused;
+mod release_key;
 mod secrets;
 pub mod security;
 mod stream;
@@ -232,6 +232,9 @@ pub struct PrivacyConfig {
     pub key_file: Option<PathBuf>,
     /// Environment variable holding the release key (64 hex digits).
     pub key_env: Option<String>,
+    /// A declared key rotation: the id of the key this one replaces
+    /// (`release_key.rs`).
+    pub rotate_from: Option<String>,
 }
 
 fn default_relation() -> Relation {
@@ -497,6 +500,7 @@ impl Config {
             bail!("stream: declare at least one [[stream]]");
         }
         self.limits.check()?;
+        self.rotate_from()?;
         let horizon = duration("privacy.horizon", &self.privacy.horizon)?;
         let max_lateness = duration("limits.max_lateness", &self.limits.max_lateness)?;
         let max_clock_skew = duration("limits.max_clock_skew", &self.limits.max_clock_skew)?;
@@ -558,38 +562,5 @@ impl Config {
             groupings,
             identities,
         })
-    }
-
-    /// Load the release key; production refuses to run without one.
-    pub fn release_key(&self) -> Result<ReleaseKey> {
-        let p = &self.privacy;
-        if let Some(var) = &p.key_env {
-            let v =
-                zeroize::Zeroizing::new(std::env::var(var).map_err(|_| {
-                    anyhow!("privacy.key_env: environment variable {var} is not set")
-                })?);
-            // Out of the environment once read (child processes and later
-            // reads no longer see it; /proc/PID/environ keeps the initial
-            // block, so key_file is the safer choice).
-            std::env::remove_var(var);
-            return ReleaseKey::from_hex(&v).map_err(|e| anyhow!("privacy.key_env ({var}): {e}"));
-        }
-        if let Some(path) = &p.key_file {
-            // Whoever reads the key can recompute the noise.
-            files::check_private("privacy.key_file", path)?;
-            // A key file is 64 hex digits and a newline; 4 KiB allows
-            // comments' worth of slack and no more.
-            let text = files::read_text("privacy.key_file", path, 4096).with_context(|| {
-                format!(
-                    "privacy.key_file: cannot read {} (create one with `fleetdp keygen --out {}`)",
-                    path.display(),
-                    path.display()
-                )
-            })?;
-            let text = zeroize::Zeroizing::new(text);
-            return ReleaseKey::from_hex(&text)
-                .map_err(|e| anyhow!("privacy.key_file {}: {e}", path.display()));
-        }
-        bail!("privacy: no release key; set key_file or key_env (FleetDP refuses to release without a secret key)")
     }
 }

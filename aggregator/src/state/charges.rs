@@ -82,6 +82,7 @@ pub(super) fn encode(
                 records,
                 last_offset: w.last_offset,
                 last_index: w.last_index,
+                reference_event_time_ms: w.reference_event_ms,
             }
             .encode_to_vec();
             (charges_key(stream, w.partition, w.seq, r), payload)

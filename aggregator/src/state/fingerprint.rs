@@ -17,11 +17,13 @@
 
 use crate::config::Validated;
 
-/// The fingerprint of stream `stream` of the running plan.
+/// The fingerprint of stream `stream` of the running plan, written under
+/// the release key `key_id` (compared apart from the plan: `key_ids.rs`).
 pub fn fingerprint(
     v: &Validated,
     stream: usize,
     input_partitions: i32,
+    key_id: &str,
 ) -> proto::v1::PlanFingerprint {
     let s = &v.plan.streams[stream];
     let exact = |r: &num_rational::BigRational| format!("{}/{}", r.numer(), r.denom());
@@ -39,6 +41,7 @@ pub fn fingerprint(
         per_window: exact(&s.per_window),
         per_horizon: exact(&v.plan.per_horizon),
         input_partitions,
+        release_key_id: key_id.to_string(),
     }
 }
 
@@ -71,7 +74,7 @@ pub fn unplanned_lanes(
                 .streams
                 .iter()
                 .position(|s| s.declared_name() == declared)
-                .map(|i| fingerprint(v, i, input_partitions));
+                .map(|i| fingerprint(v, i, input_partitions, ""));
             let change = match (now, recorded(&lane)) {
                 (Some(now), Some(then)) => PlanChange::between(&then, &now),
                 _ => None,

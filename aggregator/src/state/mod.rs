@@ -30,6 +30,7 @@
 mod charges;
 mod distinct;
 mod fingerprint;
+mod key_ids;
 mod keys;
 mod lane;
 mod ledger;
@@ -38,6 +39,7 @@ mod restore;
 
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
+pub use key_ids::{KeyIds, KeyVerdict, KEY_FIX};
 pub use keys::KeysRecord;
 pub use lane::LaneState;
 pub(crate) use lane::{Carried, Lanes, Step};
@@ -68,6 +70,13 @@ pub const KEYS: &str = "keys";
 /// `advise/<stream>/<horizon>/<run>`): not the service's state, skipped by
 /// restore.
 pub const ADVISE: &str = "advise";
+/// Header of a window release: the id of the release key its noise was
+/// drawn with ([`KeyIds`]).
+pub const KEY_ID: &str = "fleetdp-release-key-id";
+/// Header of a window release written under a declared key rotation
+/// (`privacy.rotate_from`): the id of the key it replaces. An instance
+/// holding that key stops on seeing it.
+pub const KEY_FROM: &str = "fleetdp-release-key-from";
 /// [`RECORD_KIND`] of a fleet-wide release on the output topic
 /// ([`crate::runtime::fleet`]; derived, never part of a restore).
 pub const FLEET: &str = "fleet";
@@ -118,6 +127,8 @@ pub(crate) struct ReleaseRecord<'a> {
     pub content_type: &'a str,
     /// The record's timestamp (`None`: the producer's clock).
     pub timestamp_ms: Option<i64>,
+    /// The release key it was drawn with, and the one that replaces.
+    pub key: &'a KeyIds,
 }
 
 fn kind(k: &'static str) -> OwnedHeaders {
@@ -166,10 +177,21 @@ pub(crate) async fn write_release(
 ) -> Result<()> {
     let key = rec.record_key.as_bytes();
     crash_point(CrashPoint::BeforeRelease);
-    let headers = OwnedHeaders::new().insert(Header {
-        key: CONTENT_TYPE,
-        value: Some(release.content_type),
-    });
+    let mut headers = OwnedHeaders::new()
+        .insert(Header {
+            key: CONTENT_TYPE,
+            value: Some(release.content_type),
+        })
+        .insert(Header {
+            key: KEY_ID,
+            value: Some(&release.key.mine),
+        });
+    if let Some(from) = &release.key.rotated_from {
+        headers = headers.insert(Header {
+            key: KEY_FROM,
+            value: Some(from),
+        });
+    }
     (rec.ledger.output_partition, rec.ledger.output_offset) = produce_acked(
         producer,
         Record {

@@ -41,6 +41,10 @@ pub struct Restored {
     pub charges: Charges,
     /// The lane's state recorded with each live window.
     pub lanes: HashMap<(String, i32, u64), LaneState>,
+    /// Where each live window's lane resumes after it, from its first
+    /// charges record (a declared key rotation skips windows the old key
+    /// charged).
+    pub window_ends: HashMap<(String, i32, u64), Resume>,
     /// The plan each live window was charged under, where recorded.
     pub window_plans: HashMap<(String, i32, u64), proto::v1::PlanFingerprint>,
     /// The plan of each lane's latest ledger entry, where recorded.
@@ -78,8 +82,9 @@ struct StateScan {
     records: HashMap<Window, WindowRecords>,
     lanes: HashMap<Window, LaneState>,
     window_plans: HashMap<Window, proto::v1::PlanFingerprint>,
-    /// Per window: its last reading's (offset, index in its message).
-    window_last: HashMap<Window, (i64, u32)>,
+    /// Per window: where its lane resumes after it (its last reading and
+    /// the lateness reference after it; 0 in records of earlier builds).
+    window_last: HashMap<Window, Resume>,
     skipped: u64,
     devices: HashMap<(String, i32), super::Distinct>,
     keys: HashMap<(String, i32), crate::engine::keys::Bindings>,
@@ -176,8 +181,13 @@ impl StateScan {
             .or_default();
         c.device_keys.iter().for_each(|&k| sketch.add(k));
         if record == 0 {
-            self.window_last
-                .insert(window.clone(), (c.last_offset, c.last_index));
+            let end = Resume {
+                last_seq: seq,
+                last_offset: c.last_offset,
+                last_index: c.last_index,
+                reference_event_ms: c.reference_event_time_ms,
+            };
+            self.window_last.insert(window.clone(), end);
             match c.plan {
                 Some(plan) => self.window_plans.insert(window.clone(), plan),
                 None => self.window_plans.remove(&window),
@@ -307,8 +317,9 @@ fn resume_points(
             let (last_offset, last_index) = scan
                 .window_last
                 .get(&(lane.0.clone(), lane.1, seq))
-                .copied()
-                .unwrap_or((published_offset, u32::MAX));
+                .map_or((published_offset, u32::MAX), |e| {
+                    (e.last_offset, e.last_index)
+                });
             cur = match cur {
                 // Already covered by the ledger entry.
                 Some(c) if seq <= c.last_seq => Some(c),
@@ -363,6 +374,7 @@ pub fn restore(
     let charges = scan.charges();
     let seen = releases_after(config, output_topic, &mut scan, stop, progress)?;
     let resume = resume_points(&scan, seen, partitions);
+    let window_ends = std::mem::take(&mut scan.window_last);
     let lane_plans = std::mem::take(&mut scan.entries)
         .into_iter()
         .filter(|((_, p), _)| partitions.contains(p))
@@ -372,6 +384,7 @@ pub fn restore(
         resume,
         charges,
         lanes: scan.lanes,
+        window_ends,
         window_plans: scan.window_plans,
         lane_plans,
         skipped: scan.skipped,

@@ -32,6 +32,18 @@ impl Service {
         kafka: &str,
         key: &str,
     ) -> Service {
+        Self::start_env(broker, t, parts, (kafka, key), &[])
+    }
+
+    /// [`Service::start_with`] (`kafka` lines and `key`) with extra
+    /// environment variables `env`.
+    pub fn start_env(
+        broker: &Broker,
+        t: &Topics,
+        parts: [&str; 3],
+        (kafka, key): (&str, &str),
+        env: &[(&str, &str)],
+    ) -> Service {
         let [privacy, http, streams] = parts;
         let port = free_port();
         let text = config_text(
@@ -51,6 +63,7 @@ impl Service {
             .arg(&cfg)
             .env("FLEETDP_CHILD_KEY", key)
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stderr(std::fs::File::create(dir.join("run.log")).unwrap())
             .spawn()
             .unwrap();
@@ -65,6 +78,17 @@ impl Service {
     /// Whether `/readyz` answers 200 within `timeout`.
     pub async fn ready_within(&self, timeout: Duration) -> bool {
         wait_until(timeout, || matches!(self.get("/readyz"), Some((200, _)))).await
+    }
+
+    /// How it exited, if it does within `timeout`.
+    pub async fn exited_within(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let mut status = None;
+        wait_until(timeout, || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        })
+        .await;
+        status
     }
 
     /// What it has logged so far.

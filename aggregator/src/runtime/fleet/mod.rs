@@ -59,6 +59,36 @@ pub(crate) struct FleetTask {
     /// True while this instance holds input partition 0 (set by the
     /// consumer's rebalance callback): it writes the fleet records.
     pub leader: watch::Receiver<bool>,
+    /// Whether a release declares it replaces this instance's key.
+    pub key: KeyWatch,
+}
+
+/// The fleet reader sees every instance's releases, so it is where an
+/// instance learns that another has rotated away from its key
+/// (state/key_ids.rs): it records the new key's id and stops the
+/// consuming loop.
+pub(crate) struct KeyWatch {
+    pub ids: crate::state::KeyIds,
+    pub superseded: Arc<std::sync::OnceLock<String>>,
+    pub stop: watch::Sender<bool>,
+}
+
+impl KeyWatch {
+    /// Note the release key headers of a window release.
+    fn release<M: rdkafka::message::Message>(&self, msg: &M) {
+        let Some(writer) = kafka::header(msg, crate::state::KEY_ID) else {
+            return;
+        };
+        let from = kafka::header(msg, crate::state::KEY_FROM).unwrap_or("");
+        if self.ids.superseded_by(writer, from) && self.superseded.set(writer.to_string()).is_ok() {
+            tracing::error!(
+                release_key_id = %self.ids.mine,
+                new_release_key_id = writer,
+                "this instance's release key was replaced; releasing nothing more and stopping"
+            );
+            let _ = self.stop.send(true);
+        }
+    }
 }
 
 /// Start the task on a thread of its own (a blocking consumer); it ends
@@ -125,6 +155,7 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
                 }
                 Some(Ok(OutputRecord::Fleet(_))) => {}
                 Some(Ok(OutputRecord::Window(r))) => {
+                    t.key.release(&msg);
                     let at = Some((msg.partition(), msg.offset()));
                     let (how, done) = combiner.offer_at(r, at, Instant::now());
                     if how == Offered::Foreign {

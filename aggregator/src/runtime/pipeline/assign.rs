@@ -75,6 +75,25 @@ impl Restoring<'_> {
         let mut restored = self.read_state(assigned).await?;
         self.p.counters.restore_skipped(restored.skipped);
         crash_point(CrashPoint::DuringRebalance);
+        // A lane is resumed under the key it was written with, or the one
+        // this instance declares it replaces (state/key_ids.rs); no restart
+        // cures another key: a configuration error (exit 78).
+        let rotated = self.p.key_ids.check(&mut restored, assigned).map_err(|e| {
+            crate::config::configuration(anyhow::anyhow!(
+                "{e}; this instance holds release key {}. {}",
+                self.p.key_ids.mine,
+                state::KEY_FIX
+            ))
+        })?;
+        for ((stream, partition), windows) in rotated {
+            tracing::warn!(
+                stream = %stream,
+                partition,
+                windows,
+                "release key rotated (privacy.rotate_from): windows charged under the previous key and not \
+                 released are skipped, never released under this key"
+            );
+        }
         // Windows of an old plan dropped with --allow-plan-change.
         let mut dropped = self.check_unplanned(
             assigned,
@@ -136,7 +155,7 @@ impl Restoring<'_> {
         // (state/fingerprint.rs), unless the operator declares a change
         // at a horizon boundary: then the old plan's charges belong to
         // finished horizons and are not restored.
-        let now = state::fingerprint(&self.p.v, i, self.input_partitions);
+        let now = state::fingerprint(&self.p.v, i, self.input_partitions, &self.p.key_ids.mine);
         let changed = |plan: Option<&proto::v1::PlanFingerprint>| {
             plan.and_then(|p| PlanChange::between(p, &now))
         };

@@ -72,6 +72,12 @@ pub struct Options {
 pub struct Pipeline {
     v: Arc<Validated>,
     key: ReleaseKey,
+    /// The key's id and the one it replaces, as the state records them.
+    key_ids: crate::state::KeyIds,
+    /// Set (to the new key's id) once a release on the output topic
+    /// declares it replaces this instance's key: nothing more is released
+    /// and the service stops (state/key_ids.rs).
+    superseded: Arc<std::sync::OnceLock<String>>,
     pub counters: Arc<Counters>,
     /// Latest releases, lag and readiness, for the HTTP listener.
     pub board: Arc<StatusBoard>,
@@ -92,9 +98,16 @@ impl Pipeline {
             StatusBoard::new(v.config.http.ready_max_lag, v.stall_timeout)
                 .hiding_exact_counts(hide),
         );
+        let key_ids = crate::state::KeyIds {
+            mine: key.id(),
+            // Checked by validate(): a malformed id never gets this far.
+            rotated_from: v.config.rotate_from().ok().flatten(),
+        };
         Self {
             v: Arc::new(v),
             key,
+            key_ids,
+            superseded: Arc::default(),
             counters: Arc::new(Counters::default()),
             board,
         }
@@ -262,19 +275,11 @@ impl Pipeline {
         let producer = self.release_producer(&base)?;
 
         // The fleet thread stops with the service, or when the consuming
-        // loop ends on an error.
+        // loop ends on an error. The loop stops with the service, or when
+        // the fleet thread sees this instance's key replaced.
         let (fleet_stop, fleet_stopped) = watch::channel(false);
-        let forward = {
-            let (mut s, f) = (shutdown.clone(), fleet_stop.clone());
-            tokio::spawn(async move {
-                while !*s.borrow() {
-                    if s.changed().await.is_err() {
-                        break;
-                    }
-                }
-                let _ = f.send(true);
-            })
-        };
+        let (loop_stop, loop_stopped) = watch::channel(false);
+        let forward = forward_stop(shutdown.clone(), [fleet_stop.clone(), loop_stop.clone()]);
         let registry = match &v.config.registry {
             Some(r) => {
                 let (handle, table) = self
@@ -298,6 +303,11 @@ impl Pipeline {
                     output_partitions,
                     events: opts.fleet_events.take(),
                     leader: holds_zero,
+                    key: crate::runtime::fleet::KeyWatch {
+                        ids: self.key_ids.clone(),
+                        superseded: self.superseded.clone(),
+                        stop: loop_stop,
+                    },
                 },
                 fleet_stopped,
             )?),
@@ -313,9 +323,9 @@ impl Pipeline {
             (input_partitions, output_partitions),
             processor,
             events,
-            shutdown.clone(),
+            loop_stopped.clone(),
         )
-        .run(&consumer, shutdown)
+        .run(&consumer, loop_stopped)
         .await;
         close(consumer).await;
         let _ = fleet_stop.send(true);
@@ -324,7 +334,18 @@ impl Pipeline {
             // They poll every 200 ms.
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        result
+        self.superseded_or(result)
+    }
+
+    /// The loop's `result`, unless another instance replaced this one's
+    /// release key: no restart cures that, a configuration error (78).
+    fn superseded_or(&self, result: Result<()>) -> Result<()> {
+        match self.superseded.get() {
+            Some(new) => Err(crate::config::configuration(anyhow::Error::msg(
+                self.key_ids.superseded_message(new),
+            ))),
+            None => result,
+        }
     }
 
     /// Under add-remove, an output topic that stamps records with the
@@ -419,4 +440,21 @@ fn publish_budgets(v: &Validated) {
         declared: budget * s.spec.budget_share,
         spent: crate::dp::rational::to_f64(&s.per_horizon()),
     }));
+}
+
+/// Turn every one of `to` true once `shutdown` does (or its sender is gone).
+fn forward_stop<const N: usize>(
+    mut shutdown: watch::Receiver<bool>,
+    to: [watch::Sender<bool>; N],
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !*shutdown.borrow() {
+            if shutdown.changed().await.is_err() {
+                break;
+            }
+        }
+        for t in to {
+            let _ = t.send(true);
+        }
+    })
 }

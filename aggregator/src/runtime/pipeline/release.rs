@@ -273,6 +273,7 @@ impl<'a> Releases<'a> {
             .map(|(w, bound)| self.make(w, bound, offsets))
             .collect();
         let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
+        let (key_ids, superseded) = (self.p.key_ids.clone(), self.p.superseded.clone());
         self.tasks.spawn(async move {
             let state_topic = v.config.kafka.state_topic();
             let mut ready = Vec::with_capacity(made.len());
@@ -291,6 +292,12 @@ impl<'a> Releases<'a> {
             let kc = &v.config.kafka;
             let mut out = Vec::with_capacity(ready.len());
             for (meta, c) in ready {
+                // Another instance rotated away from this key: a window
+                // released now could also be released under the new one.
+                if let Some(new) = superseded.get() {
+                    let why = key_ids.superseded_message(new);
+                    return Err(crate::config::configuration(anyhow::Error::msg(why)));
+                }
                 let record = ReleaseRecord {
                     topic: &kc.output_topic,
                     partition: meta.out_partition,
@@ -299,6 +306,7 @@ impl<'a> Releases<'a> {
                     // Time windows: stamped with their due moment (the
                     // published release time), not when it happened to be made.
                     timestamp_ms: c.timed.then_some(c.release.released_at_ms),
+                    key: &key_ids,
                 };
                 state::write_release(&producer, &state_topic, c.records, record, &mut stop).await?;
                 out.push(Released {
@@ -348,6 +356,7 @@ impl<'a> Releases<'a> {
             started,
         };
         let (release_key, with_truth) = (self.p.key.clone(), self.with_truth);
+        let key_id = self.p.key_ids.mine.clone();
         // Noise and encoding (≈ 0.5 ms for 10,000 readings) on the blocking
         // pool, started now: an async task spawned from the busy consuming
         // loop would first run on the loop's own thread.
@@ -375,7 +384,7 @@ impl<'a> Releases<'a> {
                 release.group.insert(dimension, value);
             }
             let (payload, content_type) = encode_release(&release, v.config.kafka.output_format);
-            let plan = state::fingerprint(&v, w.stream, input_partitions);
+            let plan = state::fingerprint(&v, w.stream, input_partitions, &key_id);
             Computed {
                 truth: with_truth.then(|| stream.truth(&w.values)),
                 values: with_truth.then(|| w.values.clone()),
