@@ -34,11 +34,23 @@ enum Command {
         /// The TOML configuration (see deploy/fleetdp.toml).
         #[arg(long, short)]
         config: PathBuf,
-        /// Create the input, output, dead-letter and state topics with this many
-        /// partitions when they do not exist (local setups; production topics
-        /// are usually the operator's).
-        #[arg(long, value_name = "PARTITIONS")]
+        /// Create the input, output, dead-letter and state topics that do not
+        /// exist, with this many partitions (1 to 10,000; the dead-letter topic
+        /// gets 1) and the settings of docs/operations.md#topics (state topic
+        /// compacted, input retention ≥ horizon + max_lateness). Existing
+        /// topics are left alone and checked at start like any other.
+        #[arg(long, value_name = "PARTITIONS", value_parser = clap::value_parser!(i32).range(1..=fleetdp::pipeline::MAX_CREATE_PARTITIONS as i64))]
         create_topics: Option<i32>,
+        /// Replicas of each topic --create-topics creates (1 to 32; production:
+        /// 3, with min.insync.replicas 2, which it sets).
+        #[arg(
+            long,
+            value_name = "REPLICAS",
+            default_value_t = 1,
+            requires = "create_topics",
+            value_parser = clap::value_parser!(i32).range(1..=fleetdp::pipeline::MAX_REPLICATION as i64)
+        )]
+        replication_factor: i32,
         /// Accept state written under another plan (horizon, W, k, n, budget,
         /// time windows or the input's partition count). Only at a horizon
         /// boundary: the old plan's charges are dropped, so a change within a
@@ -224,10 +236,12 @@ fn main() -> ExitCode {
         Command::Run {
             config,
             create_topics,
+            replication_factor,
             allow_plan_change,
         } => {
             init_logging(cli.log_json, "info");
-            run(config, create_topics, allow_plan_change)
+            let create = create_topics.map(|p| (p, replication_factor));
+            run(config, create, allow_plan_change)
         }
         Command::Plan {
             config,
@@ -315,7 +329,7 @@ fn tail(path: PathBuf, opts: &fleetdp::tail::TailOptions) -> Result<()> {
     Ok(())
 }
 
-fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Result<()> {
+fn run(path: PathBuf, create: Option<(i32, i32)>, allow_plan_change: bool) -> Result<()> {
     let (key, v) = configuration(Config::load(&path).and_then(|config| {
         let key = config.release_key()?;
         if config.rotate_from()? == Some(key.id()) {
@@ -334,24 +348,8 @@ fn run(path: PathBuf, create_topics: Option<i32>, allow_plan_change: bool) -> Re
         "release key loaded"
     );
     runtime()?.block_on(async move {
-        if let Some(p) = create_topics {
-            if p < 1 {
-                bail!("--create-topics needs at least 1 partition");
-            }
-            let k = &v.config.kafka;
-            let base = fleetdp::kafka::client_config(&k.brokers, &k.properties);
-            let state = k.state_topic();
-            fleetdp::kafka::ensure_topics(
-                &base,
-                &[
-                    (&k.input_topic, p),
-                    (&k.output_topic, p),
-                    (&k.dead_letter_topic, 1),
-                    (&state, p),
-                ],
-                &[&state],
-            )
-            .await?;
+        if let Some((partitions, replication)) = create {
+            fleetdp::pipeline::create_topics(&v, partitions, replication).await?;
         }
         let listen = v.config.http.listen.clone();
         let probe_listen = v.config.http.probe_listen.clone();

@@ -239,7 +239,7 @@ fn a_window_the_old_key_charged_is_never_released_under_the_new_one() {
             &t,
             [PRIVACY, "", STREAM],
             ("", &old.to_hex()),
-            &env,
+            (&env, &[]),
         );
         window(&broker, &t, 0, "a").await;
         let status = a.exited_within(WAIT).await;

@@ -5,7 +5,6 @@
 
 use anyhow::{anyhow, Context, Result};
 use prost::Message as _;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
@@ -15,6 +14,11 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
+
+mod admin;
+pub use admin::{
+    create_topics, describe_topics, ensure_topics, topic_config, Described, NewTopicSpec,
+};
 
 /// How often one kind of librdkafka log line may be written (per level and
 /// facility); the rest are counted and reported with the next one. A broker
@@ -220,65 +224,6 @@ pub fn header<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
         .filter_map(|i| h.try_get(i))
         .find(|h| h.key.eq_ignore_ascii_case(name))
         .and_then(|h| std::str::from_utf8(h.value?).ok())
-}
-
-/// Create topics that do not exist yet (demo and tests; production topics are
-/// the operator's); those named in `compacted` keep the latest record per key.
-pub async fn ensure_topics(
-    config: &ClientConfig,
-    topics: &[(&str, i32)],
-    compacted: &[&str],
-) -> Result<()> {
-    let admin: AdminClient<Quiet> = config
-        .create_with_context(Quiet("admin"))
-        .context("creating admin client")?;
-    let new: Vec<NewTopic> = topics
-        .iter()
-        .map(|(name, parts)| {
-            let t = NewTopic::new(name, *parts, TopicReplication::Fixed(1));
-            if compacted.contains(name) {
-                t.set("cleanup.policy", "compact")
-            } else {
-                t
-            }
-        })
-        .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for r in admin
-        .create_topics(&new, &opts)
-        .await
-        .context("creating topics")?
-    {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(anyhow!("creating topic {t}: {e}")),
-        }
-    }
-    Ok(())
-}
-
-/// A topic's configuration value `name` as the cluster reports it (`None`:
-/// not reported, e.g. left at the broker's default).
-pub async fn topic_config(
-    config: &ClientConfig,
-    topic: &str,
-    name: &str,
-) -> Result<Option<String>> {
-    let admin: AdminClient<Quiet> = config
-        .create_with_context(Quiet("admin"))
-        .context("creating admin client")?;
-    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let results = admin
-        .describe_configs(&[rdkafka::admin::ResourceSpecifier::Topic(topic)], &opts)
-        .await
-        .with_context(|| format!("describing topic {topic}"))?;
-    for r in results {
-        let resource = r.map_err(|e| anyhow!("describing topic {topic}: {e}"))?;
-        if let Some(entry) = resource.get(name) {
-            return Ok(entry.value.clone());
-        }
-    }
-    Ok(None)
 }
 
 /// Partition count of a topic, or an error naming it when it does not exist.

@@ -214,6 +214,8 @@ async fn run_async(v: Validated, opts: DemoOptions) -> Result<DemoOutcome> {
             events: Some(ev_tx),
             fleet_events: Some(fleet_tx),
             with_truth: true,
+            // The in-process mock answers no DescribeConfigs.
+            skip_topic_check: true,
             ..Options::default()
         };
         p.run(rx, events).await

@@ -36,6 +36,7 @@ mod lane;
 mod ledger;
 mod output;
 mod restore;
+pub mod topics;
 
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};

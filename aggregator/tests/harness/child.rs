@@ -32,17 +32,17 @@ impl Service {
         kafka: &str,
         key: &str,
     ) -> Service {
-        Self::start_env(broker, t, parts, (kafka, key), &[])
+        Self::start_env(broker, t, parts, (kafka, key), (&[], &[]))
     }
 
     /// [`Service::start_with`] (`kafka` lines and `key`) with extra
-    /// environment variables `env`.
+    /// environment variables and extra arguments of `run`.
     pub fn start_env(
         broker: &Broker,
         t: &Topics,
         parts: [&str; 3],
         (kafka, key): (&str, &str),
-        env: &[(&str, &str)],
+        (env, args): (&[(&str, &str)], &[&str]),
     ) -> Service {
         let [privacy, http, streams] = parts;
         let port = free_port();
@@ -61,6 +61,7 @@ impl Service {
         let child = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
             .args(["run", "--config"])
             .arg(&cfg)
+            .args(args)
             .env("FLEETDP_CHILD_KEY", key)
             .env("NO_COLOR", "1")
             .envs(env.iter().copied())

@@ -75,9 +75,18 @@ impl Broker {
                     m.create_topic(t, *p, 1).expect("mock topic");
                 }
             }
-            None => fleetdp::kafka::ensure_topics(&self.client(), topics, &[])
-                .await
-                .expect("create topics"),
+            // State topics compacted, as FleetDP's start check requires
+            // of a cluster that reports cleanup.policy.
+            None => {
+                let state: Vec<&str> = topics
+                    .iter()
+                    .map(|t| t.0)
+                    .filter(|t| t.contains("-state-"))
+                    .collect();
+                fleetdp::kafka::ensure_topics(&self.client(), topics, &state)
+                    .await
+                    .expect("create topics")
+            }
         }
         // Wait until metadata shows them.
         let c = self.client();

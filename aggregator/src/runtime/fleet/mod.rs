@@ -65,11 +65,11 @@ pub(crate) struct FleetTask {
 
 /// The fleet reader sees every instance's releases, so it is where an
 /// instance learns that another has rotated away from its key
-/// (state/key_ids.rs): it records the new key's id and stops the
+/// (state/key_ids.rs): it halts the service with the reason and stops the
 /// consuming loop.
 pub(crate) struct KeyWatch {
     pub ids: crate::state::KeyIds,
-    pub superseded: Arc<std::sync::OnceLock<String>>,
+    pub halt: Arc<std::sync::OnceLock<String>>,
     pub stop: watch::Sender<bool>,
 }
 
@@ -80,7 +80,9 @@ impl KeyWatch {
             return;
         };
         let from = kafka::header(msg, crate::state::KEY_FROM).unwrap_or("");
-        if self.ids.superseded_by(writer, from) && self.superseded.set(writer.to_string()).is_ok() {
+        if self.ids.superseded_by(writer, from)
+            && self.halt.set(self.ids.superseded_message(writer)).is_ok()
+        {
             tracing::error!(
                 release_key_id = %self.ids.mine,
                 new_release_key_id = writer,

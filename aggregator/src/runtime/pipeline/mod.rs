@@ -12,7 +12,8 @@
 //! `release` the release owner (stepping a window's lane, building,
 //! encoding and publishing its release through [`crate::state`]'s write
 //! protocol); `dead_letter` the dead-letter owner; `poisoned` the way
-//! past an undecodable record batch. Only `consume` and
+//! past an undecodable record batch; `topic_check` the topics' creation
+//! and settings at start. Only `consume` and
 //! `assign` see the loop's state; the owners are handed what they need.
 
 mod assign;
@@ -22,11 +23,13 @@ mod offsets;
 mod poisoned;
 mod rebalance;
 mod release;
+mod topic_check;
 
 pub use crate::clock::now_ms;
 
 pub use dead_letter::TRUNCATED_PAYLOAD as TRUNCATED_DEAD_LETTER_BYTES;
 pub use release::{build_release, encode_release};
+pub use topic_check::{create_topics, MAX_CREATE_PARTITIONS, MAX_REPLICATION};
 
 use crate::clients::kafka;
 use crate::config::Validated;
@@ -66,6 +69,9 @@ pub struct Options {
     /// operator declares the change happens at a horizon boundary, so the
     /// old plan's charges are dropped (docs/DESIGN.md §6).
     pub allow_plan_change: bool,
+    /// Skip reading the topics' settings at start (`topic_check.rs`): the
+    /// demo's in-process mock cluster answers no DescribeConfigs.
+    pub skip_topic_check: bool,
 }
 
 /// The service, ready to run.
@@ -74,10 +80,12 @@ pub struct Pipeline {
     key: ReleaseKey,
     /// The key's id and the one it replaces, as the state records them.
     key_ids: crate::state::KeyIds,
-    /// Set (to the new key's id) once a release on the output topic
-    /// declares it replaces this instance's key: nothing more is released
-    /// and the service stops (state/key_ids.rs).
-    superseded: Arc<std::sync::OnceLock<String>>,
+    /// Set, with the reason, once a task beside the loop finds what this
+    /// instance must not go on with: its release key replaced
+    /// (state/key_ids.rs), a state topic that deletes charges
+    /// (`topic_check.rs`). Nothing more is released and the service stops
+    /// with the reason as a configuration error (exit 78).
+    halt: Arc<std::sync::OnceLock<String>>,
     pub counters: Arc<Counters>,
     /// Latest releases, lag and readiness, for the HTTP listener.
     pub board: Arc<StatusBoard>,
@@ -107,7 +115,7 @@ impl Pipeline {
             v: Arc::new(v),
             key,
             key_ids,
-            superseded: Arc::default(),
+            halt: Arc::default(),
             counters: Arc::new(Counters::default()),
             board,
         }
@@ -305,8 +313,8 @@ impl Pipeline {
                     leader: holds_zero,
                     key: crate::runtime::fleet::KeyWatch {
                         ids: self.key_ids.clone(),
-                        superseded: self.superseded.clone(),
-                        stop: loop_stop,
+                        halt: self.halt.clone(),
+                        stop: loop_stop.clone(),
                     },
                 },
                 fleet_stopped,
@@ -314,6 +322,9 @@ impl Pipeline {
             false => None,
         };
 
+        if !opts.skip_topic_check {
+            topic_check::spawn(v.clone(), base.clone(), self.halt.clone(), loop_stop);
+        }
         let (consumer, events) = self.input_consumer(&base, leader)?;
         tracing::info!(topic = %kc.input_topic, group = %kc.group_id, "consuming");
         let result = consume::Consuming::new(
@@ -334,15 +345,15 @@ impl Pipeline {
             // They poll every 200 ms.
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
-        self.superseded_or(result)
+        self.halted_or(result)
     }
 
-    /// The loop's `result`, unless another instance replaced this one's
-    /// release key: no restart cures that, a configuration error (78).
-    fn superseded_or(&self, result: Result<()>) -> Result<()> {
-        match self.superseded.get() {
-            Some(new) => Err(crate::config::configuration(anyhow::Error::msg(
-                self.key_ids.superseded_message(new),
+    /// The loop's `result`, unless a task beside it halted the service
+    /// ([`Pipeline::halt`]): no restart cures that (exit 78).
+    fn halted_or(&self, result: Result<()>) -> Result<()> {
+        match self.halt.get() {
+            Some(why) => Err(crate::config::configuration(anyhow::Error::msg(
+                why.clone(),
             ))),
             None => result,
         }

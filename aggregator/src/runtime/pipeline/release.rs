@@ -273,7 +273,7 @@ impl<'a> Releases<'a> {
             .map(|(w, bound)| self.make(w, bound, offsets))
             .collect();
         let (producer, mut stop) = (self.producer.clone(), self.stop.clone());
-        let (key_ids, superseded) = (self.p.key_ids.clone(), self.p.superseded.clone());
+        let (key_ids, halt) = (self.p.key_ids.clone(), self.p.halt.clone());
         self.tasks.spawn(async move {
             let state_topic = v.config.kafka.state_topic();
             let mut ready = Vec::with_capacity(made.len());
@@ -292,11 +292,13 @@ impl<'a> Releases<'a> {
             let kc = &v.config.kafka;
             let mut out = Vec::with_capacity(ready.len());
             for (meta, c) in ready {
-                // Another instance rotated away from this key: a window
-                // released now could also be released under the new one.
-                if let Some(new) = superseded.get() {
-                    let why = key_ids.superseded_message(new);
-                    return Err(crate::config::configuration(anyhow::Error::msg(why)));
+                // Halted (another instance rotated away from this key: a
+                // window released now could also be released under the new
+                // one; or a state topic that deletes charges).
+                if let Some(why) = halt.get() {
+                    return Err(crate::config::configuration(anyhow::Error::msg(
+                        why.clone(),
+                    )));
                 }
                 let record = ReleaseRecord {
                     topic: &kc.output_topic,
