@@ -63,14 +63,15 @@
 /// The privacy core, its own crate (`aggregator/dp`, no Kafka, tokio or I/O).
 pub use fleetdp_dp as dp;
 
-/// The build: package version, git commit and build time (UTC).
+/// The build: package version, git commit, build time (UTC) and the
+/// state format it writes (`state::STATE_FORMAT`, checked by a test).
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("FLEETDP_COMMIT"),
     ", built ",
     env!("FLEETDP_BUILT"),
-    ")"
+    "; state format 2)"
 );
 
 pub mod clients;

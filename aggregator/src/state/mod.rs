@@ -38,6 +38,7 @@ mod output;
 mod restore;
 pub mod topics;
 
+
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
 pub use key_ids::{KeyIds, KeyVerdict, KEY_FIX};
@@ -54,6 +55,38 @@ use crate::faults::{crash_point, CrashPoint};
 use anyhow::Result;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
+
+/// The format of the records this build writes (the header
+/// [`FORMAT_HEADER`] on every state record and window release). Format 1:
+/// records without the header, written before it existed. Format 2 adds
+/// the release key id and the charges' lateness reference. This build
+/// reads formats 1 to 2 and refuses a record of a later format by name
+/// rather than misread it (docs/operations.md#upgrades-and-rollbacks).
+/// Printed by `fleetdp --version`.
+pub const STATE_FORMAT: u32 = 2;
+/// Header carrying a record's [`STATE_FORMAT`].
+pub const FORMAT_HEADER: &str = "fleetdp-state-format";
+
+/// Refuse a record of a later format than this build reads (`at` names
+/// it). A record without the header is format 1.
+pub(crate) fn check_format<M: rdkafka::message::Message>(
+    msg: &M,
+    at: impl Fn() -> String,
+) -> Result<()> {
+    let Some(text) = crate::clients::kafka::header(msg, FORMAT_HEADER) else {
+        return Ok(());
+    };
+    match text.parse::<u32>() {
+        Ok(f) if f <= STATE_FORMAT => Ok(()),
+        // No restart cures it: a configuration error (exit 78).
+        _ => Err(crate::config::configuration(anyhow::anyhow!(
+            "{}: written by a newer FleetDP (state format {text}; this build reads formats 1 to {STATE_FORMAT}), \
+             which this build cannot read without misreading it: run the newer build, or follow the rollback \
+             procedure (docs/operations.md#upgrades-and-rollbacks)",
+            at()
+        ))),
+    }
+}
 
 /// Header telling the state topic's record kinds apart (and, on the output
 /// topic, fleet-wide releases from window releases, which have none).
@@ -132,12 +165,24 @@ pub(crate) struct ReleaseRecord<'a> {
     pub key: &'a KeyIds,
 }
 
+/// A state record's headers: its kind and the format.
 fn kind(k: &'static str) -> OwnedHeaders {
-    OwnedHeaders::new().insert(Header {
+    format_header(OwnedHeaders::new()).insert(Header {
         key: RECORD_KIND,
         value: Some(k),
     })
 }
+
+/// `h` with the [`FORMAT_HEADER`].
+fn format_header(h: OwnedHeaders) -> OwnedHeaders {
+    h.insert(Header {
+        key: FORMAT_HEADER,
+        value: Some(STATE_FORMAT_TEXT),
+    })
+}
+
+/// [`STATE_FORMAT`] as the header writes it.
+const STATE_FORMAT_TEXT: &str = "2";
 
 /// A window's charges records, the protocol's first step (module doc);
 /// returns once every one is acknowledged. [`write_release`] follows.
@@ -178,7 +223,7 @@ pub(crate) async fn write_release(
 ) -> Result<()> {
     let key = rec.record_key.as_bytes();
     crash_point(CrashPoint::BeforeRelease);
-    let mut headers = OwnedHeaders::new()
+    let mut headers = format_header(OwnedHeaders::new())
         .insert(Header {
             key: CONTENT_TYPE,
             value: Some(release.content_type),
@@ -275,4 +320,14 @@ pub(crate) async fn retire(
         .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod format_tests {
+    #[test]
+    fn the_header_and_the_version_say_the_format() {
+        assert_eq!(super::STATE_FORMAT_TEXT, super::STATE_FORMAT.to_string());
+        let says = format!("state format {})", super::STATE_FORMAT);
+        assert!(crate::VERSION.ends_with(&says), "{}", crate::VERSION);
+    }
 }

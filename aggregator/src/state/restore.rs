@@ -96,6 +96,7 @@ impl StateScan {
     /// builds may write).
     fn record<M: Message>(&mut self, msg: &M, partitions: &[i32], topic: &str) -> Result<()> {
         let at = || format!("state at {topic}/{}@{}", msg.partition(), msg.offset());
+        super::check_format(msg, at)?;
         match header(msg, RECORD_KIND) {
             // An advisor run's spend: not the service's state.
             Some(super::ADVISE) => {}
@@ -269,6 +270,13 @@ fn releases_after(
         stop,
         progress,
         |msg| {
+            super::check_format(msg, || {
+                format!(
+                    "release at {output_topic}/{}@{}",
+                    msg.partition(),
+                    msg.offset()
+                )
+            })?;
             match super::decode_output(msg) {
                 Some(Ok(super::OutputRecord::Window(r))) => {
                     seen.entry((r.stream.clone(), r.partition))

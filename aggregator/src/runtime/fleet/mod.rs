@@ -148,7 +148,10 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
         let mut write = follow_leadership(t, &consumer, &ends, &mut gate, &mut taking);
         if let Some(msg) = consumer.poll(Duration::from_millis(200)) {
             let msg = msg.with_context(|| format!("reading {topic}"))?;
-            match decode_output(&msg) {
+            // A record of a later state format is not read (it may mean
+            // something this build does not know): counted as foreign.
+            let newer = crate::state::check_format(&msg, String::new).is_err();
+            match decode_output(&msg).filter(|_| !newer) {
                 // Whoever wrote it, a record of this plan's fleet streams:
                 // the gate notes it, this instance's page shows it.
                 Some(Ok(OutputRecord::Fleet(f))) if combiner.seen(&f) => {
@@ -172,7 +175,7 @@ fn run(t: &FleetTask, mut stop: watch::Receiver<bool>, rt: &tokio::runtime::Hand
                     out = done;
                 }
                 Some(Err(_)) => foreign += 1,
-                None => {}
+                None => foreign += u64::from(newer),
             }
         }
         for r in combiner.take_refetches() {

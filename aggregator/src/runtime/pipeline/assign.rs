@@ -369,6 +369,10 @@ impl Restoring<'_> {
             match r {
                 Ok(v) => return Ok(v),
                 Err(e) if e.downcast_ref::<Stopped>().is_some() => return Err(e),
+                // A refusal no retry cures.
+                Err(e) if e.downcast_ref::<crate::config::Configuration>().is_some() => {
+                    return Err(e)
+                }
                 Err(e) if attempt < 8 => {
                     tracing::warn!(error = %format!("{e:#}"), attempt, "restoring state failed; retrying");
                     let mut stop = self.stop.clone();
