@@ -288,6 +288,9 @@ fn an_undecodable_batch_is_skipped_when_asked_and_nothing_else_is_lost() {
         })
         .await;
         assert!(red, "readiness {last:?} does not name the way past; log:\n{}", service.log());
+        // The partition's own stall signal, for the FleetDPPartitionStalled page.
+        let (_, metrics) = service.get("/metrics").unwrap();
+        assert!(metrics.contains("fleetdp_partition_stalled{partition=\"0\"} 1"), "{metrics}");
         let (status, log) = service.stop(libc::SIGTERM);
         assert!(status.success(), "{log}");
         assert!(tokio::task::block_in_place(|| releases(&broker, &t.output)).is_empty());
@@ -323,6 +326,7 @@ fn an_undecodable_batch_is_skipped_when_asked_and_nothing_else_is_lost() {
             metrics.contains("fleetdp_dead_letters_total{reason=\"undecodable_batch\"} 1"),
             "{metrics}"
         );
+        assert!(metrics.contains("fleetdp_partition_stalled{partition=\"0\"} 0"), "{metrics}");
     });
 }
 

@@ -248,6 +248,7 @@ fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<F
     match path {
         "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", {
             telemetry::before_scrape(st.board.ready().is_ok());
+            telemetry::partition_stalls(&st.board.stalls());
             let mut text = st.metrics.render();
             text.push_str(&crate::telemetry::render_partition_gauges());
             if st.config.config.http.hide_exact_counts {

@@ -370,6 +370,25 @@ impl StatusBoard {
         self.lock().restoring = progress;
     }
 
+    /// Input waiting on `p` and nothing handled for the stall bound: stuck
+    /// (a codec this build lacks, lost authorisation, …). How long, if so.
+    fn stalled(&self, b: &Board, p: i32, now_ms: i64) -> Option<i64> {
+        let idle = now_ms - b.moved_at.get(&p).copied().unwrap_or(now_ms);
+        let waiting = b.lag.get(&p).is_some_and(|&l| l > 0);
+        (self.stall_ms > 0 && idle > self.stall_ms && waiting).then_some(idle)
+    }
+
+    /// Each assigned partition and whether it is stalled now (the gauge
+    /// `fleetdp_partition_stalled`; `/readyz` names the first).
+    pub fn stalls(&self) -> Vec<(i32, bool)> {
+        let b = self.lock();
+        let now_ms = crate::clock::now_ms();
+        b.assigned
+            .iter()
+            .map(|&p| (p, self.stalled(&b, p, now_ms).is_some()))
+            .collect()
+    }
+
     fn ready_locked(&self, b: &Board) -> Result<(), String> {
         self.health(crate::clock::now_ms())?;
         if let Some(r) = &b.restoring {
@@ -386,10 +405,7 @@ impl StatusBoard {
         }
         let now_ms = crate::clock::now_ms();
         for p in &b.assigned {
-            // Input waiting and nothing handled for the stall bound: stuck
-            // (a codec this build lacks, lost authorisation, …), not ready.
-            let idle = now_ms - b.moved_at.get(p).copied().unwrap_or(now_ms);
-            if self.stall_ms > 0 && idle > self.stall_ms && b.lag.get(p).is_some_and(|&l| l > 0) {
+            if let Some(idle) = self.stalled(b, *p, now_ms) {
                 let cause = match b.last_error {
                     Some((kind, check)) => format!("; last consumer error: {kind} (check {check})"),
                     None => String::new(),

@@ -38,7 +38,6 @@ mod output;
 mod restore;
 pub mod topics;
 
-
 pub use distinct::Distinct;
 pub use fingerprint::{fingerprint, unplanned_lanes, PlanChange};
 pub use key_ids::{KeyIds, KeyVerdict, KEY_FIX};

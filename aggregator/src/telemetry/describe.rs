@@ -25,6 +25,8 @@ pub(crate) const FAMILIES: &[(&str, Kind, &str)] = &[
     (name::RELEASE_LATENCY, Kind::Histogram, "Seconds from a window's close to the broker's acknowledgement of its release."),
     (name::RELEASE_WINDOW_SEQ, Kind::Gauge, "Sequence number of the last window released, by stream and input partition."),
     (name::LAST_RELEASE_TIMESTAMP, Kind::Gauge, "Unix time (seconds) of the last release, by stream."),
+    (name::PARTITION_LAST_RELEASE, Kind::Gauge, "Unix time (seconds) of the last release, by stream and input partition (release timing is public)."),
+    (name::PARTITION_STALLED, Kind::Gauge, "1 while an assigned input partition has input waiting and none handled for http.stall_timeout (what /readyz says of it), else 0; by input partition."),
     (name::RELEASE_VALUE, Kind::Gauge, "Last released (noisy) value of a statistic, by stream, statistic and input partition."),
     (name::RELEASE_HALF_WIDTH, Kind::Gauge, "Half-width of the 95% interval of the last released value, in the stream's unit."),
     (name::BUDGET_PER_HORIZON, Kind::Gauge, "Privacy budget declared for the stream per device per horizon (epsilon, or rho under zCDP)."),
