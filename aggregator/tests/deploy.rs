@@ -751,12 +751,24 @@ fn image_and_compose_pass_review() {
         docker.lines().any(|l| l.starts_with("HEALTHCHECK")) && docker.contains("/healthz"),
         "the image has no HEALTHCHECK on /healthz"
     );
+    // .git stays out of the context, so the commit comes in as a build
+    // argument, in both stages (build.rs reads it; the label shows it).
+    let args = docker.lines().filter(|l| l.trim() == "ARG FLEETDP_COMMIT=unknown").count();
+    let build = docker.lines().find(|l| l.contains("cargo build")).unwrap_or("");
+    assert!(
+        args == 2 && build.contains("FLEETDP_COMMIT=\"$FLEETDP_COMMIT\"") && docker.contains("image.revision"),
+        "the image does not carry the build commit"
+    );
     let c: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(deploy().join("compose.yaml")).unwrap())
             .unwrap();
     let s = &c["services"];
     for svc in ["fleetdp", "simulator"] {
         assert!(s[svc]["restart"].is_string(), "{svc}: no restart policy");
+        assert!(
+            s[svc]["build"]["args"]["FLEETDP_COMMIT"].is_string(),
+            "{svc}: the image build gets no FLEETDP_COMMIT"
+        );
     }
     assert!(
         s["fleetdp"]["healthcheck"]["test"].is_sequence(),
