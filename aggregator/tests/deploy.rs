@@ -753,10 +753,18 @@ fn image_and_compose_pass_review() {
     );
     // .git stays out of the context, so the commit comes in as a build
     // argument, in both stages (build.rs reads it; the label shows it).
-    let args = docker.lines().filter(|l| l.trim() == "ARG FLEETDP_COMMIT=unknown").count();
-    let build = docker.lines().find(|l| l.contains("cargo build")).unwrap_or("");
+    let args = docker
+        .lines()
+        .filter(|l| l.trim() == "ARG FLEETDP_COMMIT=unknown")
+        .count();
+    let build = docker
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .unwrap_or("");
     assert!(
-        args == 2 && build.contains("FLEETDP_COMMIT=\"$FLEETDP_COMMIT\"") && docker.contains("image.revision"),
+        args == 2
+            && build.contains("FLEETDP_COMMIT=\"$FLEETDP_COMMIT\"")
+            && docker.contains("image.revision"),
         "the image does not carry the build commit"
     );
     let c: serde_yaml::Value =
@@ -911,4 +919,135 @@ fn every_alert_has_a_runbook_that_exists() {
         }
     }
     assert!(rules >= 11, "{rules} alerts");
+}
+
+/// The Kubernetes manifests validate against the API schemas of the
+/// oldest Kubernetes the restricted Pod Security and PDB settings need
+/// (1.27) and of the newest kubernetes-validate knows, strictly (no
+/// unknown field). kubernetes-validate (PyPI) is installed by tests/run.sh
+/// beside FLEETDP_PYTHON; without it (a bare `cargo test`) the test says
+/// so and passes, unless FLEETDP_REQUIRE_PYTHON_CLIENT is set. The
+/// Prometheus Operator's kinds (ServiceMonitor, PrometheusRule) have no
+/// schema there: their fields are checked by the tests above.
+#[test]
+fn the_manifests_validate_against_the_kubernetes_schemas() {
+    let python = std::env::var("FLEETDP_PYTHON").unwrap_or_default();
+    let tool = std::path::Path::new(&python).with_file_name("kubernetes-validate");
+    if !tool.exists() {
+        assert!(
+            std::env::var("FLEETDP_REQUIRE_PYTHON_CLIENT").is_err(),
+            "kubernetes-validate is not installed beside {python} (tests/run.sh installs it)"
+        );
+        return eprintln!("skipped: no kubernetes-validate (tests/run.sh installs it)");
+    }
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(deploy().join("k8s"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    assert!(files.len() >= 3, "{files:?}");
+    for version in ["1.27.0", "1.37.0"] {
+        let out = std::process::Command::new(&tool)
+            .args(["--strict", "-k", version])
+            .args(&files)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "kubernetes-validate {version}:\n{said}"
+        );
+        let passed = said
+            .lines()
+            .filter(|l| l.starts_with("INFO") && l.contains(" passed "))
+            .count();
+        assert!(
+            passed >= 7,
+            "kubernetes-validate {version} checked too little:\n{said}"
+        );
+        let unknown: Vec<&str> = said
+            .lines()
+            .filter(|l| l.contains("Couldn't find schema"))
+            .filter(|l| !l.contains("monitoring.coreos.com/v1"))
+            .collect();
+        assert!(unknown.is_empty(), "kinds without a schema: {unknown:?}");
+    }
+}
+
+/// checkov's Kubernetes checks pass on deploy/k8s, with the checks
+/// deploy/checkov.yaml skips (each with its reason there), and its
+/// Dockerfile checks on the image; no network (`--skip-download`).
+/// tests/run.sh installs checkov (FLEETDP_CHECKOV); without it the test
+/// says so and passes, unless FLEETDP_REQUIRE_PYTHON_CLIENT is set.
+#[test]
+fn the_manifests_and_the_image_pass_checkov() {
+    let tool = std::env::var("FLEETDP_CHECKOV").unwrap_or_default();
+    if tool.is_empty() || !std::path::Path::new(&tool).exists() {
+        assert!(
+            std::env::var("FLEETDP_REQUIRE_PYTHON_CLIENT").is_err(),
+            "checkov is not installed at {tool:?} (tests/run.sh installs it)"
+        );
+        return eprintln!("skipped: no checkov (tests/run.sh installs it)");
+    }
+    let k8s = deploy().join("k8s").canonicalize().unwrap();
+    let config = deploy().join("checkov.yaml").canonicalize().unwrap();
+    let skipped = std::fs::read_to_string(&config).unwrap();
+    let lines: Vec<&str> = skipped.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("- CKV") {
+            assert!(
+                lines[i - 1].trim_start().starts_with('#'),
+                "{l}: skipped without a reason"
+            );
+        }
+    }
+    let dockerfile = deploy().join("Dockerfile").canonicalize().unwrap();
+    let runs: [(&str, Vec<&std::ffi::OsStr>, usize); 2] = [
+        (
+            "kubernetes",
+            vec![
+                "--config-file".as_ref(),
+                config.as_os_str(),
+                "-d".as_ref(),
+                k8s.as_os_str(),
+            ],
+            85,
+        ),
+        (
+            "dockerfile",
+            vec!["-f".as_ref(), dockerfile.as_os_str()],
+            60,
+        ),
+    ];
+    for (framework, args, least) in runs {
+        let out = std::process::Command::new(&tool)
+            .args(&args)
+            .args([
+                "--framework",
+                framework,
+                "--compact",
+                "--quiet",
+                "--skip-download",
+            ])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let figure = |what: &str| -> usize {
+            let at = said
+                .find(what)
+                .unwrap_or_else(|| panic!("{framework}: no {what:?} in:\n{said}"));
+            let digits: String = said[at + what.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().unwrap()
+        };
+        assert_eq!(figure("Failed checks: "), 0, "checkov {framework}:\n{said}");
+        assert!(
+            figure("Passed checks: ") >= least,
+            "checkov {framework} ran too few checks:\n{said}"
+        );
+        assert!(out.status.success(), "checkov {framework}:\n{said}");
+    }
 }
