@@ -1051,3 +1051,47 @@ fn the_manifests_and_the_image_pass_checkov() {
         assert!(out.status.success(), "checkov {framework}:\n{said}");
     }
 }
+
+/// The Deployment's memory limit holds what `limits.max_devices_per_lane`
+/// lets the service keep (docs/operations.md#sizing): every lane one pod
+/// can hold (each stream on each of the input partitions the manifest is
+/// sized for, all on one pod once the others are gone) full, at the
+/// per-device bytes the churn bench measures (37.3 at its peak; 40 here),
+/// plus a fixed allowance for the Kafka clients' buffers and the rest.
+/// Past that limit the service drops readings as `device_limit` (and
+/// alerts) instead of being killed for memory.
+#[test]
+fn the_memory_limit_holds_every_lane_at_its_device_limit() {
+    const PARTITIONS: u64 = 12;
+    const BYTES_PER_DEVICE: u64 = 40;
+    const ALLOWANCE: u64 = 256 << 20;
+    let text = std::fs::read_to_string(deploy().join("k8s/fleetdp.yaml")).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let find = |kind: &str| docs.iter().find(|d| d["kind"] == kind).unwrap();
+    let toml: toml::Value = find("ConfigMap")["data"]["fleetdp.toml"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let devices = toml["limits"]["max_devices_per_lane"]
+        .as_integer()
+        .expect("the ConfigMap sets the limit") as u64;
+    let streams = toml["stream"].as_array().unwrap().len() as u64;
+    assert!(
+        text.contains(&format!("{PARTITIONS}-partition input")),
+        "the manifest's comment names what it is sized for"
+    );
+    let container = &find("Deployment")["spec"]["template"]["spec"]["containers"][0];
+    let limit = container["resources"]["limits"]["memory"].as_str().unwrap();
+    let limit: u64 = match limit.strip_suffix("Gi") {
+        Some(g) => g.parse::<u64>().unwrap() << 30,
+        None => limit.strip_suffix("Mi").unwrap().parse::<u64>().unwrap() << 20,
+    };
+    let need = streams * PARTITIONS * devices * BYTES_PER_DEVICE + ALLOWANCE;
+    assert!(
+        need <= limit,
+        "{need} bytes needed at the device limit, the container may use {limit}"
+    );
+}
