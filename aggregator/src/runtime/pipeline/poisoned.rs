@@ -27,6 +27,11 @@ pub(crate) const MAX_SKIPPED_OFFSETS: i64 = 100_000;
 
 /// How long one probe waits for a record or an error.
 const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// How long looking for the end of one undecodable range may take in all
+/// (each offset is one fetch; a slow broker must not hold the partition
+/// for hours): past it the range is not skipped and the partition stays
+/// stopped, as with `"stop"`.
+pub(crate) const MAX_PROBE_TIME: Duration = Duration::from_secs(600);
 
 /// A skipped range: offsets `start..end` of `partition`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +204,14 @@ impl Probe {
             if at - start > MAX_SKIPPED_OFFSETS {
                 bail!(
                     "partition {partition}: more than {MAX_SKIPPED_OFFSETS} undecodable offsets from {start} on; not skipped (docs/troubleshooting.md)"
+                );
+            }
+            if began.elapsed() > MAX_PROBE_TIME {
+                bail!(
+                    "partition {partition}: undecodable offsets from {start} on still not past after {} s \
+                     ({} probed); not skipped (docs/troubleshooting.md)",
+                    MAX_PROBE_TIME.as_secs(),
+                    at - start
                 );
             }
             if (at - start) % 1000 == 0 {
