@@ -121,7 +121,24 @@ statistics = ["count", "mean"]
             .unwrap();
             // Keys, headers and record timestamps: public facts only.
             assert_eq!(m.key, format!("temp/0/{}", r.window_seq).into_bytes());
-            assert_eq!(m.headers.keys().collect::<Vec<_>>(), ["content-type"]);
+            // (The key's id and the state format: one value per key and
+            // build, whatever the data.)
+            let mut headers: Vec<(&str, &str)> = m
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            headers.sort();
+            let id = fleetdp::dp::rng::ReleaseKey::from_bytes(KEY).id();
+            let ct = m.headers["content-type"].as_str();
+            assert_eq!(
+                headers,
+                [
+                    ("content-type", ct),
+                    ("fleetdp-release-key-id", id.as_str()),
+                    ("fleetdp-state-format", "2")
+                ]
+            );
             assert_eq!(
                 m.timestamp,
                 Some(r.released_at_ms),

@@ -116,6 +116,7 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
         "fleetdp_fleet_pending",
         "fleetdp_release_latency_seconds",
         "fleetdp_last_release_timestamp_seconds",
+        "fleetdp_partition_last_release_timestamp_seconds",
         // The process's own CPU time, memory and descriptors.
         "process_",
     ];

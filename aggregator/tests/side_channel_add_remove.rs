@@ -190,6 +190,7 @@ fn normalised(
         "fleetdp_fleet_releases_total",
         "fleetdp_fleet_pending",
         "fleetdp_last_release_timestamp_seconds",
+        "fleetdp_partition_last_release_timestamp_seconds",
         "fleetdp_release_window_seq",
         "fleetdp_windows_released_total",
     ];
