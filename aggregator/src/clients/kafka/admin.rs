@@ -18,32 +18,19 @@ pub async fn ensure_topics(
     topics: &[(&str, i32)],
     compacted: &[&str],
 ) -> Result<()> {
-    let admin: AdminClient<Quiet> = config
-        .create_with_context(Quiet("admin"))
-        .context("creating admin client")?;
-    let new: Vec<NewTopic> = topics
+    let specs: Vec<NewTopicSpec> = topics
         .iter()
-        .map(|(name, parts)| {
-            let t = NewTopic::new(name, *parts, TopicReplication::Fixed(1));
-            if compacted.contains(name) {
-                t.set("cleanup.policy", "compact")
-            } else {
-                t
-            }
+        .map(|&(name, partitions)| NewTopicSpec {
+            name,
+            partitions,
+            replication: 1,
+            configs: match compacted.contains(&name) {
+                true => vec![("cleanup.policy", "compact".to_string())],
+                false => vec![],
+            },
         })
         .collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for r in admin
-        .create_topics(&new, &opts)
-        .await
-        .context("creating topics")?
-    {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => return Err(anyhow!("creating topic {t}: {e}")),
-        }
-    }
-    Ok(())
+    create_topics(config, &specs).await
 }
 
 /// A topic's configuration value `name` as the cluster reports it (`None`:
