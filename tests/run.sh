@@ -134,23 +134,27 @@ if [ -n "$checkov_pid" ]; then
   wait "$checkov_pid" || { echo "installing checkov failed; see .tools/checkov-install.log" >&2; exit 1; }
 fi
 
-# The two longest broker tests (≈ 2 min each) mostly wait — for a broker
-# outage to end, for killed instances to be replaced — so they run beside
-# the rest instead of after it (same build, their own topics and groups);
-# their output follows the rest's.
-slow_tests=(--test crash --test outage)
+# Most integration tests wait on the broker or on timers, not the CPU, so
+# each test binary runs 8 tests at a time on this 2-core machine (the
+# integration tests took 12 minutes one by one, under 4 like this). The
+# three longest (≈ 2 min each: a broker outage, killed instances replaced)
+# start first, beside the rest (same build, their own topics and groups);
+# their output follows the rest's. Every integration test is in one binary
+# (aggregator/tests/integration.rs), so they are picked by name.
+threads=(--test-threads=8)
 slow_names=(killed_instances_release_every_window_exactly_once
   the_service_rides_out_a_broker_outage
   a_blocked_loop_turns_the_liveness_probe_red)
 skip=()
 for t in "${slow_names[@]}"; do skip+=(--skip "$t"); done
 echo "== running the crash and outage tests in the background (output at the end)"
-cargo test "${test_args[@]}" "${slow_tests[@]}" > "$tools/slow-tests.log" 2>&1 &
+cargo test "${test_args[@]}" --test integration -- "${threads[@]}" "${slow_names[@]}" \
+  > "$tools/slow-tests.log" 2>&1 &
 slow_pid=$!
 echo "== running every other test"
 rest=0
 # --no-fail-fast: one failing test binary must not hide the others' verdicts.
-cargo test "${test_args[@]}" --no-fail-fast -- "${skip[@]}" || rest=$?
+cargo test "${test_args[@]}" --no-fail-fast -- "${threads[@]}" "${skip[@]}" || rest=$?
 slow=0
 wait "$slow_pid" || slow=$?
 echo "== the crash and outage tests"

@@ -8,7 +8,7 @@
 //!   readings of two horizons is charged to both, so the device's readings
 //!   of the second horizon reach no second window when `W = 1`.
 
-mod harness;
+use crate::harness;
 
 use fleetdp::pipeline::{Options, Pipeline};
 use harness::*;

@@ -12,7 +12,7 @@
 //! FLEETDP_PYTHON, FLEETDP_REQUIRE_PYTHON_CLIENT) and a broker other
 //! processes reach.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::process::Command;

@@ -20,7 +20,7 @@
 //! the binary has no crash points and this file compiles to nothing.
 #![cfg(feature = "crash-points")]
 
-mod harness;
+use crate::harness;
 
 use fleetdp::config::Config;
 use fleetdp::dp::rng::ReleaseKey;

@@ -4,7 +4,7 @@
 //! Kubernetes manifests are structurally consistent (files they mount exist,
 //! configurations they carry validate, probes hit /healthz and /readyz).
 
-mod harness;
+use crate::harness;
 
 use fleetdp::config::Config;
 use fleetdp::sim::{FleetSpec, Signal};
@@ -873,7 +873,7 @@ fn the_prometheus_rule_is_the_alert_rules() {
     assert!(rule["metadata"]["labels"]["release"].is_string());
     assert!(
         rule["spec"]["groups"] == alerts["groups"],
-        "deploy/k8s/prometheus-rule.yaml differs from alerts.yml: FLEETDP_BLESS=1 cargo test -p fleetdp --test deploy the_prometheus_rule rewrites it"
+        "deploy/k8s/prometheus-rule.yaml differs from alerts.yml: FLEETDP_BLESS=1 cargo test -p fleetdp --test integration deploy::the_prometheus_rule rewrites it"
     );
 }
 

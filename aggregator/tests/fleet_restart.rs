@@ -13,7 +13,7 @@
 //! partial one); past `max_pending` every partition's release got its own
 //! one-partition record and seqs were never completed.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::collections::{BTreeMap, BTreeSet};

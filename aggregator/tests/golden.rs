@@ -8,9 +8,9 @@
 //!
 //! The fixtures are written once per state format by the ignored
 //! `write_golden_fixtures` (`FLEETDP_GOLDEN_OUT=<dir> cargo test --test
-//! golden -- --ignored`), then never changed: a later build must read them.
+//! integration golden -- --ignored`), then never changed: a later build must read them.
 
-mod harness;
+use crate::harness;
 
 use harness::child::Service;
 use harness::*;

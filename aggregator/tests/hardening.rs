@@ -12,7 +12,7 @@
 //! - under add-remove, an output topic stamped with the broker's clock
 //!   (LogAppendTime, which shows when each release arrived) is warned about.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use ingest::Reason;

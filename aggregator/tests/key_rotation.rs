@@ -5,7 +5,7 @@
 //! holding different keys share the group (docs/operations.md, Rotating
 //! the release key).
 
-mod harness;
+use crate::harness;
 
 use fleetdp::dp::rng::ReleaseKey;
 use harness::child::Service;

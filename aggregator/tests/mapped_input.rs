@@ -5,7 +5,7 @@
 //! document with a malformed time or a non-numeric metric is dead-lettered
 //! whole, its header naming the path and never the value.
 
-mod harness;
+use crate::harness;
 
 use fleetdp::Partitioner;
 use harness::*;

@@ -6,7 +6,7 @@
 //!
 //! FLEETDP_OUTAGE_SECS sets the outage (default 15 s).
 
-mod harness;
+use crate::harness;
 
 use fleetdp::sim::{FleetSpec, Signal};
 use harness::outage::OutageBroker;

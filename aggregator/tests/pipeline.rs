@@ -2,7 +2,7 @@
 //! tests/run.sh, or KAFKA_BROKERS), falling back to the in-process mock
 //! cluster when neither is set.
 
-mod harness;
+use crate::harness;
 
 use fleetdp::dp::universe::{TopCoder, Universe};
 use fleetdp::sim::{FleetSpec, Signal};

@@ -8,7 +8,7 @@
 //! dropped every returning device as over its cap, for good, and a
 //! repartitioned input handed devices fresh caps.
 
-mod harness;
+use crate::harness;
 
 use fleetdp::pipeline::{Options, Pipeline};
 use harness::*;

@@ -12,7 +12,7 @@
 //! installs them). Without them the tests say so and pass, unless
 //! FLEETDP_REQUIRE_PROMETHEUS is set (tests/run.sh sets it).
 
-mod harness;
+use crate::harness;
 
 use harness::{free_port, unique};
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! `.tools/venv` and sets FLEETDP_PYTHON); without one the test says so and
 //! passes, unless FLEETDP_REQUIRE_PYTHON_CLIENT is set (tests/run.sh sets it).
 
-mod harness;
+use crate::harness;
 
 use fleetdp::Partitioner;
 use harness::*;

@@ -7,7 +7,7 @@
 //! service must dead-letter nothing and release windows that `tail` shows.
 //! Needs a broker a child process can reach (tests/run.sh starts tansu).
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::path::Path;

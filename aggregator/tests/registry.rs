@@ -4,7 +4,7 @@
 //! `G` groups per horizon, a registry update mid-stream moves the device's
 //! later readings, and releases carry the group in key, name and `group`.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::collections::HashMap;

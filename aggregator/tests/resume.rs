@@ -5,7 +5,7 @@
 //! after a stop or a crash and E, F, window 1 must be {D, E, F}, as in an
 //! uninterrupted run (D used to be skipped as already released).
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::time::Duration;

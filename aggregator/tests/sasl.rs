@@ -13,7 +13,7 @@
 //!
 //! Needs FLEETDP_TANSU (tests/run.sh sets it) and a Python 3.
 
-mod harness;
+use crate::harness;
 
 use harness::front::{fails_at_start, python, whole_pipeline, Fronted};
 use harness::*;

@@ -10,7 +10,7 @@
 //! as a refusal: it used to be retried forever as "unreachable", and no
 //! message behind it was released.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::io::{BufRead, BufReader};

@@ -8,7 +8,7 @@
 //! key, headers and every published field but its noisy values and its
 //! release time (the wall clock's here).
 
-mod harness;
+use crate::harness;
 
 use fleetdp::sim::{FleetSpec, Signal};
 use harness::*;

@@ -20,7 +20,7 @@
 //! device's own build is not, so which private keys exist (slots bound,
 //! their releases and `group`) is the same in both runs.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,7 +4,7 @@
 //! charges are now split into records of at most 40,000 devices; restore
 //! reassembles them, so every device keeps its cap across a restart.
 
-mod harness;
+use crate::harness;
 
 use harness::*;
 use std::time::Duration;

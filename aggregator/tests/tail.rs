@@ -4,7 +4,7 @@
 //! only), and it stops after `--max` or an idle spell. The JSON Schemas
 //! shipped for consumers accept every JSON record the pipeline writes.
 
-mod harness;
+use crate::harness;
 
 use fleetdp::tail::{run, TailFormat, TailOptions};
 use harness::*;

@@ -12,7 +12,7 @@
 //!
 //! Needs FLEETDP_TANSU (tests/run.sh sets it), `openssl` and a Python 3.
 
-mod harness;
+use crate::harness;
 
 use harness::front::{fails_at_start, python, whole_pipeline, Fronted};
 use harness::*;

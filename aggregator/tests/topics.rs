@@ -5,7 +5,7 @@
 //! `--create-topics N --replication-factor R` creates every topic to the
 //! spec of docs/operations.md#topics.
 
-mod harness;
+use crate::harness;
 
 use harness::child::Service;
 use harness::*;
