@@ -72,6 +72,11 @@ enum Command {
         /// declared target_error.
         #[arg(long)]
         strict: bool,
+        /// Also write the plan as one self-contained HTML page for a privacy
+        /// review (the promise, each mechanism with its proof, the accuracy
+        /// trade-off as charts) to this file.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
     },
     /// Produce a simulated fleet's readings to a Kafka topic (load generator).
     Simulate(SimulateArgs),
@@ -247,7 +252,8 @@ fn main() -> ExitCode {
             config,
             format,
             strict,
-        } => plan(config, format, strict),
+            report,
+        } => plan(config, format, strict, report),
         Command::Simulate(args) => {
             init_logging(cli.log_json, "warn");
             simulate(args)
@@ -360,6 +366,10 @@ fn run(path: PathBuf, create: Option<(i32, i32)>, allow_plan_change: bool) -> Re
                 board: pipeline.board.clone(),
                 config: pipeline.config(),
                 counters: pipeline.counters.clone(),
+                review: fleetdp::report::review_page(
+                    &fleetdp::report::PlanReport::new(&pipeline.config()),
+                    &pipeline.config(),
+                ),
             });
             if !listen.is_empty() {
                 let a = fleetdp::http::serve(&listen, state.clone()).await?;
@@ -379,12 +389,17 @@ fn run(path: PathBuf, create: Option<(i32, i32)>, allow_plan_change: bool) -> Re
     })
 }
 
-fn plan(path: PathBuf, format: PlanFormat, strict: bool) -> Result<()> {
+fn plan(path: PathBuf, format: PlanFormat, strict: bool, page: Option<PathBuf>) -> Result<()> {
     let v = configuration(Config::load(&path).and_then(Config::validate))?;
     let report = PlanReport::new(&v);
     match format {
         PlanFormat::Text => print!("{}", report.to_text()),
         PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if let Some(page) = page {
+        std::fs::write(&page, fleetdp::report::review_page(&report, &v))
+            .with_context(|| format!("writing the review page {}", page.display()))?;
+        eprintln!("the review page is {}", page.display());
     }
     if strict && !report.warnings.is_empty() {
         return configuration(Err(anyhow::anyhow!(

@@ -4,7 +4,9 @@
 //! the budget as per-window spend and horizon
 //! progress, and updates (the windows count grows between loads, and within
 //! one load the page's poll computes a rate), with no console errors. A
-//! screenshot is kept at target/test-artifacts/status-page.png.
+//! screenshot is kept at target/test-artifacts/status-page.png. And the
+//! review page `plan --report` writes opens without a console error, every
+//! chart with its points.
 //!
 //! Chromium: FLEETDP_CHROMIUM or /usr/bin/chromium (tests/run.sh installs
 //! Debian's `chromium`). Without it the test says so and passes, unless
@@ -292,4 +294,50 @@ fn status_page_loads_shows_the_streams_and_updates() {
     let _ = demo.kill();
     let _ = demo.wait();
     let _ = std::fs::remove_dir_all(&profile);
+}
+
+/// `plan --report`'s review page opens in Chromium from a file, without a
+/// console error, and every chart it draws has its points.
+#[test]
+fn the_review_page_opens_without_errors_and_charts_its_points() {
+    let Some(chrome) = chromium() else {
+        assert!(
+            std::env::var_os("FLEETDP_REQUIRE_BROWSER").is_none(),
+            "FLEETDP_REQUIRE_BROWSER is set but no Chromium at /usr/bin/chromium or FLEETDP_CHROMIUM"
+        );
+        eprintln!("SKIPPED: no Chromium (install Debian's chromium or set FLEETDP_CHROMIUM)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("fleetdp-review-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("review.html");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/fleetdp.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+        .args(["plan", "--config"])
+        .arg(&config)
+        .arg("--report")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = format!("file://{}", page.display());
+    let dom = headless(&chrome, &dir.join("profile"), &["--dump-dom"], &url);
+    let charts: Vec<&str> = dom.split("<svg class=\"chart\"").skip(1).collect();
+    assert!(!charts.is_empty(), "no chart on the review page:\n{dom}");
+    for chart in charts {
+        let polyline = chart.split("<polyline").nth(1).expect("a polyline");
+        let line = polyline.split("points=\"").nth(1).expect("its points");
+        let points = line.split('"').next().unwrap().split(' ').count();
+        assert!(points >= 2, "a chart with {points} point(s)");
+    }
+    assert!(
+        dom.contains("class=\"today\""),
+        "this configuration is not marked"
+    );
+    assert!(dom.contains("privacy.md#statistics-and-sensitivities"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -120,6 +120,10 @@ unit = "°C"
             board: p.board.clone(),
             config: p.config(),
             counters: p.counters.clone(),
+            review: fleetdp::report::review_page(
+                &fleetdp::report::PlanReport::new(&p.config()),
+                &p.config(),
+            ),
         });
         let addr = fleetdp::http::serve("127.0.0.1:0", state).await.unwrap();
         let base = format!("http://{addr}");

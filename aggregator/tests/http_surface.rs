@@ -67,6 +67,10 @@ fn http_state() -> Arc<fleetdp::http::HttpState> {
         board: p.board.clone(),
         config: p.config(),
         counters: p.counters.clone(),
+        review: fleetdp::report::review_page(
+            &fleetdp::report::PlanReport::new(&p.config()),
+            &p.config(),
+        ),
     })
 }
 
@@ -292,4 +296,41 @@ fn a_probe_answers_while_hostile_connections_exhaust_the_descriptors() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+/// `/plan` serves the review page `plan --report` writes, of the
+/// instance's own plan, under a policy that loads nothing; the status page
+/// links to it.
+#[test]
+fn the_plan_is_served_as_the_review_page_and_linked_from_the_status_page() {
+    runtime().block_on(async {
+        let state = http_state();
+        let expected = fleetdp::report::review_page(
+            &fleetdp::report::PlanReport::new(&state.config),
+            &state.config,
+        );
+        let addr = fleetdp::http::serve("127.0.0.1:0", state)
+            .await
+            .unwrap()
+            .to_string();
+        let (addr2, get) = (
+            addr.clone(),
+            "GET /plan HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        let (status, headers, body) = tokio::task::spawn_blocking(move || raw(&addr2, get))
+            .await
+            .unwrap();
+        assert!(status.contains(" 200 "), "{status}");
+        assert_eq!(body, expected, "/plan differs from plan --report's page");
+        let csp = header(&headers, "content-security-policy").unwrap_or_default();
+        assert!(csp.starts_with("default-src 'none'"), "{csp}");
+        let index = "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        let (_, _, page) = tokio::task::spawn_blocking(move || raw(&addr, index))
+            .await
+            .unwrap();
+        assert!(
+            page.contains("href=\"/plan\""),
+            "the status page does not link /plan"
+        );
+    });
 }

@@ -342,6 +342,10 @@ async fn serve_status(pipeline: &Pipeline, addr: &str) {
             board: pipeline.board.clone(),
             config: pipeline.config(),
             counters: pipeline.counters.clone(),
+            review: super::report::review_page(
+                &super::report::PlanReport::new(&pipeline.config()),
+                &pipeline.config(),
+            ),
         })
     });
     let served = match state {

@@ -25,6 +25,9 @@ pub struct HttpState {
     pub board: Arc<StatusBoard>,
     pub config: Arc<Validated>,
     pub counters: Arc<Counters>,
+    /// The plan's review page (`report::review_page`, what `plan --report`
+    /// writes), made once by the caller and served at `/plan`.
+    pub review: String,
 }
 
 const PAGE: &str = include_str!("status.html");
@@ -219,6 +222,9 @@ fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Resp
         .expect("a valid response")
 }
 
+/// The review page's policy: its inline style, nothing else loaded.
+const REVIEW_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'";
+
 /// The status page's policy: its own inline script and style, requests to
 /// this origin only, no framing.
 const PAGE_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
@@ -278,18 +284,25 @@ fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<F
             "application/json",
             st.board.to_json(&st.config, &st.counters).to_string(),
         ),
-        "/" | "/index.html" => {
-            let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", PAGE);
-            r.headers_mut().insert(
-                "content-security-policy",
-                hyper::header::HeaderValue::from_static(PAGE_CSP),
-            );
-            r.headers_mut().insert(
-                "x-frame-options",
-                hyper::header::HeaderValue::from_static("DENY"),
-            );
-            r
-        }
+        // The review page `plan --report` writes, of this instance's plan
+        // (public parameters only).
+        "/plan" => html(st.review.clone(), REVIEW_CSP),
+        "/" | "/index.html" => html(PAGE.to_string(), PAGE_CSP),
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
+}
+
+/// An HTML page under its content security policy, never framed.
+fn html(body: String, csp: &'static str) -> Response<Full<Bytes>> {
+    let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", body);
+    let headers = r.headers_mut();
+    headers.insert(
+        "content-security-policy",
+        hyper::header::HeaderValue::from_static(csp),
+    );
+    headers.insert(
+        "x-frame-options",
+        hyper::header::HeaderValue::from_static("DENY"),
+    );
+    r
 }

@@ -4,9 +4,12 @@
 //! would release mostly as noise ([`PlanWarning`]).
 
 mod advice;
+mod charts;
+mod html;
 mod text;
 pub(crate) mod warnings;
 
+pub use html::{review_page, BACKING, PROOF, RUNNING_PROOF};
 pub use warnings::{Fix, PlanWarning, USEFUL_SHARE};
 
 use crate::config::Validated;
