@@ -23,6 +23,20 @@ fn chromium() -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// Chromium, or `None` after saying the test is skipped; a failure
+/// instead where FLEETDP_REQUIRE_BROWSER is set (tests/run.sh sets it).
+fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("FLEETDP_REQUIRE_BROWSER").is_none(),
+            "FLEETDP_REQUIRE_BROWSER is set but no Chromium at /usr/bin/chromium or FLEETDP_CHROMIUM"
+        );
+        eprintln!("SKIPPED: no Chromium (install Debian's chromium or set FLEETDP_CHROMIUM)");
+    }
+    found
+}
+
 /// Chromium's stdout (the dumped DOM); panics on a console error of the
 /// page (an uncaught exception or `console.error`).
 fn headless(chrome: &Path, profile: &Path, extra: &[&str], url: &str) -> String {
@@ -154,12 +168,7 @@ fn health_first(dom: &str) {
 
 #[test]
 fn status_page_loads_shows_the_streams_and_updates() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("FLEETDP_REQUIRE_BROWSER").is_none(),
-            "FLEETDP_REQUIRE_BROWSER is set but no Chromium at /usr/bin/chromium or FLEETDP_CHROMIUM"
-        );
-        eprintln!("SKIPPED: no Chromium (install Debian's chromium or set FLEETDP_CHROMIUM)");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -300,12 +309,7 @@ fn status_page_loads_shows_the_streams_and_updates() {
 /// console error, and every chart it draws has its points.
 #[test]
 fn the_review_page_opens_without_errors_and_charts_its_points() {
-    let Some(chrome) = chromium() else {
-        assert!(
-            std::env::var_os("FLEETDP_REQUIRE_BROWSER").is_none(),
-            "FLEETDP_REQUIRE_BROWSER is set but no Chromium at /usr/bin/chromium or FLEETDP_CHROMIUM"
-        );
-        eprintln!("SKIPPED: no Chromium (install Debian's chromium or set FLEETDP_CHROMIUM)");
+    let Some(chrome) = chromium_or_skip() else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("fleetdp-review-{}", std::process::id()));
