@@ -1,14 +1,15 @@
 //! The review page's trade-off charts: each figure's 95% half-width
 //! against the window size (count windows) and against the budget, as
 //! inline SVG on log–log axes, with this configuration marked and the
-//! declared `target_error` drawn. Every point is the stream planned again
+//! declared `target_error` (else the `--strict` bound of a mean or std)
+//! drawn. Every point is the stream planned again
 //! with one setting scaled ([`replanned`]); a stream with
 //! targets is charted with its budget split evenly (its targets take
 //! exactly what they need at any budget), its targets drawn as lines.
 //!
 //! Post-processing of public parameters: no data, no privacy cost.
 
-use super::{sig, PlanReport, StatisticReport, StreamReport};
+use super::{sig, PlanReport, StatisticReport, StreamReport, USEFUL_SHARE};
 use crate::config::Validated;
 use crate::dp::release::{plan, PrivacySpec, StreamPlan, StreamSpec};
 use std::fmt::Write;
@@ -29,7 +30,9 @@ struct Chart<'a> {
     /// Today's setting, where the chart's curve passes through today's
     /// plan (a stream without targets).
     today: Option<f64>,
-    target: Option<f64>,
+    /// The line a figure is judged by: its `target_error`, else the bound
+    /// `plan --strict` flags a mean or std over (count windows).
+    target: Option<(f64, &'static str)>,
 }
 
 /// Every statistic's charts for stream `s`.
@@ -63,7 +66,7 @@ pub(super) fn trade_offs(
                 x_label: unit,
                 points: by_budget,
                 today: today(report.budget_per_horizon),
-                target: target(st),
+                target: bound(st, s, p),
             },
         );
         if s.window_seconds.is_some() || s.window_size == 0 {
@@ -86,14 +89,19 @@ pub(super) fn trade_offs(
                 x_label: "n",
                 points: by_n,
                 today: today(s.window_size as f64),
-                target: target(st),
+                target: bound(st, s, p),
             },
         );
     }
 }
 
-fn target(st: &StatisticReport) -> Option<f64> {
-    st.target_95
+fn bound(st: &StatisticReport, s: &StreamReport, p: &StreamPlan) -> Option<(f64, &'static str)> {
+    if let Some(t) = st.target_95 {
+        return Some((t, "target_error"));
+    }
+    let judged = s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std");
+    let strict = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
+    judged.then_some((strict, "--strict bound"))
 }
 
 /// Log-scale position of `x` in `[lo, hi]` over `len` pixels.
@@ -123,7 +131,7 @@ fn draw(out: &mut String, c: &Chart<'_>) {
         return;
     }
     let xs = bounds(pts.iter().map(|p| p.0));
-    let ys = bounds(pts.iter().map(|p| p.1).chain(c.target));
+    let ys = bounds(pts.iter().map(|p| p.1).chain(c.target.map(|t| t.0)));
     let at = |x: f64, y: f64| {
         (
             PAD + scale(x, xs, W - 2.0 * PAD),
@@ -158,12 +166,12 @@ fn draw(out: &mut String, c: &Chart<'_>) {
             sig(y)
         );
     }
-    if let Some(t) = c.target {
+    if let Some((t, what)) = c.target {
         let (_, b) = at(xs.0, t);
         let _ = write!(
             out,
             "<line class=\"target\" x1=\"{PAD}\" x2=\"{}\" y1=\"{b:.1}\" y2=\"{b:.1}\" \
-             stroke=\"#2da44e\" stroke-dasharray=\"4\"><title>target_error ±{}</title></line>",
+             stroke=\"#2da44e\" stroke-dasharray=\"4\"><title>{what} ±{}</title></line>",
             W - PAD,
             sig(t)
         );

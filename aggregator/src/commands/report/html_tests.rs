@@ -3,6 +3,7 @@
 //! proof links and backing files exist.
 
 use super::super::charts::label;
+use super::super::USEFUL_SHARE;
 use super::*;
 use crate::config::Config;
 use std::path::Path;
@@ -78,6 +79,21 @@ fn the_page_states_every_number_of_the_json_plan() {
                 }
                 if s.statistics.iter().any(|x| x.target_95.is_some()) {
                     continue;
+                }
+                if s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std") {
+                    let p = v
+                        .plan
+                        .streams
+                        .iter()
+                        .find(|p| p.declared_name() == s.name)
+                        .unwrap();
+                    let b = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
+                    let line = format!("--strict bound ±{}</title>", sig(b));
+                    assert!(
+                        page.contains(&line),
+                        "{name}: no --strict line at {}",
+                        sig(b)
+                    );
                 }
                 // The chart's dot for this configuration sits at the plan's
                 // half-width: the points come from the same functions.
