@@ -3,7 +3,7 @@
 //! proof links and backing files exist.
 
 use super::super::charts::label;
-use super::super::USEFUL_SHARE;
+use super::super::{StatisticReport, USEFUL_SHARE};
 use super::*;
 use crate::config::Config;
 use std::path::Path;
@@ -70,40 +70,7 @@ fn the_page_states_every_number_of_the_json_plan() {
                         "{name}: {x}"
                     );
                 }
-                let Some(hw) = st.half_width_95 else { continue };
-                assert!(page.contains(&format!("<td>{}</td>", sig(hw))), "{name}");
-                if let Some(t) = st.target_95 {
-                    let line = format!("target_error ±{}</title>", sig(t));
-                    assert!(page.contains(&line), "{name}: no line at {}", sig(t));
-                    continue;
-                }
-                if s.statistics.iter().any(|x| x.target_95.is_some()) {
-                    continue;
-                }
-                if s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std") {
-                    let p = v
-                        .plan
-                        .streams
-                        .iter()
-                        .find(|p| p.declared_name() == s.name)
-                        .unwrap();
-                    let b = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
-                    let line = format!("--strict bound ±{}</title>", sig(b));
-                    assert!(
-                        page.contains(&line),
-                        "{name}: no --strict line at {}",
-                        sig(b)
-                    );
-                }
-                // The chart's dot for this configuration sits at the plan's
-                // half-width: the points come from the same functions.
-                let dot = format!("this configuration: ±{}</title>", sig(hw));
-                assert!(
-                    page.contains(&dot),
-                    "{name}: {} has no dot at ±{}",
-                    label(st),
-                    sig(hw)
-                );
+                charted(&name, &v, &page, s, st);
             }
         }
         for chart in page.split("<svg class=\"chart\"").skip(1) {
@@ -170,4 +137,43 @@ fn a_changed_configuration_changes_the_page() {
     let tighter = text.replace("epsilon_per_device = 2.0", "epsilon_per_device = 4.0");
     assert_ne!(text, tighter, "the demo's budget line moved");
     assert_ne!(page(&text), page(&tighter));
+}
+
+/// A statistic's half-width in the table, and its chart: the line it is
+/// judged by, and, without targets, the dot at the plan's half-width.
+fn charted(name: &str, v: &Validated, page: &str, s: &StreamReport, st: &StatisticReport) {
+    let Some(hw) = st.half_width_95 else { return };
+    assert!(page.contains(&format!("<td>{}</td>", sig(hw))), "{name}");
+    if let Some(t) = st.target_95 {
+        let line = format!("target_error ±{}</title>", sig(t));
+        assert!(page.contains(&line), "{name}: no line at {}", sig(t));
+        return;
+    }
+    if s.statistics.iter().any(|x| x.target_95.is_some()) {
+        return;
+    }
+    if s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std") {
+        let p = v
+            .plan
+            .streams
+            .iter()
+            .find(|p| p.declared_name() == s.name)
+            .unwrap();
+        let b = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
+        let line = format!("--strict bound ±{}</title>", sig(b));
+        assert!(
+            page.contains(&line),
+            "{name}: no --strict line at {}",
+            sig(b)
+        );
+    }
+    // The chart's dot for this configuration sits at the plan's
+    // half-width: the points come from the same functions.
+    let dot = format!("this configuration: ±{}</title>", sig(hw));
+    assert!(
+        page.contains(&dot),
+        "{name}: {} has no dot at ±{}",
+        label(st),
+        sig(hw)
+    );
 }
