@@ -361,15 +361,13 @@ fn run(path: PathBuf, create: Option<(i32, i32)>, allow_plan_change: bool) -> Re
         let probe_listen = v.config.http.probe_listen.clone();
         let pipeline = Pipeline::new(v, key);
         if !listen.is_empty() || !probe_listen.is_empty() {
+            let config = pipeline.config();
             let state = std::sync::Arc::new(fleetdp::http::HttpState {
                 metrics: fleetdp::http::recorder()?,
                 board: pipeline.board.clone(),
-                config: pipeline.config(),
+                review: fleetdp::report::review_page(&fleetdp::report::PlanReport::new(&config), &config),
+                config,
                 counters: pipeline.counters.clone(),
-                review: fleetdp::report::review_page(
-                    &fleetdp::report::PlanReport::new(&pipeline.config()),
-                    &pipeline.config(),
-                ),
             });
             if !listen.is_empty() {
                 let a = fleetdp::http::serve(&listen, state.clone()).await?;

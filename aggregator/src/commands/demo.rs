@@ -336,16 +336,15 @@ async fn publish_registry(
 /// Serve the status page and `/metrics` on `addr` (a failure is printed,
 /// not fatal: the demo runs without them).
 async fn serve_status(pipeline: &Pipeline, addr: &str) {
+    let config = pipeline.config();
+    let review = super::report::review_page(&super::report::PlanReport::new(&config), &config);
     let state = crate::serve::http::recorder().map(|metrics| {
         std::sync::Arc::new(crate::serve::http::HttpState {
             metrics,
             board: pipeline.board.clone(),
-            config: pipeline.config(),
+            config,
             counters: pipeline.counters.clone(),
-            review: super::report::review_page(
-                &super::report::PlanReport::new(&pipeline.config()),
-                &pipeline.config(),
-            ),
+            review,
         })
     });
     let served = match state {

@@ -287,13 +287,13 @@ fn handle(req: &Request<Incoming>, st: &HttpState, routes: Routes) -> Response<F
         // The review page `plan --report` writes, of this instance's plan
         // (public parameters only).
         "/plan" => html(st.review.clone(), REVIEW_CSP),
-        "/" | "/index.html" => html(PAGE.to_string(), PAGE_CSP),
+        "/" | "/index.html" => html(PAGE, PAGE_CSP),
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n"),
     }
 }
 
 /// An HTML page under its content security policy, never framed.
-fn html(body: String, csp: &'static str) -> Response<Full<Bytes>> {
+fn html(body: impl Into<Bytes>, csp: &'static str) -> Response<Full<Bytes>> {
     let mut r = reply(StatusCode::OK, "text/html; charset=utf-8", body);
     let headers = r.headers_mut();
     headers.insert(

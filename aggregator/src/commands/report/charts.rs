@@ -52,7 +52,7 @@ pub(super) fn trade_offs(
     };
     let today = |x: f64| (!targeted).then_some(x);
     for st in s.statistics.iter().filter(|st| st.half_width_95.is_some()) {
-        let by_budget = factors()
+        let by_budget = FACTORS
             .iter()
             .filter_map(|f| {
                 let b = report.budget_per_horizon * f;
@@ -72,7 +72,7 @@ pub(super) fn trade_offs(
         if s.window_seconds.is_some() || s.window_size == 0 {
             continue;
         }
-        let by_n = factors()
+        let by_n = FACTORS
             .iter()
             .filter_map(|f| {
                 let n = ((s.window_size as f64 * f).round() as u64).max(1);
@@ -203,11 +203,6 @@ pub(super) fn label(st: &StatisticReport) -> String {
         Some(q) => format!("{} {}", st.name, sig(q)),
         None => st.name.clone(),
     }
-}
-
-/// The window sizes and budgets the charts plot (scaled from today's).
-pub(super) fn factors() -> &'static [f64] {
-    &FACTORS
 }
 
 /// The whole plan again with one setting changed (`change` gets the
