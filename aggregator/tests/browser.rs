@@ -342,6 +342,10 @@ fn the_review_page_opens_without_errors_and_charts_its_points() {
         dom.contains("class=\"today\""),
         "this configuration is not marked"
     );
+    // One device's horizon, drawn as a line with its windows.
+    let timeline = dom.split("class=\"picture timeline\"").nth(1);
+    let timeline = timeline.expect("no device timeline on the review page");
+    assert!(timeline.contains("<polyline") && timeline.contains("class=\"window\""));
     assert!(dom.contains("privacy.md#statistics-and-sensitivities"));
     let _ = std::fs::remove_dir_all(&dir);
 }

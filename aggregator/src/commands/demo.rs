@@ -78,29 +78,13 @@ pub(crate) fn budget_statement(v: &Validated) -> String {
             )
         }
     };
-    let strength = match eps {
-        e if e <= 1.0 => "strong protection",
-        e if e <= 4.0 => "moderate protection",
-        e if e <= 10.0 => "weak protection",
-        _ => "no meaningful protection",
-    };
+    let (factor, strength) = super::report::odds(eps);
     format!(
         "Budget: {declared} per device per {horizon}. Whatever is released, the odds of any guess about one \
-         device's readings in a {horizon} change by at most a factor e^ε ≈ {}: {strength} \
-         (ε ≤ 1 strong, ≤ 4 moderate, ≤ 10 weak; above that, nothing a privacy review would sign).",
-        factor(eps)
+         device's readings in a {horizon} change by at most a factor e^ε ≈ {factor}: {strength} \
+         ({}).",
+        super::report::ODDS_SCALE
     )
-}
-
-/// `e^ε` to three significant digits: `7.39`, `22000`, `2.65e10`.
-fn factor(eps: f64) -> String {
-    let f = eps.exp();
-    if f < 1e6 {
-        let unit = 10f64.powi(f.log10().floor() as i32 - 2);
-        super::report::sig((f / unit).round() * unit)
-    } else {
-        format!("{f:.2e}")
-    }
 }
 
 /// What a demo run showed.
@@ -414,7 +398,7 @@ mod tests {
             (10.0, "22000"),
             (24.0, "2.65e10"),
         ] {
-            assert_eq!(factor(eps), shown);
+            assert_eq!(crate::commands::report::odds(eps).0, shown);
         }
     }
 }

@@ -1,15 +1,16 @@
 //! The review page's trade-off charts: each figure's 95% half-width
 //! against the window size (count windows) and against the budget, as
 //! inline SVG on log–log axes, with this configuration marked and the
-//! declared `target_error` (else the `--strict` bound of a mean or std)
-//! drawn. Every point is the stream planned again
-//! with one setting scaled ([`replanned`]); a stream with
-//! targets is charted with its budget split evenly (its targets take
+//! line each figure is judged by drawn: its `target_error`, else the
+//! `--strict` bound of `warnings.rs` (count windows). Every point is the
+//! stream planned again with one setting scaled ([`replanned`]); a stream
+//! with targets is charted with its budget split evenly (its targets take
 //! exactly what they need at any budget), its targets drawn as lines.
 //!
 //! Post-processing of public parameters: no data, no privacy cost.
 
-use super::{sig, PlanReport, StatisticReport, StreamReport, USEFUL_SHARE};
+use super::warnings::{strict_bound, Declared};
+use super::{sig, PlanReport, StatisticReport, StreamReport};
 use crate::config::Validated;
 use crate::dp::release::{plan, PrivacySpec, StreamPlan, StreamSpec};
 use std::fmt::Write;
@@ -21,6 +22,17 @@ const W: f64 = 420.0;
 const H: f64 = 220.0;
 const PAD: f64 = 50.0;
 
+/// The line a figure is judged by: its `target_error`, else the bound
+/// `plan --strict` flags it over (count windows), which for a histogram or
+/// a sum grows with `n`.
+struct Line<'a> {
+    what: &'static str,
+    /// Its height at an x of the chart.
+    at: Box<dyn Fn(f64) -> f64 + 'a>,
+    /// Its height at this configuration (named in its title).
+    today: f64,
+}
+
 /// One chart: its points (x, half-width), the x of today's plan and what
 /// the x axis is.
 struct Chart<'a> {
@@ -30,9 +42,7 @@ struct Chart<'a> {
     /// Today's setting, where the chart's curve passes through today's
     /// plan (a stream without targets).
     today: Option<f64>,
-    /// The line a figure is judged by: its `target_error`, else the bound
-    /// `plan --strict` flags a mean or std over (count windows).
-    target: Option<(f64, &'static str)>,
+    target: Option<Line<'a>>,
 }
 
 /// Every statistic's charts for stream `s`.
@@ -66,7 +76,7 @@ pub(super) fn trade_offs(
                 x_label: unit,
                 points: by_budget,
                 today: today(report.budget_per_horizon),
-                target: bound(st, s, p),
+                target: bound(st, s, p, false),
             },
         );
         if s.window_seconds.is_some() || s.window_size == 0 {
@@ -89,30 +99,50 @@ pub(super) fn trade_offs(
                 x_label: "n",
                 points: by_n,
                 today: today(s.window_size as f64),
-                target: bound(st, s, p),
+                target: bound(st, s, p, true),
             },
         );
     }
 }
 
-fn bound(st: &StatisticReport, s: &StreamReport, p: &StreamPlan) -> Option<(f64, &'static str)> {
+/// The line `st` is judged by; `by_n`: the chart's x is the window size.
+fn bound<'a>(
+    st: &StatisticReport,
+    s: &StreamReport,
+    p: &StreamPlan,
+    by_n: bool,
+) -> Option<Line<'a>> {
     if let Some(t) = st.target_95 {
-        return Some((t, "target_error"));
+        return Some(Line {
+            what: "target_error",
+            at: Box::new(move |_| t),
+            today: t,
+        });
     }
-    let judged = s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std");
-    let strict = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
-    judged.then_some((strict, "--strict bound"))
+    if s.window_seconds.is_some() {
+        return None;
+    }
+    let (name, n) = (st.name.clone(), s.window_size as f64);
+    let range = Declared::of(&p.spec, String::new());
+    let today = strict_bound(&name, n, &range)?;
+    Some(Line {
+        what: "--strict bound",
+        at: Box::new(move |x| {
+            strict_bound(&name, if by_n { x } else { n }, &range).unwrap_or(today)
+        }),
+        today,
+    })
 }
 
 /// Log-scale position of `x` in `[lo, hi]` over `len` pixels.
-fn scale(x: f64, (lo, hi): (f64, f64), len: f64) -> f64 {
+pub(super) fn scale(x: f64, (lo, hi): (f64, f64), len: f64) -> f64 {
     if hi <= lo {
         return len / 2.0;
     }
     (x.ln() - lo.ln()) / (hi.ln() - lo.ln()) * len
 }
 
-fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+pub(super) fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     values
         .filter(|v| v.is_finite() && *v > 0.0)
         .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(v), hi.max(v)))
@@ -131,20 +161,27 @@ fn draw(out: &mut String, c: &Chart<'_>) {
         return;
     }
     let xs = bounds(pts.iter().map(|p| p.0));
-    let ys = bounds(pts.iter().map(|p| p.1).chain(c.target.map(|t| t.0)));
+    let judged: Vec<f64> = c
+        .target
+        .iter()
+        .flat_map(|t| pts.iter().map(|p| (t.at)(p.0)))
+        .collect();
+    let ys = bounds(pts.iter().map(|p| p.1).chain(judged.iter().copied()));
     let at = |x: f64, y: f64| {
         (
             PAD + scale(x, xs, W - 2.0 * PAD),
             H - PAD - scale(y, ys, H - 2.0 * PAD),
         )
     };
-    let line: Vec<String> = pts
-        .iter()
-        .map(|&(x, y)| {
-            let (a, b) = at(x, y);
-            format!("{a:.1},{b:.1}")
-        })
-        .collect();
+    let path = |ys: &mut dyn Iterator<Item = (f64, f64)>| -> String {
+        let coords: Vec<String> = ys
+            .map(|(x, y)| {
+                let (a, b) = at(x, y);
+                format!("{a:.1},{b:.1}")
+            })
+            .collect();
+        coords.join(" ")
+    };
     let _ = write!(
         out,
         "<figure><svg class=\"chart\" width=\"{W}\" height=\"{H}\" data-points=\"{n}\">\
@@ -152,7 +189,7 @@ fn draw(out: &mut String, c: &Chart<'_>) {
          <polyline fill=\"none\" stroke=\"#1f6feb\" stroke-width=\"2\" points=\"{line}\"/>",
         n = pts.len(),
         title = escape(&c.title),
-        line = line.join(" ")
+        line = path(&mut pts.iter().copied())
     );
     let today = c
         .today
@@ -166,14 +203,14 @@ fn draw(out: &mut String, c: &Chart<'_>) {
             sig(y)
         );
     }
-    if let Some((t, what)) = c.target {
-        let (_, b) = at(xs.0, t);
+    if let Some(t) = &c.target {
         let _ = write!(
             out,
-            "<line class=\"target\" x1=\"{PAD}\" x2=\"{}\" y1=\"{b:.1}\" y2=\"{b:.1}\" \
-             stroke=\"#2da44e\" stroke-dasharray=\"4\"><title>{what} ±{}</title></line>",
-            W - PAD,
-            sig(t)
+            "<polyline class=\"target\" fill=\"none\" points=\"{}\" stroke=\"#2da44e\" \
+             stroke-dasharray=\"4\"><title>{} ±{}</title></polyline>",
+            path(&mut pts.iter().zip(&judged).map(|(p, &y)| (p.0, y))),
+            t.what,
+            sig(t.today)
         );
     }
     let _ = write!(

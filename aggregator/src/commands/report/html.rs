@@ -20,8 +20,10 @@ use std::fmt::Write;
 pub const PROOF: &str = "docs/privacy.md#statistics-and-sensitivities";
 /// Where the running totals' noise is derived.
 pub const RUNNING_PROOF: &str = "docs/privacy.md#running-totals";
+/// Where the private-key selection is proven.
+pub const SELECTION_PROOF: &str = "docs/privacy.md#private-keys";
 /// The files whose tests back the mechanisms (each checked to exist).
-pub const BACKING: [(&str, &str); 6] = [
+pub const BACKING: [(&str, &str); 9] = [
     (
         "aggregator/dp/tests/sensitivity_bruteforce.rs",
         "brute-force sensitivity of every measurement over neighbouring windows",
@@ -37,6 +39,18 @@ pub const BACKING: [(&str, &str); 6] = [
     (
         "aggregator/dp/tests/coverage.rs",
         "the stated 95% intervals hold their truth",
+    ),
+    (
+        "aggregator/dp/tests/groups_bruteforce.rs",
+        "brute-force sensitivity of group-by: one device in at most G groups",
+    ),
+    (
+        "aggregator/dp/tests/continual.rs",
+        "running totals: the sensitivity bound by brute force over the tree, the stated noise",
+    ),
+    (
+        "aggregator/dp/tests/keyselect.rs",
+        "private key selection: a one-device key released with probability ≤ δ/G; an ε audit",
     ),
     (
         "aggregator/tests/stream_privacy.rs",
@@ -67,6 +81,7 @@ pub fn review_page(report: &PlanReport, v: &Validated) -> String {
         let plan = v.plan.streams.iter().find(|p| p.declared_name() == s.name);
         stream_section(&mut out, report, s, plan, v);
     }
+    warned(&mut out, report);
     backing(&mut out);
     out.push_str("</body></html>\n");
     out
@@ -77,6 +92,7 @@ fn promise(report: &PlanReport, out: &mut String) {
     let pure = report.measure == "pure";
     let unit = if pure { "ε" } else { "ρ" };
     let eps = report.epsilon_at_delta.unwrap_or(report.spent_per_horizon);
+    let (factor, strength) = super::odds(eps);
     let protected = if report.relation == "add_remove" {
         "each device's values and whether it took part at all"
     } else {
@@ -87,7 +103,8 @@ fn promise(report: &PlanReport, out: &mut String) {
             "<h2>The promise</h2><p>Relation <b>{rel}</b>, {measure} DP. Per device and per horizon \
              ({horizon}) the plan spends <b>{unit} = {spent}</b> of a budget of {budget}{at_delta}. \
              It protects {protected}: whatever one device does changes the odds of any published \
-             outcome by a factor of at most <b>e<sup>ε</sup> = {odds}</b>.</p>",
+             outcome by a factor of at most <b>e<sup>ε</sup> ≈ {factor}</b>: {strength} \
+             ({scale}).</p>",
             rel = escape(&report.relation),
             measure = escape(&report.measure),
             horizon = escape(&report.horizon),
@@ -97,7 +114,7 @@ fn promise(report: &PlanReport, out: &mut String) {
                 Some(e) => format!(", ε = {} at δ = {}", sig(e), sig(report.delta)),
                 None => String::new(),
             },
-            odds = sig(eps.exp()),
+            scale = super::ODDS_SCALE,
         );
     let (month, year) = (horizons_in(report, 30), horizons_in(report, 365));
     let over = |h: u64| {
@@ -157,28 +174,86 @@ fn stream_section(
     );
     out.push_str(
         "<table><tr><th>statistic</th><th>mechanism</th><th>sensitivity</th><th>scale</th>\
-         <th>spend a window</th><th>spend a horizon</th><th>95% half-width</th><th>proof</th></tr>",
+         <th>spend a window</th><th>spend a horizon</th><th>95% half-width</th><th>target</th>\
+         <th>proof</th></tr>",
     );
     for st in &s.statistics {
         let _ = write!(
             out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-             <td><a href=\"{PROOF}\">sensitivity</a></td></tr>",
+             <td>{}</td><td><a href=\"{PROOF}\">sensitivity</a></td></tr>",
             escape(&label(st)),
             escape(&st.mechanism),
             sig(st.sensitivity),
             sig(st.scale),
             sig(st.spent_per_window),
             sig(st.spent_per_horizon),
-            st.half_width_95.map_or("–".into(), sig),
+            half_width(st),
+            match (st.target_95, st.variance_target_95) {
+                (Some(t), _) => sig(t),
+                (None, Some(v)) => format!("{} (variance)", sig(v)),
+                (None, None) => "–".into(),
+            },
         );
     }
     out.push_str("</table>");
     budget_bar(out, s);
+    selection(out, s);
     running(out, s);
     if let Some(p) = plan {
+        super::pictures::running(out, p);
+        super::pictures::timeline(out, report, s, p);
         super::charts::trade_offs(out, report, s, p, v);
     }
+}
+
+/// A grouped stream's keys, and a private dimension's selection: what it
+/// spends and how many devices a key needs to be released.
+fn selection(out: &mut String, s: &StreamReport) {
+    let Some(g) = &s.groups else { return };
+    let _ = write!(
+        out,
+        "<p>Groups: {} key(s), a device counts in at most G = {} of them a horizon.</p>",
+        g.keys.len(),
+        g.max_groups_per_device
+    );
+    let Some(k) = &g.private_keys else { return };
+    let _ = write!(
+        out,
+        "<p>Private keys of <code>{dim}</code> (<a href=\"{SELECTION_PROOF}\">proof</a>): a key \
+         is released when its noisy count of distinct devices in a horizon reaches the \
+         threshold.</p><table><tr><th>slots</th><th>spend a horizon</th><th>δ</th>\
+         <th>threshold</th><th>devices for 50%</th><th>devices for 99%</th></tr>\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        k.max_keys,
+        sig(k.spent_per_horizon),
+        sig(k.delta),
+        k.threshold,
+        k.devices_for_50_percent,
+        k.devices_for_99_percent,
+        dim = escape(&k.dimension),
+    );
+}
+
+/// A figure's 95% half-width, or a quantile's rank interval (in readings).
+fn half_width(st: &super::StatisticReport) -> String {
+    match (st.half_width_95, st.rank_half_width_95) {
+        (Some(h), _) => sig(h),
+        (None, Some(r)) => format!("{} ranks", sig(r)),
+        (None, None) => "–".into(),
+    }
+}
+
+/// The figures `plan` warns would come out mostly noise, as it words them.
+fn warned(out: &mut String, report: &PlanReport) {
+    if report.warnings.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Figures released mostly as noise</h2><ul>");
+    for w in &report.warnings {
+        let _ = write!(out, "<li class=\"warning\">{}</li>", escape(&w.message));
+    }
+    out.push_str("</ul>");
 }
 
 /// How the stream's per-window spend is split between its statistics.
@@ -214,16 +289,17 @@ fn running(out: &mut String, s: &StreamReport) {
     let _ = write!(
         out,
         "<p>Running totals (<a href=\"{RUNNING_PROOF}\">proof</a>): noise std after t windows.</p>\
-         <table><tr><th>total</th><th>mechanism</th><th>t</th><th>std</th><th>summing windows</th>\
-         <th>plain tree</th></tr>"
+         <table><tr><th>total</th><th>mechanism</th><th>spend a horizon</th><th>t</th><th>std</th>\
+         <th>summing windows</th><th>plain tree</th></tr>"
     );
     for r in &s.running {
         for e in &r.error {
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&r.name),
                 escape(&r.mechanism),
+                sig(r.spent_per_horizon),
                 e.windows,
                 e.std.map_or("past its lifetime".into(), sig),
                 sig(e.std_summed_windows),

@@ -39,40 +39,130 @@ fn configurations() -> Vec<(String, Validated)> {
             .unwrap_or_else(|e| panic!("{name} under add-remove: {e:#}"));
         out.push((format!("{name} (add-remove)"), v));
     }
+    // Private keys (battery per build, learnt by key selection).
+    let text = std::fs::read_to_string(root().join("deploy/demo.toml")).unwrap();
+    let private = text
+        .replace(
+            "[dimensions]\n",
+            "[dimensions]\nbuild = { private = true, max_keys = 4 }\n",
+        )
+        .replace(
+            "group_by = [\"firmware\"]",
+            "group_by = [\"build\"]\nkey_selection_share = 0.1\nkey_selection_delta = 1e-6",
+        );
+    let v = Config::parse(&private)
+        .and_then(Config::validate)
+        .unwrap_or_else(|e| panic!("demo.toml with private keys: {e:#}"));
+    out.push(("demo.toml (private keys)".into(), v));
     out
+}
+
+/// The running totals' rows and the private-key selection's figures are on
+/// the page, and one device's timeline adds up to the stream's spend.
+fn running_keys_and_timeline(name: &str, r: &PlanReport, page: &str) {
+    let unit = if r.measure == "pure" { "ε" } else { "ρ" };
+    for s in &r.streams {
+        for run in &s.running {
+            assert!(
+                page.contains(&format!("running {}: noise std", run.name)),
+                "{name}"
+            );
+            let cell = |x: f64| format!("<td>{}</td>", sig(x));
+            assert!(page.contains(&cell(run.spent_per_horizon)), "{name}");
+            for e in &run.error {
+                for x in [e.std, Some(e.std_summed_windows), e.std_plain_tree]
+                    .into_iter()
+                    .flatten()
+                {
+                    assert!(page.contains(&cell(x)), "{name}: running {x}");
+                }
+            }
+        }
+        if let Some(k) = s.groups.as_ref().and_then(|g| g.private_keys.as_ref()) {
+            let row = format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                k.max_keys,
+                sig(k.spent_per_horizon),
+                sig(k.delta),
+                k.threshold,
+                k.devices_for_50_percent,
+                k.devices_for_99_percent
+            );
+            assert!(page.contains(&row), "{name}: no selection row {row}");
+        }
+        // In this stream's own section (streams may spend alike).
+        let section = page
+            .split("<h2>Stream ")
+            .find(|x| x.starts_with(&format!("{}</h2>", escape(&s.name))))
+            .unwrap();
+        let spent = format!("{unit} spent: {} after", sig(s.spent_per_horizon));
+        assert!(
+            section.contains(&spent),
+            "{name}: no timeline ending at {spent}"
+        );
+    }
+    let running: usize = r.streams.iter().map(|s| s.running.len()).sum();
+    assert_eq!(
+        page.matches("class=\"picture running\"").count(),
+        running,
+        "{name}"
+    );
+    assert_eq!(
+        page.matches("class=\"picture timeline\"").count(),
+        r.streams.len(),
+        "{name}"
+    );
+    for line in page.split("<polyline").skip(1) {
+        let points = line
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        assert!(
+            points.split(' ').count() >= 2,
+            "{name}: a line of one point"
+        );
+    }
 }
 
 /// Every number of the JSON plan is on the page as `sig` writes it, and
 /// each chart's marked point is the plan's own half-width.
 #[test]
 fn the_page_states_every_number_of_the_json_plan() {
+    // Private keys, running totals, a histogram's --strict line and
+    // warnings, each seen in at least one configuration.
+    let mut seen = (false, false, false, false);
     for (name, v) in configurations() {
         let r = PlanReport::new(&v);
         let page = review_page(&r, &v);
         let json: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert!(page.contains(&sig(r.spent_per_horizon)), "{name}");
         assert!(page.contains(&format!("<b>{}</b>", r.relation)), "{name}");
+        // The odds on the demo's scale (ε at δ under zCDP).
+        let eps = r.epsilon_at_delta.unwrap_or(r.spent_per_horizon);
+        let (factor, strength) = super::super::odds(eps);
+        let odds = format!("e<sup>ε</sup> ≈ {factor}</b>: {strength}");
+        assert!(page.contains(&odds), "{name}: no {odds}");
         for (s, js) in r.streams.iter().zip(json["streams"].as_array().unwrap()) {
             assert_eq!(js["name"], s.name.as_str());
-            assert!(
-                page.contains(&format!("Stream {}", escape(&s.name))),
-                "{name}"
-            );
-            for st in &s.statistics {
-                for x in [
-                    st.sensitivity,
-                    st.scale,
-                    st.spent_per_window,
-                    st.spent_per_horizon,
-                ] {
-                    assert!(
-                        page.contains(&format!("<td>{}</td>", sig(x))),
-                        "{name}: {x}"
-                    );
-                }
-                charted(&name, &v, &page, s, st);
-            }
+            stream_numbers(&name, &v, &page, s);
         }
+        running_keys_and_timeline(&name, &r, &page);
+        seen.3 |= !r.warnings.is_empty();
+        for w in &r.warnings {
+            let item = format!("<li class=\"warning\">{}</li>", escape(&w.message));
+            assert!(page.contains(&item), "{name}: warning not on the page");
+        }
+        let groups = r.streams.iter().filter_map(|s| s.groups.as_ref());
+        seen.0 |= groups.clone().any(|g| g.private_keys.is_some());
+        seen.1 |= r.streams.iter().any(|s| !s.running.is_empty());
+        seen.2 |= r.streams.iter().any(|s| {
+            let targeted = s.statistics.iter().any(|x| x.target_95.is_some());
+            let histogram = s.statistics.iter().any(|x| x.name == "histogram");
+            s.window_seconds.is_none() && histogram && !targeted
+        });
         for chart in page.split("<svg class=\"chart\"").skip(1) {
             let n: usize = chart.split('"').nth(5).unwrap().parse().unwrap();
             assert!(
@@ -95,6 +185,53 @@ fn the_page_states_every_number_of_the_json_plan() {
             );
         }
     }
+    assert_eq!(
+        seen,
+        (true, true, true, true),
+        "(private keys, running, histogram line, warnings)"
+    );
+}
+
+/// A stream's header, table cells and charts state its JSON numbers.
+fn stream_numbers(name: &str, v: &Validated, page: &str, s: &StreamReport) {
+    assert!(
+        page.contains(&format!("Stream {}", escape(&s.name))),
+        "{name}"
+    );
+    let head = format!(
+        "k = {} readings a window and joins at most W = {} windows a horizon",
+        s.max_readings_per_device, s.max_windows_per_device
+    );
+    let spend = format!(
+        "Spend: {} a window, {} a horizon.",
+        sig(s.spent_per_window),
+        sig(s.spent_per_horizon)
+    );
+    assert!(page.contains(&head) && page.contains(&spend), "{name}");
+    for st in &s.statistics {
+        let cells = [
+            st.rank_half_width_95
+                .map(|r| format!("<td>{} ranks</td>", sig(r))),
+            st.target_95.map(|t| format!("<td>{}</td>", sig(t))),
+            st.variance_target_95
+                .map(|t| format!("<td>{} (variance)</td>", sig(t))),
+        ];
+        for cell in cells.into_iter().flatten() {
+            assert!(page.contains(&cell), "{name}: no {cell}");
+        }
+        for x in [
+            st.sensitivity,
+            st.scale,
+            st.spent_per_window,
+            st.spent_per_horizon,
+        ] {
+            assert!(
+                page.contains(&format!("<td>{}</td>", sig(x))),
+                "{name}: {x}"
+            );
+        }
+        charted(name, v, page, s, st);
+    }
 }
 
 /// Each proof link names a heading of docs/privacy.md; each backing file
@@ -113,7 +250,7 @@ fn proof_links_resolve_and_backing_tests_exist() {
                 .replace(' ', "-")
         })
         .collect();
-    for link in [PROOF, RUNNING_PROOF] {
+    for link in [PROOF, RUNNING_PROOF, SELECTION_PROOF] {
         let (file, anchor) = link.split_once('#').unwrap();
         assert_eq!(file, "docs/privacy.md");
         assert!(
@@ -152,14 +289,19 @@ fn charted(name: &str, v: &Validated, page: &str, s: &StreamReport, st: &Statist
     if s.statistics.iter().any(|x| x.target_95.is_some()) {
         return;
     }
-    if s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std") {
+    if s.window_seconds.is_none() && matches!(st.name.as_str(), "mean" | "std" | "histogram") {
         let p = v
             .plan
             .streams
             .iter()
             .find(|p| p.declared_name() == s.name)
             .unwrap();
-        let b = USEFUL_SHARE * (p.spec.upper - p.spec.lower);
+        // A mean's or std's bound is a share of the range; a histogram's,
+        // the readings a bin expects.
+        let b = match st.name.as_str() {
+            "histogram" => s.window_size as f64 / (p.spec.histogram_edges.len() - 1) as f64,
+            _ => USEFUL_SHARE * (p.spec.upper - p.spec.lower),
+        };
         let line = format!("--strict bound ±{}</title>", sig(b));
         assert!(
             page.contains(&line),

@@ -6,6 +6,7 @@
 mod advice;
 mod charts;
 mod html;
+mod pictures;
 mod text;
 pub(crate) mod warnings;
 
@@ -114,7 +115,29 @@ pub struct RunningError {
     pub std_plain_tree: Option<f64>,
 }
 
-/// The comparison rows of `fleetdp plan`.
+/// The scale the demo and the review page judge `ε` on.
+pub(crate) const ODDS_SCALE: &str =
+    "ε ≤ 1 strong, ≤ 4 moderate, ≤ 10 weak; above that, nothing a privacy review would sign";
+
+/// The odds factor `e^ε` to three significant digits (`7.39`, `22000`,
+/// `2.65e10`) and its place on [`ODDS_SCALE`].
+pub(crate) fn odds(eps: f64) -> (String, &'static str) {
+    let f = eps.exp();
+    let factor = if f < 1e6 {
+        let unit = 10f64.powi(f.log10().floor() as i32 - 2);
+        sig((f / unit).round() * unit)
+    } else {
+        format!("{f:.2e}")
+    };
+    let strength = match eps {
+        e if e <= 1.0 => "strong protection",
+        e if e <= 4.0 => "moderate protection",
+        e if e <= 10.0 => "weak protection",
+        _ => "no meaningful protection",
+    };
+    (factor, strength)
+}
+
 /// `x` to 6 significant digits, without trailing zeros (`24`, `2.7`,
 /// `0.0123457`): a budget reads as written, not as `24.000000`.
 pub(crate) fn sig(x: f64) -> String {
@@ -124,7 +147,16 @@ pub(crate) fn sig(x: f64) -> String {
     format!("{x:.5e}").parse::<f64>().unwrap_or(x).to_string()
 }
 
-fn running_report(s: &crate::dp::release::StreamPlan) -> Vec<RunningReport> {
+/// The windows at which `plan` states a running total's noise.
+const RUNNING_AT: [u64; 3] = [1, 1_000, 1_000_000];
+
+fn running_report(s: &StreamPlan) -> Vec<RunningReport> {
+    running_at(s, &RUNNING_AT)
+}
+
+/// Each running total of `s` with its noise after each of `windows`
+/// windows (the review page's chart asks for more points than `plan`).
+pub(super) fn running_at(s: &StreamPlan, windows: &[u64]) -> Vec<RunningReport> {
     use crate::dp::continual::{baseline::tree_levels, RunningNoise};
     let Some(r) = &s.running else {
         return vec![];
@@ -138,9 +170,9 @@ fn running_report(s: &crate::dp::release::StreamPlan) -> Vec<RunningReport> {
             let b = rational::to_f64(&g.spent);
             let l = g.window_sensitivity;
             let levels = tree_levels(lifetime) as f64;
-            let error = [1u64, 1_000, 1_000_000]
-                .into_iter()
-                .map(|t| {
+            let error = windows
+                .iter()
+                .map(|&t| {
                     let in_tree = t <= lifetime;
                     let nodes = t.count_ones() as f64;
                     let (summed, plain) = match g.noise {
@@ -322,11 +354,11 @@ fn plan_warnings(v: &Validated, streams: &[StreamReport]) -> Vec<PlanWarning> {
         .flat_map(|r| {
             let s = v.plan.streams.iter().find(|s| s.declared_name() == r.name);
             let unit = v.config.streams.iter().find(|c| c.name == r.name);
-            let declared = s.map(|s| warnings::Declared {
-                lower: s.spec.lower,
-                upper: s.spec.upper,
-                unit: unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
-                bins: s.spec.histogram_edges.len().saturating_sub(1),
+            let declared = s.map(|s| {
+                warnings::Declared::of(
+                    &s.spec,
+                    unit.and_then(|c| c.unit.clone()).unwrap_or_default(),
+                )
             });
             let (Some(s), Some(d)) = (s, declared) else {
                 return vec![];

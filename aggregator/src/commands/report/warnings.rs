@@ -50,6 +50,33 @@ pub struct Declared {
     pub bins: usize,
 }
 
+impl Declared {
+    /// The range and bins a planned stream declares (`unit` as written).
+    pub(super) fn of(spec: &crate::dp::release::StreamSpec, unit: String) -> Self {
+        Self {
+            lower: spec.lower,
+            upper: spec.upper,
+            unit,
+            bins: spec.histogram_edges.len().saturating_sub(1),
+        }
+    }
+}
+
+/// The half-width `plan --strict` flags a figure of count windows of `n`
+/// over when no `target_error` is declared: 5% of the range for a mean or
+/// std, the `n / bins` readings a bin expects for a histogram, 5% of
+/// `n ×` the range for a sum; `None` where nothing public judges it. The
+/// one rule the warnings and the review page's charts both draw.
+pub(super) fn strict_bound(statistic: &str, n: f64, range: &Declared) -> Option<f64> {
+    let width = range.upper - range.lower;
+    match statistic {
+        "histogram" => Some(n / range.bins.max(1) as f64),
+        "mean" | "std" => Some(USEFUL_SHARE * width),
+        "sum" => Some(USEFUL_SHARE * width * n),
+        _ => None,
+    }
+}
+
 /// The statistics of `s` that come out mostly noise, each with the
 /// changes that fix it ([`Replan`]); `zcdp`: the plan's measure is zCDP.
 pub(super) fn warnings(
@@ -58,7 +85,6 @@ pub(super) fn warnings(
     zcdp: bool,
     replan: &Replan<'_>,
 ) -> Vec<PlanWarning> {
-    let width = range.upper - range.lower;
     let n = s.window_size as f64;
     let u = if range.unit.is_empty() {
         String::new()
@@ -84,28 +110,22 @@ pub(super) fn warnings(
                 out.push(unjudged(s, st, &shown));
                 continue;
             }
-            ("histogram", None) => {
-                // Bins of the declared edges, expecting n / bins each.
-                let bins = range.bins.max(1) as f64;
-                (
-                    n / bins,
-                    format!("the {:.0} readings a bin expects at n = {n:.0}", n / bins),
-                )
+            (name, None) => {
+                let Some(b) = strict_bound(name, n, range) else {
+                    continue;
+                };
+                let why = match name {
+                    "histogram" => format!("the {b:.0} readings a bin expects at n = {n:.0}"),
+                    "sum" => format!("{:.0}% of n × the range", USEFUL_SHARE * 100.0),
+                    _ => format!(
+                        "{:.0}% of the range [{}, {}]{u}",
+                        USEFUL_SHARE * 100.0,
+                        range.lower,
+                        range.upper
+                    ),
+                };
+                (b, why)
             }
-            ("mean" | "std", None) => (
-                USEFUL_SHARE * width,
-                format!(
-                    "{:.0}% of the range [{}, {}]{u}",
-                    USEFUL_SHARE * 100.0,
-                    range.lower,
-                    range.upper
-                ),
-            ),
-            ("sum", None) => (
-                USEFUL_SHARE * width * n,
-                format!("{:.0}% of n × the range", USEFUL_SHARE * 100.0),
-            ),
-            _ => continue,
         };
         if hw <= bound * (1.0 + 1e-9) {
             continue;
@@ -168,13 +188,9 @@ fn fixes(
         .statistics
         .iter()
         .any(|x| x.name == name && x.level == level && x.target_95.is_some());
-    let bins = range.bins.max(1) as f64;
-    let width = range.upper - range.lower;
-    let bound_at = |n: u64| match name {
-        _ if targeted => bound,
-        "histogram" => n as f64 / bins,
-        "sum" => USEFUL_SHARE * width * n as f64,
-        _ => bound,
+    let bound_at = |n: u64| match targeted {
+        true => bound,
+        false => strict_bound(name, n as f64, range).unwrap_or(bound),
     };
     if s.window_seconds.is_none() {
         if let Some(n) = replan.window_size((name, level, hw), bound_at) {
