@@ -25,7 +25,7 @@ pub struct LimitsConfig {
     pub max_clock_skew: String,
     /// Most devices one (stream, input partition) counts at a time; readings
     /// of further devices are dropped (`device_limit`) until a horizon ends.
-    /// Each counted device takes 20–60 bytes.
+    /// Each counted device takes 20–50 bytes.
     #[serde(default = "default_max_devices")]
     pub max_devices_per_lane: usize,
     /// Time windows: a release is written this long after its window's

@@ -1,8 +1,8 @@
 //! How many distinct devices a lane's charges hold, estimated while
 //! restore's first pass reads them (HyperLogLog, 2¹² registers, ≈ 1.6%
 //! standard error, 4 KiB per lane), so the second pass can size the lane's
-//! table once instead of doubling it as devices arrive (a doubling holds
-//! the old and the new array at once: 1.5× the table). Device keys are
+//! table once instead of growing it as devices arrive (growing holds the
+//! old and the new array at once: 1.67× the new table). Device keys are
 //! uniform 64-bit hashes already. An estimate is only a size hint: a low
 //! one lets the table grow as it would anyway.
 

@@ -29,7 +29,7 @@ use super::derived::{self, Noisy, Range};
 use super::*;
 use crate::mechanism::Noise;
 use crate::relation::Relation;
-use crate::sums::{sum_half_width, sum_half_width_at, sum_variance};
+use crate::sums::{sum_half_widths, sum_variance};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -118,13 +118,13 @@ impl FleetCache {
         *self
             .joint
             .entry((measurement, copies, k))
-            .or_insert_with(|| sum_half_width_at(noise, copies, 1.0 - 0.05 / k as f64))
+            .or_insert_with(|| sum_half_widths(noise, copies)[k - 1])
     }
 
     fn width(&mut self, plan: &StreamPlan, measurement: usize, copies: usize) -> f64 {
         *self.widths.entry((measurement, copies)).or_insert_with(|| {
             match &plan.measurements[measurement].mechanism {
-                Mechanism::Additive(n) => sum_half_width(n, copies),
+                Mechanism::Additive(n) => sum_half_widths(n, copies)[0],
                 Mechanism::Select(_) => f64::NAN,
             }
         })
