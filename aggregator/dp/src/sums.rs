@@ -39,7 +39,8 @@ pub fn sum_half_width(noise: &Noise, copies: usize) -> f64 {
 pub fn sum_half_widths(noise: &Noise, copies: usize) -> [f64; 3] {
     use std::collections::HashMap;
     use std::sync::{Mutex, OnceLock};
-    static KNOWN: OnceLock<Mutex<HashMap<(String, usize), [f64; 3]>>> = OnceLock::new();
+    type Known = HashMap<(String, usize), [f64; 3]>;
+    static KNOWN: OnceLock<Mutex<Known>> = OnceLock::new();
     let key = match noise {
         Noise::Exact => "exact".to_string(),
         Noise::Laplace(d) => format!("laplace {}", d.scale()),
