@@ -8,10 +8,12 @@
 //! hashes the slot of a key is known in advance, so the pipeline can
 //! prefetch it while it finishes the previous message.
 //!
-//! Memory (docs/DESIGN.md §9, "Memory"): the table grows at load 0.8 to
-//! 1.5 times its size (any size: a key's home slot is its hash scaled to
-//! the length, not masked), so it holds 20–30 B per entry, and 50 B per
-//! entry while it grows, when the old and new slot arrays both exist. Removing
+//! Memory (docs/DESIGN.md §9, "Memory"): a table of 16-byte slots grows at
+//! load 0.8 to 1.5 times its size (any size: a key's home slot is its hash
+//! scaled to the length, not masked), so it holds 20–30 B per entry, and
+//! 50 B per entry while it grows, when the old and new slot arrays both
+//! exist; a table of 64-byte slots doubles (80–160 B per entry), since each
+//! of its probe steps is a cache line. Removing
 //! entries ([`DeviceTable::retain_mut`]) works in place (backward-shift
 //! deletion); the array shrinks when fewer than 1 in 5 slots were used at
 //! any time since the previous removal pass. A lane sweeps once per
@@ -99,9 +101,28 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
         self.slots.capacity() * std::mem::size_of::<Slot<V, A>>()
     }
 
-    /// Slots that hold `entries` at the growth load.
+    /// The size a full table grows to: by half for slots of a quarter
+    /// line (four a line, so the longer probe runs of a fuller table stay
+    /// within a line or two), doubled for a line-sized slot, where each
+    /// probe step is a cache line and a page walk of its own.
+    fn grown(len: usize) -> usize {
+        if std::mem::size_of::<Slot<V, A>>() >= 64 {
+            len * 2
+        } else {
+            len + len / 2
+        }
+    }
+
+    /// Slots that hold `entries` at the growth load; for line-sized slots
+    /// the next power of two above that, as doubling would reach (a fuller
+    /// table of them costs a cache line per extra probe step).
     fn holding(entries: usize) -> usize {
-        (entries.saturating_mul(LOAD_DEN) / LOAD_NUM + 1).max(MIN_SLOTS)
+        let at_growth = entries.saturating_mul(LOAD_DEN) / LOAD_NUM + 1;
+        match std::mem::size_of::<Slot<V, A>>() >= 64 {
+            true => at_growth.next_power_of_two(),
+            false => at_growth,
+        }
+        .max(MIN_SLOTS)
     }
 
     /// `key`'s home slot: the key, mixed by an odd multiplier (a bijection,
@@ -217,7 +238,7 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
             return None;
         }
         if (self.used + 1) * LOAD_DEN > self.slots.len() * LOAD_NUM {
-            self.resize(self.slots.len() + self.slots.len() / 2);
+            self.resize(Self::grown(self.slots.len()));
             i = self.home(key);
             while self.slots[i].key != 0 {
                 i = self.next(i);
