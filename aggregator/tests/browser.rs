@@ -316,17 +316,12 @@ fn the_review_page_opens_without_errors_and_charts_its_points() {
     std::fs::create_dir_all(&dir).unwrap();
     let page = dir.join("review.html");
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/fleetdp.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-        .args(["plan", "--config"])
-        .arg(&config)
-        .arg("--report")
-        .arg(&page)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    crate::harness::stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+            .args(["plan", "--config"])
+            .arg(&config)
+            .arg("--report")
+            .arg(&page),
     );
     let url = format!("file://{}", page.display());
     let dom = headless(&chrome, &dir.join("profile"), &["--dump-dom"], &url);

@@ -58,16 +58,11 @@ fn run(d: &Path) -> Vec<String> {
         d.join("bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = Command::new("bash")
-        .arg(root().join("tests/stale_librdkafka.sh"))
-        .env("PATH", path)
-        .env("CARGO_TARGET_DIR", d.join("target"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    crate::harness::stdout_of(
+        Command::new("bash")
+            .arg(root().join("tests/stale_librdkafka.sh"))
+            .env("PATH", path)
+            .env("CARGO_TARGET_DIR", d.join("target")),
     );
     std::fs::read_to_string(d.join("cargo.log"))
         .unwrap_or_default()

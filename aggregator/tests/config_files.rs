@@ -164,17 +164,12 @@ fn shipped_configurations() -> Vec<PathBuf> {
 #[test]
 fn every_shipped_configuration_spends_at_most_a_moderate_budget_a_day() {
     for config in shipped_configurations() {
-        let out = Command::new(env!("CARGO_BIN_EXE_fleetdp"))
-            .args(["plan", "--format", "json", "--config"])
-            .arg(&config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = crate::harness::stdout_of(
+            Command::new(env!("CARGO_BIN_EXE_fleetdp"))
+                .args(["plan", "--format", "json", "--config"])
+                .arg(&config),
         );
-        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let per_horizon = r["epsilon_at_delta"]
             .as_f64()
             .unwrap_or_else(|| r["budget_per_horizon"].as_f64().unwrap());

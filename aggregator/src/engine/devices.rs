@@ -101,12 +101,15 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
         self.slots.capacity() * std::mem::size_of::<Slot<V, A>>()
     }
 
+    /// Whether a slot fills a cache line (each probe step a line of its own).
+    const LINE_SIZED: bool = std::mem::size_of::<Slot<V, A>>() >= 64;
+
     /// The size a full table grows to: by half for slots of a quarter
     /// line (four a line, so the longer probe runs of a fuller table stay
     /// within a line or two), doubled for a line-sized slot, where each
     /// probe step is a cache line and a page walk of its own.
     fn grown(len: usize) -> usize {
-        if std::mem::size_of::<Slot<V, A>>() >= 64 {
+        if Self::LINE_SIZED {
             len * 2
         } else {
             len + len / 2
@@ -118,7 +121,7 @@ impl<V: Copy + Default, A: Copy + Default> DeviceTable<V, A> {
     /// table of them costs a cache line per extra probe step).
     fn holding(entries: usize) -> usize {
         let at_growth = entries.saturating_mul(LOAD_DEN) / LOAD_NUM + 1;
-        match std::mem::size_of::<Slot<V, A>>() >= 64 {
+        match Self::LINE_SIZED {
             true => at_growth.next_power_of_two(),
             false => at_growth,
         }
