@@ -577,7 +577,12 @@ fn shape(line: &str) -> String {
     let mut out = String::new();
     let mut chars = line.trim().chars().peekable();
     while let Some(c) = chars.next() {
-        if c.is_ascii_digit() {
+        // A sign belongs to its number (a noisy mean may be negative),
+        // unless it joins two words (`add-remove`, `SHA-256`).
+        let sign = c == '-'
+            && chars.peek().is_some_and(char::is_ascii_digit)
+            && !out.ends_with(|p: char| p.is_alphanumeric() || p == '#');
+        if c.is_ascii_digit() || sign {
             while chars
                 .peek()
                 .is_some_and(|d| d.is_ascii_digit() || *d == '.')
@@ -641,6 +646,17 @@ fn the_shape_rule_compares_words_and_frees_numbers() {
         "  … 5s: 46235 messages",
         "  … 10s: 97837 messages"
     ));
+    assert!(
+        has_shape(
+            "running mean over 22 windows: 20.02 ± 0.05 °C (1 std)",
+            "running mean over 1 windows: -378.89 ± 181.33 °C (1 std)"
+        ),
+        "a negative number is a number"
+    );
+    assert!(
+        !has_shape("SCRAM-SHA-256", "SCRAM-SHA256"),
+        "a hyphen between words stays"
+    );
 }
 
 /// The demo output the manual quotes is what the demo prints: run it
