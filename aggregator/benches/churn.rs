@@ -69,6 +69,7 @@ fn restore_part() {
         midpoint: 0,
         timeout_ms: None,
         window_ms: None,
+        count_devices: false,
         group: None,
     };
     let mut w = Windower::new(vec![rules], 3_600_000, 60_000);
@@ -126,6 +127,7 @@ fn main() {
         midpoint: 0,
         timeout_ms: None,
         window_ms: None,
+        count_devices: false,
         group: None,
     };
     let mut w = Windower::new(vec![rules], HORIZON_MS, 60_000);

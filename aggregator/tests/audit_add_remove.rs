@@ -59,6 +59,7 @@ fn stream_with(running_share: f64) -> StreamPlan {
         window_timeout_ms: None,
         running_share,
         running_lifetime: BLOCK,
+        device_alarm_share: 0.0,
         groups: None,
     };
     let privacy = PrivacySpec {
@@ -95,6 +96,7 @@ fn closed_block(run: u64, extra: bool) -> Vec<ClosedWindow> {
         midpoint: 5,
         timeout_ms: None,
         window_ms: Some(LEN),
+        count_devices: false,
         group: None,
     };
     // A horizon per block: every block is a fresh stretch of time.

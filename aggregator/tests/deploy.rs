@@ -93,6 +93,7 @@ statistics = ["mean", "histogram", "quantiles"]
 histogram_edges = [-20, 0, 20, 40, 60]
 quantiles = [0.5]
 running_share = 0.2
+device_alarm_share = 0.05
 budget_share = 0.5
 unit = "°C"
 "#;

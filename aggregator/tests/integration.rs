@@ -17,6 +17,7 @@ mod crash;
 mod demo;
 mod demo_documents;
 mod deploy;
+mod device_alarm;
 mod docs;
 mod flat_map;
 mod fleet_restart;

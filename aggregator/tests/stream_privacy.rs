@@ -112,6 +112,7 @@ fn stream_plan(relation: Relation) -> StreamPlan {
         window_timeout_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     };
     let privacy = PrivacySpec {
@@ -153,6 +154,7 @@ fn run(setup: Setup, p: &StreamPlan, stream: &[Reading]) -> Run {
         midpoint: 1,
         timeout_ms,
         window_ms,
+        count_devices: false,
         group: None,
     };
     let mut win = Windower::new(vec![rules], HORIZON, LATENESS);

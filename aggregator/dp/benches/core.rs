@@ -76,6 +76,7 @@ fn window_release(c: &mut Criterion) {
         window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     };
     let mut g = c.benchmark_group("window_release_n10000");

@@ -13,6 +13,7 @@ pub mod accuracy;
 pub mod advise;
 pub mod advise_sums;
 pub mod aggregate;
+pub mod alarm;
 pub mod continual;
 pub mod groups;
 pub mod joint;

@@ -157,6 +157,18 @@ pub fn selection_rng(key: &ReleaseKey, id: WindowId<'_>, digest: &[u8; 32]) -> C
     keyed_rng(b"fleetdp/key-selection/v1", key, id, digest)
 }
 
+/// The generator of a device-limit alarm's threshold noise (`id.seq`: the
+/// instance's horizon), drawn once per (lane, horizon), in its own domain.
+pub fn alarm_threshold_rng(key: &ReleaseKey, id: WindowId<'_>) -> ChaCha20Rng {
+    keyed_rng(b"fleetdp/device-alarm-threshold/v1", key, id, &[0; 32])
+}
+
+/// The generator of one device-limit alarm check (`id.seq`: the window
+/// closed; digest: of the horizon and the count), in its own domain.
+pub fn alarm_check_rng(key: &ReleaseKey, id: WindowId<'_>, digest: &[u8; 32]) -> ChaCha20Rng {
+    keyed_rng(b"fleetdp/device-alarm-check/v1", key, id, digest)
+}
+
 fn keyed_rng(
     domain: &[u8],
     key: &ReleaseKey,

@@ -40,6 +40,7 @@ fn sum_stream(measure: Measure, budget: f64) -> StreamPlan {
         window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     };
     let privacy = PrivacySpec {

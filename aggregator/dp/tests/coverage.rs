@@ -34,6 +34,7 @@ fn run(measure: Measure, budget: f64, expect_upper_band: bool) {
         window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     };
     let privacy = PrivacySpec {

@@ -45,6 +45,7 @@ fn spec(relation: Relation, statistics: Vec<StatKind>) -> StreamSpec {
         window_ms: (relation == Relation::AddRemove).then_some(60_000),
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     }
 }

@@ -79,6 +79,7 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
         window_timeout_ms: None,
         running_share: pick(rng, &[0.0, 0.0, 0.2]),
         running_lifetime: 1 << 16,
+        device_alarm_share: 0.0,
         groups: None,
     };
     if s.statistics.is_empty() {
@@ -205,6 +206,16 @@ fn stream(rng: &mut ChaCha8Rng, i: usize, relation: Relation, p: f64) -> StreamS
     if rng.gen_bool(p) {
         s.running_lifetime = pick(rng, &[0, 1, 3, 1 << 24, 1 << 40, u64::MAX]);
     }
+    // The device-limit alarm on a tenth of the streams, drawn from the
+    // side generator (the other fields' draws stay as they were), edge
+    // values with probability `p`.
+    if side.gen_bool(0.1) {
+        s.device_alarm_share = 0.01;
+    }
+    if side.gen_bool(p) {
+        s.device_alarm_share =
+            [0.99, 1.0, -0.1, f64::NAN, 1e-12, 1e-35, 5e-324][side.gen_range(0..7)];
+    }
     s
 }
 
@@ -213,7 +224,7 @@ fn describe(c: u64, privacy: &PrivacySpec, specs: &[StreamSpec]) -> String {
     let mut d = format!("config {c}: {privacy:?}");
     for s in specs {
         d += &format!(
-            " [{:?} {}..{} by {} n={} window_ms={:?} k={} W={} share={} stats={:?} edges={} quantiles={} candidates={:?} timeout={:?} running={} lifetime={}]",
+            " [{:?} {}..{} by {} n={} window_ms={:?} k={} W={} share={} stats={:?} edges={} quantiles={} candidates={:?} timeout={:?} running={} lifetime={} alarm={}]",
             s.name.chars().take(20).collect::<String>(),
             s.lower,
             s.upper,
@@ -229,7 +240,8 @@ fn describe(c: u64, privacy: &PrivacySpec, specs: &[StreamSpec]) -> String {
             s.quantile_candidates.as_ref().map(Vec::len),
             s.window_timeout_ms,
             s.running_share,
-            s.running_lifetime
+            s.running_lifetime,
+            s.device_alarm_share
         );
     }
     d
@@ -328,6 +340,15 @@ fn every_declaration_is_planned_or_refused_quickly() {
                     }
                 });
                 assert!(r.is_ok(), "running totals panicked on {}", what());
+                // The device-limit alarm at counts from none to past any limit.
+                let r = std::panic::catch_unwind(|| {
+                    for (seq, count) in [0, 1, 1 << 20, u64::MAX >> 2].into_iter().enumerate() {
+                        if let Some(a) = &s.alarm {
+                            a.fires(&key, ("s", 0), 3, seq as u64, count, 1 << 20);
+                        }
+                    }
+                });
+                assert!(r.is_ok(), "the device alarm panicked on {}", what());
             }
             total += started.elapsed();
         }

@@ -58,6 +58,11 @@ pub struct StreamConfig {
     pub running_share: f64,
     #[serde(default = "default_running_lifetime")]
     pub running_lifetime: u64,
+    /// Share of this stream's budget for the device-limit alarm (a DP
+    /// signal that a lane nears `limits.max_devices_per_lane`, kept under
+    /// `http.hide_exact_counts`); 0: none.
+    #[serde(default)]
+    pub device_alarm_share: f64,
     /// The readings' unit, for people (status page axes, `fleetdp tail`).
     #[serde(default)]
     pub unit: Option<String>,
@@ -162,6 +167,7 @@ impl StreamConfig {
             window_timeout_ms,
             running_share: self.running_share,
             running_lifetime: self.running_lifetime,
+            device_alarm_share: self.device_alarm_share,
             groups,
         })
     }

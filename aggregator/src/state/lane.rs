@@ -216,6 +216,7 @@ running_lifetime = 64
             padded: 0,
             timed: false,
             charges: vec![],
+            horizon_devices: None,
             reference_event_ms: 0,
             retired: vec![],
             retired_records: vec![],

@@ -39,6 +39,7 @@ pub(crate) const FAMILIES: &[(&str, Kind, &str)] = &[
     (name::RESTORE_SKIPPED, Kind::Counter, "Records of the state or output topic skipped on restore (not FleetDP's, or undecodable)."),
     (name::RELEASES_LATE, Kind::Counter, "Time-window releases written after their due moment plus limits.release_delay (making them took longer), by stream."),
     (name::LANE_DEVICES, Kind::Gauge, "Devices a lane counts this horizon, against limits.max_devices_per_lane."),
+    (name::DEVICE_ALARM, Kind::Gauge, "1 once a lane's device-limit alarm (a DP answer, kept under hide_exact_counts) found it near limits.max_devices_per_lane this horizon, else 0; streams with device_alarm_share."),
     (name::FLEET_RELEASES, Kind::Counter, "Fleet-wide releases written, by stream and coverage (complete or partial)."),
     (name::FLEET_PENDING, Kind::Gauge, "Window seqs waiting for partitions' releases before a fleet-wide release."),
     (name::FLEET_LEADER, Kind::Gauge, "1 while this instance writes the fleet-wide releases (it holds input partition 0), else 0; one instance of a group at a time."),

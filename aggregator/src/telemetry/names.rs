@@ -28,6 +28,7 @@ pub mod name {
     pub const RESTORE_SKIPPED: &str = "fleetdp_restore_skipped_records_total";
     pub const RELEASES_LATE: &str = "fleetdp_releases_late_total";
     pub const LANE_DEVICES: &str = "fleetdp_lane_devices";
+    pub const DEVICE_ALARM: &str = "fleetdp_device_limit_alarm";
     pub const FLEET_RELEASES: &str = "fleetdp_fleet_releases_total";
     pub const FLEET_PENDING: &str = "fleetdp_fleet_pending";
     pub const FLEET_LEADER: &str = "fleetdp_fleet_leader";
@@ -67,6 +68,7 @@ pub const METRICS: &[&str] = &[
     name::RESTORE_SKIPPED,
     name::RELEASES_LATE,
     name::LANE_DEVICES,
+    name::DEVICE_ALARM,
     name::FLEET_RELEASES,
     name::FLEET_PENDING,
     name::FLEET_LEADER,

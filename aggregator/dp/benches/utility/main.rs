@@ -108,6 +108,7 @@ fn spec(stat: &str, relation: Relation, adaptive: bool, running: bool) -> Stream
         window_timeout_ms: None,
         running_share: if running { 0.5 } else { 0.0 },
         running_lifetime: 1 << 10,
+        device_alarm_share: 0.0,
         groups: None,
     }
 }

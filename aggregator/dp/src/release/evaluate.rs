@@ -260,20 +260,37 @@ impl StreamPlan {
     }
 
     /// ε or ρ one device can spend per horizon on this stream: `W` windows'
-    /// statistics plus the running totals, in each of its `G` groups (a
-    /// group's plan states its declared stream's cost).
+    /// statistics plus the running totals and the device-limit alarm, in
+    /// each of its `G` groups (a group's plan states its declared stream's
+    /// cost), plus the key selection: [`Self::horizon_parts`] with `W`
+    /// windows joined.
     pub fn per_horizon(&self) -> BigRational {
-        let g = self.group.as_ref().map_or(1, |g| g.max_groups_per_device);
-        (&self.per_window * BigRational::from_integer(self.spec.max_windows_per_device.into())
-            + self
-                .running
+        let (fixed, step) = self.horizon_parts();
+        fixed + step * BigRational::from_integer(self.spec.max_windows_per_device.into())
+    }
+
+    /// What a device's horizon on this stream costs, in two parts: the
+    /// charges it pays whatever it joins (running totals and the alarm in
+    /// each of `G` groups, the key selection), and each window it joins
+    /// (its statistics in each of `G` groups), up to `W`.
+    pub fn horizon_parts(&self) -> (BigRational, BigRational) {
+        let g = BigRational::from_integer(
+            self.group
                 .as_ref()
-                .map_or_else(BigRational::zero, |r| r.spent()))
-            * BigRational::from_integer(g.into())
-            + self
-                .selection
-                .as_ref()
-                .map_or_else(BigRational::zero, |s| s.spent.clone())
+                .map_or(1, |g| g.max_groups_per_device)
+                .into(),
+        );
+        let selection = self.selection.as_ref().map(|s| s.spent.clone());
+        let fixed = self.fixed_per_group() * &g + selection.unwrap_or_else(BigRational::zero);
+        (fixed, &self.per_window * g)
+    }
+
+    /// What a device pays per horizon in each group's lane whatever it
+    /// joins: the running totals and the device-limit alarm.
+    pub(super) fn fixed_per_group(&self) -> BigRational {
+        let spent = |x: Option<BigRational>| x.unwrap_or_else(BigRational::zero);
+        spent(self.running.as_ref().map(|r| r.spent()))
+            + spent(self.alarm.as_ref().map(|a| a.spent.clone()))
     }
 
     /// The declared stream's name (a group's stream, not the group's).

@@ -5,6 +5,7 @@
 use super::*;
 use crate::accountant::{Accountant, BudgetError, StreamClaim, StreamSpend};
 use crate::accuracy;
+use crate::alarm::AlarmPlan;
 use crate::continual::RunningPlan;
 use crate::mechanism::{Measure, Noise, Selection};
 use crate::rational;
@@ -124,6 +125,8 @@ pub struct StreamPlan {
     pub group: Option<GroupOf>,
     /// Private keys: the selection that binds the stream's slots.
     pub selection: Option<SelectionPlan>,
+    /// The device-limit alarm of each lane, when `device_alarm_share > 0`.
+    pub alarm: Option<AlarmPlan>,
     /// The quantiles' 95% rank interval, in readings, where one holds
     /// (`rank.rs`).
     pub rank_half_width: Option<f64>,
@@ -191,6 +194,58 @@ pub(super) fn sensitivity_of(
 /// two gap counts per reading, `k` readings.
 pub fn joint_utility_sensitivity(nb: Neighbouring) -> u64 {
     2 * u64::from(nb.k) * QuantileLevel::DEN as u64
+}
+
+/// The device-limit alarm's plan for `spec` (none without
+/// `device_alarm_share`): a `G`-th of the stream's alarm share per group's
+/// lane, as for running totals; refused when its share leaves the windows
+/// nothing or its ε falls below the measurement floor.
+fn alarm_plan(privacy: &PrivacySpec, spec: &StreamSpec) -> Result<Option<AlarmPlan>, PlanError> {
+    let a = spec.device_alarm_share;
+    if a == 0.0 {
+        return Ok(None);
+    }
+    let budget = rational::exact(privacy.budget.per_horizon)
+        * rational::decimal(spec.budget_share)
+        * rational::decimal(a)
+        / BigRational::from_integer(grouped::groups_per_device(spec).into());
+    let epsilon = AlarmPlan::epsilon_for(privacy.budget.measure, &budget);
+    if epsilon.is_nan() || epsilon < MIN_MEASUREMENT_EPSILON {
+        return Err(field_err(
+            spec,
+            "device_alarm_share",
+            format!(
+                "the alarm would get ε = {:e} per check, below the floor {MIN_MEASUREMENT_EPSILON:e}: \
+                 raise device_alarm_share or the budget",
+                epsilon
+            ),
+        ));
+    }
+    Ok(Some(AlarmPlan::calibrate(privacy.budget.measure, &budget)))
+}
+
+/// `device_alarm_share` in its range, leaving the windows a share.
+fn check_alarm(spec: &StreamSpec) -> Result<(), PlanError> {
+    let a = spec.device_alarm_share;
+    if !(a.is_finite() && (0.0..1.0).contains(&a)) {
+        return Err(field_err(
+            spec,
+            "device_alarm_share",
+            format!("must be in [0, 1), got {a}"),
+        ));
+    }
+    let taken = a + spec.running_share + grouped::selection_share(spec);
+    if taken >= 1.0 {
+        return Err(field_err(
+            spec,
+            "device_alarm_share",
+            format!(
+                "with running_share and key_selection_share it takes {taken} of the stream's budget, \
+                 leaving its windows nothing; lower one of them"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The running-totals settings, each in its range.
@@ -318,6 +373,21 @@ fn calibrate_measurements(
     Ok((measurements, per_window))
 }
 
+/// What a planned stream spends, as the accountant composes it.
+fn spend_of(s: &StreamPlan) -> StreamSpend {
+    StreamSpend {
+        name: s.spec.name.clone(),
+        selection: s
+            .selection
+            .as_ref()
+            .map_or_else(BigRational::zero, |x| x.spent.clone()),
+        windows_per_horizon: s.spec.max_windows_per_device,
+        groups_per_device: grouped::groups_per_device(&s.spec),
+        per_window: s.per_window.clone(),
+        per_horizon: s.fixed_per_group(),
+    }
+}
+
 /// Validate every stream, split the budget, calibrate every measurement and
 /// check the composition.
 pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanError> {
@@ -332,6 +402,7 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         grouped::validate_groups(spec)?;
         let ms = super::measurements::measurements_for(spec, &u, privacy.relation)?;
         check_running(spec)?;
+        check_alarm(spec)?;
         prepared.push((spec, u, ms));
     }
     let claims: Vec<StreamClaim> = prepared
@@ -343,7 +414,8 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             share: s.budget_share,
             window_fraction: rational::int(1)
                 - rational::decimal(grouped::selection_share(s))
-                - rational::decimal(s.running_share),
+                - rational::decimal(s.running_share)
+                - rational::decimal(s.device_alarm_share),
             windows_per_horizon: s.max_windows_per_device,
             groups_per_device: grouped::groups_per_device(s),
             measurements: ms.iter().map(Measurement::weight).sum(),
@@ -351,13 +423,13 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
         .collect();
     let allocations = accountant.allocate(&claims)?;
     let mut streams = Vec::new();
-    let mut selection_spend = Vec::new();
     for ((spec, u, ms), alloc) in prepared.into_iter().zip(allocations) {
         let nb = Neighbouring::new(privacy.relation, spec.max_readings_per_device);
         let (measurements, per_window) =
             calibrate_measurements(privacy, spec, &u, ms, alloc.as_ref())?;
         let running = super::running::running_plan(privacy, spec, &u)?;
         let selection = grouped::key_selection(privacy, spec)?;
+        let alarm = alarm_plan(privacy, spec)?;
         let rank_half_width =
             super::rank::half_width(&measurements, &u, nb, spec.adaptive_quantiles);
         streams.push(StreamPlan {
@@ -369,31 +441,12 @@ pub fn plan(privacy: &PrivacySpec, specs: &[StreamSpec]) -> Result<Plan, PlanErr
             per_window,
             running,
             group: None,
-            selection: selection.map(|(mechanism, spent)| {
-                selection_spend.push(spent.clone());
-                SelectionPlan { mechanism, spent }
-            }),
+            selection: selection.map(|(mechanism, spent)| SelectionPlan { mechanism, spent }),
             rank_half_width,
+            alarm,
         });
-        if selection_spend.len() < streams.len() {
-            selection_spend.push(BigRational::zero());
-        }
     }
-    let spends: Vec<StreamSpend> = streams
-        .iter()
-        .zip(selection_spend)
-        .map(|(s, selection)| StreamSpend {
-            name: s.spec.name.clone(),
-            selection,
-            windows_per_horizon: s.spec.max_windows_per_device,
-            groups_per_device: grouped::groups_per_device(&s.spec),
-            per_window: s.per_window.clone(),
-            per_horizon: s
-                .running
-                .as_ref()
-                .map_or_else(BigRational::zero, |r| r.spent()),
-        })
-        .collect();
+    let spends: Vec<StreamSpend> = streams.iter().map(spend_of).collect();
     let per_horizon = accountant.compose(&spends)?;
     Ok(Plan {
         privacy: privacy.clone(),

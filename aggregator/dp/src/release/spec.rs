@@ -109,6 +109,9 @@ pub struct StreamSpec {
     /// BLT stays private beyond it (error then grows faster); the pure-DP
     /// tree stops there. Rounded up to a power of two.
     pub running_lifetime: u64,
+    /// Share of this stream's budget spent on the device-limit alarm
+    /// (`crate::alarm`) of each of its lanes; 0: no alarm.
+    pub device_alarm_share: f64,
     /// `group_by`: released per group of a public key set (one planned
     /// stream per group, `super::grouped`); `None`: one release.
     pub groups: Option<GroupSpec>,

@@ -5,6 +5,7 @@ use crate::mechanism::Measure;
 use crate::rational::{self};
 use crate::relation::Relation;
 use crate::rng::ReleaseKey;
+use num_rational::BigRational;
 
 pub(crate) fn spec() -> StreamSpec {
     StreamSpec {
@@ -33,6 +34,7 @@ pub(crate) fn spec() -> StreamSpec {
         window_ms: None,
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     }
 }
@@ -732,4 +734,42 @@ fn the_clamped_share_is_a_dp_statistic() {
         (r.spent - both).abs() < 1e-12,
         "states the count's spend too"
     );
+}
+
+/// The device-limit alarm takes its share of the stream's budget (per
+/// group's lane, `G` times in the stream's spend), the windows the rest,
+/// and the whole plan still spends exactly the budget; a share that leaves
+/// the windows nothing is refused naming it.
+#[test]
+fn the_device_alarm_takes_its_share_and_the_plan_spends_the_budget() {
+    for measure in [Measure::Pure, Measure::Zcdp] {
+        let pr = privacy(measure, Relation::ChangeOne);
+        let budget = rational::exact(pr.budget.per_horizon);
+        let without = plan(&pr, &[spec()]).unwrap();
+        let mut sp = spec();
+        sp.device_alarm_share = 0.2;
+        let with = plan(&pr, &[sp.clone()]).unwrap();
+        let s = &with.streams[0];
+        let alarm = s.alarm.as_ref().expect("planned");
+        assert_eq!(alarm.spent, &budget * rational::decimal(0.2));
+        // Calibration rounds each measurement's spend down a little.
+        let near = |a: &BigRational, b: &BigRational| {
+            let (a, b) = (rational::to_f64(a), rational::to_f64(b));
+            a <= b * (1.0 + 1e-12) && a >= b * (1.0 - 1e-9)
+        };
+        assert!(with.per_horizon <= budget);
+        assert!(near(&with.per_horizon, &budget), "{}", with.per_horizon);
+        assert_eq!(s.per_horizon(), with.per_horizon);
+        let windows = &without.streams[0].per_window * rational::decimal(0.8);
+        assert!(
+            near(&s.per_window, &windows),
+            "{} {}",
+            s.per_window,
+            windows
+        );
+        assert!(without.streams[0].alarm.is_none());
+        sp.running_share = 0.8;
+        let err = plan(&pr, &[sp]).unwrap_err().to_string();
+        assert!(err.contains("device_alarm_share"), "{err}");
+    }
 }

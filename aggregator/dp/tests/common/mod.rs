@@ -36,6 +36,7 @@ pub fn stream_spec(
         window_ms: (window_size == 0).then_some(60_000),
         running_share: 0.0,
         running_lifetime: 1 << 24,
+        device_alarm_share: 0.0,
         groups: None,
     }
 }

@@ -22,8 +22,10 @@ pub const PROOF: &str = "docs/privacy.md#statistics-and-sensitivities";
 pub const RUNNING_PROOF: &str = "docs/privacy.md#running-totals";
 /// Where the private-key selection is proven.
 pub const SELECTION_PROOF: &str = "docs/privacy.md#private-keys";
+/// Where the device-limit alarm's guarantee is argued.
+pub const ALARM_PROOF: &str = "docs/privacy.md#the-device-limit-alarm";
 /// The files whose tests back the mechanisms (each checked to exist).
-pub const BACKING: [(&str, &str); 9] = [
+pub const BACKING: [(&str, &str); 10] = [
     (
         "aggregator/dp/tests/sensitivity_bruteforce.rs",
         "brute-force sensitivity of every measurement over neighbouring windows",
@@ -51,6 +53,10 @@ pub const BACKING: [(&str, &str); 9] = [
     (
         "aggregator/dp/tests/keyselect.rs",
         "private key selection: a one-device key released with probability ≤ δ/G; an ε audit",
+    ),
+    (
+        "aggregator/dp/src/alarm/tests.rs",
+        "device-limit alarm: its output distribution computed exactly on neighbouring counts, within e^ε",
     ),
     (
         "aggregator/tests/stream_privacy.rs",
@@ -200,6 +206,7 @@ fn stream_section(
     budget_bar(out, s);
     selection(out, s);
     running(out, s);
+    alarm(out, s);
     if let Some(p) = plan {
         super::pictures::running(out, p);
         super::pictures::timeline(out, report, s, p);
@@ -232,6 +239,24 @@ fn selection(out: &mut String, s: &StreamReport) {
         k.devices_for_50_percent,
         k.devices_for_99_percent,
         dim = escape(&k.dimension),
+    );
+}
+
+/// The device-limit alarm: its spend and where one check fires.
+fn alarm(out: &mut String, s: &StreamReport) {
+    let Some(a) = &s.device_alarm else { return };
+    let _ = write!(
+        out,
+        "<p>Device-limit alarm (<a href=\"{ALARM_PROOF}\">proof</a>): a DP signal that a lane \
+         nears <code>limits.max_devices_per_lane</code>, kept with hidden counts.</p><table>\
+         <tr><th>spend a horizon</th><th>ε an instance</th><th>aims at (devices)</th>\
+         <th>a check fires ≥ 99% at</th><th>≤ 1% at</th></tr>\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr></table>",
+        sig(a.spent_per_horizon),
+        sig(a.epsilon_per_instance),
+        a.threshold_devices,
+        a.threshold_devices + a.margin_99,
+        a.threshold_devices.saturating_sub(a.margin_99),
     );
 }
 

@@ -54,6 +54,17 @@ fn configurations() -> Vec<(String, Validated)> {
         .and_then(Config::validate)
         .unwrap_or_else(|e| panic!("demo.toml with private keys: {e:#}"));
     out.push(("demo.toml (private keys)".into(), v));
+    // The device-limit alarm on the demo's first stream.
+    let alarm = text.replacen(
+        "running_share = 0.1",
+        "running_share = 0.1\ndevice_alarm_share = 0.02",
+        1,
+    );
+    assert_ne!(alarm, text, "the demo's running share moved");
+    let v = Config::parse(&alarm)
+        .and_then(Config::validate)
+        .unwrap_or_else(|e| panic!("demo.toml with an alarm: {e:#}"));
+    out.push(("demo.toml (device alarm)".into(), v));
     out
 }
 
@@ -250,7 +261,7 @@ fn proof_links_resolve_and_backing_tests_exist() {
                 .replace(' ', "-")
         })
         .collect();
-    for link in [PROOF, RUNNING_PROOF, SELECTION_PROOF] {
+    for link in [PROOF, RUNNING_PROOF, SELECTION_PROOF, ALARM_PROOF] {
         let (file, anchor) = link.split_once('#').unwrap();
         assert_eq!(file, "docs/privacy.md");
         assert!(

@@ -10,7 +10,7 @@ mod pictures;
 mod text;
 pub(crate) mod warnings;
 
-pub use html::{review_page, BACKING, PROOF, RUNNING_PROOF};
+pub use html::{review_page, ALARM_PROOF, BACKING, PROOF, RUNNING_PROOF};
 pub use warnings::{Fix, PlanWarning, USEFUL_SHARE};
 
 use crate::config::Validated;
@@ -63,6 +63,25 @@ pub struct StreamReport {
     /// A grouped stream: its groups (every figure above is per group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub groups: Option<GroupsReport>,
+    /// The device-limit alarm (streams with `device_alarm_share > 0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_alarm: Option<AlarmReport>,
+}
+
+/// A stream's device-limit alarm: what it spends and where it fires.
+#[derive(Debug, Serialize)]
+pub struct AlarmReport {
+    /// ε or ρ a device spends on it per horizon (two instances a lane, in
+    /// each of its `G` groups' lanes).
+    pub spent_per_horizon: f64,
+    /// ε of one instance (a lane, a horizon).
+    pub epsilon_per_instance: f64,
+    /// It aims to fire at this many devices of a horizon in a lane (90% of
+    /// `limits.max_devices_per_lane`).
+    pub threshold_devices: u64,
+    /// One check fires with probability ≥ 99% at `threshold + margin`
+    /// devices, and ≤ 1% at `threshold − margin`.
+    pub margin_99: u64,
 }
 
 /// The groups of a grouped stream.
@@ -293,6 +312,15 @@ fn stream_report(v: &Validated, s: &StreamPlan) -> StreamReport {
         spent_per_horizon: rational::to_f64(&s.per_horizon()),
         running: running_report(s),
         statistics: statistics_report(s),
+        device_alarm: s.alarm.as_ref().map(|a| AlarmReport {
+            spent_per_horizon: rational::to_f64(&a.spent)
+                * f64::from(s.group.as_ref().map_or(1, |g| g.max_groups_per_device)),
+            epsilon_per_instance: a.epsilon,
+            threshold_devices: crate::dp::alarm::AlarmPlan::threshold(
+                v.config.limits.max_devices_per_lane,
+            ),
+            margin_99: a.margin_for(0.99),
+        }),
     }
 }
 

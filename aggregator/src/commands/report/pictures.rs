@@ -122,20 +122,13 @@ pub(super) fn running(out: &mut String, p: &StreamPlan) {
 }
 
 /// One device's horizon: the fixed per-horizon charges (running totals,
-/// key selection) and `G ×` the window spend for each window it joins, up
+/// the device-limit alarm, key selection; `StreamPlan::horizon_parts`)
+/// and `G ×` the window spend for each window it joins, up
 /// to `W`; later windows of the horizon drop its readings and cost nothing.
 pub(super) fn timeline(out: &mut String, report: &PlanReport, s: &StreamReport, p: &StreamPlan) {
     let unit = if report.measure == "pure" { "ε" } else { "ρ" };
-    let g = s.groups.as_ref().map_or(1, |g| g.max_groups_per_device) as f64;
-    let running = p
-        .running
-        .as_ref()
-        .map_or(0.0, |r| rational::to_f64(&r.spent()));
-    let selection = p
-        .selection
-        .as_ref()
-        .map_or(0.0, |x| rational::to_f64(&x.spent));
-    let (fixed, step) = (g * running + selection, g * rational::to_f64(&p.per_window));
+    let (fixed, step) = p.horizon_parts();
+    let (fixed, step) = (rational::to_f64(&fixed), rational::to_f64(&step));
     let w = u64::from(s.max_windows_per_device);
     // Time windows: the horizon's windows; count windows: W and a few more.
     let (windows, of) = match s.window_seconds {

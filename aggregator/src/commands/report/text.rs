@@ -79,6 +79,18 @@ fn stream_text(out: &mut String, s: &StreamReport, unit: &str) {
     for r in &s.running {
         running_text(out, r, unit);
     }
+    if let Some(a) = &s.device_alarm {
+        let _ = writeln!(
+            out,
+            "  device-limit alarm: {unit} = {} per horizon (ε = {} per lane and horizon); fires once a lane counts about {} devices \
+             of a horizon (90% of limits.max_devices_per_lane): a check at {} fires with ≥ 99% probability, at {} with ≤ 1%",
+            sig(a.spent_per_horizon),
+            sig(a.epsilon_per_instance),
+            a.threshold_devices,
+            a.threshold_devices + a.margin_99,
+            a.threshold_devices.saturating_sub(a.margin_99)
+        );
+    }
 }
 
 /// A grouped stream's groups and, if any, its private keys.

@@ -69,6 +69,7 @@ pub fn stream_rules(v: &Validated) -> Vec<StreamRules> {
             midpoint: (s.universe.lower() + s.universe.upper()).div_euclid(2),
             timeout_ms: s.spec.window_timeout_ms.map(|t| t as i64),
             window_ms: s.spec.window_ms.map(|w| w as i64),
+            count_devices: s.alarm.is_some(),
             group: s.group.as_ref().map(|g| LaneGroup {
                 first: i - g.index as usize,
                 count: v.plan.streams[i - g.index as usize..]

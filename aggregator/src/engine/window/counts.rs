@@ -81,6 +81,14 @@ impl HostedCount {
         self.live = self.by_horizon.iter().map(|(_, n)| n).sum();
     }
 
+    /// Hosted devices whose counts are of `horizon`.
+    pub(super) fn of_horizon(&self, horizon: i64) -> usize {
+        self.by_horizon
+            .iter()
+            .find(|(h, _)| *h == horizon)
+            .map_or(0, |(_, n)| *n)
+    }
+
     /// Hosted devices whose counts are not swept.
     #[inline]
     pub(super) fn live(&self) -> usize {
@@ -166,6 +174,24 @@ impl DeviceCounts {
     /// Devices held.
     pub(super) fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// Devices whose counts are of `horizon` (one pass over the table: the
+    /// device-limit alarm's query, once a window where a stream has one).
+    pub(super) fn of_horizon(&self, horizon: i64) -> usize {
+        let Some(bases) = self.bases else {
+            return 0;
+        };
+        let spilled = self.layout.spilled();
+        let mut n = 0;
+        self.table.for_each(|dk, &v| {
+            let h = match v == spilled {
+                true => self.spill.get(&dk).map_or(i64::MIN, |d| d.horizon),
+                false => unpack(self.layout, bases, v).horizon,
+            };
+            n += usize::from(h == horizon);
+        });
+        n
     }
 
     /// Bytes held (slots, and the spilled entries at 48 B each).

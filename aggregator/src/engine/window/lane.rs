@@ -194,6 +194,13 @@ pub(super) fn close(
         lane.hosted.sweep(oldest_horizon);
         lane.swept_before = oldest_horizon;
     }
+    let horizon_devices = rules.count_devices.then(|| {
+        let h = reference.div_euclid(horizon_ms);
+        (
+            h,
+            (lane.devices.of_horizon(h) + lane.hosted.of_horizon(h)) as u64,
+        )
+    });
     let mut values = open.values;
     let (padded, first_event_ms, last_event_ms) = match rules.window_ms {
         None => {
@@ -216,6 +223,7 @@ pub(super) fn close(
         padded,
         timed: rules.window_ms.is_some(),
         charges: open.charges,
+        horizon_devices,
         reference_event_ms: reference,
         retired,
         retired_records,

@@ -35,6 +35,7 @@ fn rules(
         midpoint: 50,
         timeout_ms: timeout,
         window_ms,
+        count_devices: false,
         group: None,
     }]
 }
@@ -790,4 +791,32 @@ fn hosting_changes_nothing() {
         assert!(a.len() > 100, "seed {seed}: {} windows", a.len());
         assert!(hosted_readings > 3_000, "seed {seed}: {hosted_readings}");
     }
+}
+
+/// The device-limit alarm's query: at each close, the devices whose counts
+/// are of the horizon of the lane's lateness reference, not those of an
+/// earlier horizon the lane still holds (nor a device that moved on).
+#[test]
+fn a_close_counts_the_devices_of_its_reference_horizon() {
+    let mut r = rules(2, 1, 5, None, None);
+    r[0].count_devices = true;
+    // Horizon 1 s, lateness 3 s: horizon 0 stays in the table.
+    let mut w = Windower::new(r, 1000, 3000);
+    let mut closed = Vec::new();
+    for (off, (d, ev)) in [(1, 100), (2, 200), (3, 300), (4, 400), (1, 1100), (5, 1200)]
+        .into_iter()
+        .enumerate()
+    {
+        let a = w.admit(0, 0, off as i64, d, 1, ev, ev, &mut closed);
+        assert_eq!(a, Admission::Accepted);
+    }
+    let counts: Vec<_> = closed.iter().map(|c| c.horizon_devices).collect();
+    assert_eq!(counts, [Some((0, 2)), Some((0, 4)), Some((1, 2))]);
+    assert_eq!(w.devices_in(0, 0), 5);
+    // Without an alarm nothing is counted.
+    let mut w = windower(2, 1, 5, None);
+    let mut closed = Vec::new();
+    w.admit(0, 0, 0, 1, 1, 100, 100, &mut closed);
+    w.admit(0, 0, 1, 2, 1, 100, 100, &mut closed);
+    assert_eq!(closed[0].horizon_devices, None);
 }

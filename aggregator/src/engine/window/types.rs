@@ -36,6 +36,10 @@ pub struct StreamRules {
     pub timeout_ms: Option<i64>,
     /// Time windows of this length (ms); `None`: count windows of `window_size`.
     pub window_ms: Option<i64>,
+    /// Count the lane's devices of the horizon at each close
+    /// ([`ClosedWindow::horizon_devices`]): the stream has a device-limit
+    /// alarm.
+    pub count_devices: bool,
     /// A group of a grouped stream: its lane shares the device's group cap
     /// with its sibling groups.
     pub group: Option<LaneGroup>,
@@ -108,6 +112,10 @@ pub struct ClosedWindow {
     /// Devices charged one of their `W` windows by this window, with the
     /// horizon charged (internal state, never published).
     pub charges: Vec<(u64, i64)>,
+    /// With [`StreamRules::count_devices`]: the horizon of the window's
+    /// lateness reference and the devices whose counts in the lane are of
+    /// that horizon, after the close (internal: the alarm's private query).
+    pub horizon_devices: Option<(i64, u64)>,
     /// The lane's lateness reference after this window: the latest event
     /// time of any window so far (monotone).
     pub reference_event_ms: i64,

@@ -344,6 +344,7 @@ impl<'a> Consuming<'a> {
             self.processor.drop_partition(p);
             self.offsets.forget(p);
             self.releases.lanes().drop_partition(p);
+            self.releases.alarms().drop_partition(p);
             self.appended_until.remove(&p);
             self.skipper.forget(p);
             telemetry::forget_partition(p);

@@ -16,6 +16,7 @@
 //! and settings at start. Only `consume` and
 //! `assign` see the loop's state; the owners are handed what they need.
 
+mod alarm;
 mod assign;
 mod consume;
 mod dead_letter;

@@ -14,6 +14,7 @@
 //! their releases are written back to back at that moment. One made after
 //! it is written at once and counted (`fleetdp_releases_late_total`).
 
+use super::alarm::Alarms;
 use super::offsets::Offsets;
 use super::{now_ms, Options, Pipeline, ReleaseEvent};
 use crate::clients::kafka::{Producer, Stopped};
@@ -197,6 +198,7 @@ pub(super) struct Releases<'a> {
     partitions: (i32, i32),
     with_truth: bool,
     events: Option<mpsc::UnboundedSender<ReleaseEvent>>,
+    alarms: Alarms,
 }
 
 impl<'a> Releases<'a> {
@@ -216,12 +218,18 @@ impl<'a> Releases<'a> {
             partitions,
             with_truth: opts.with_truth,
             events: opts.events.clone(),
+            alarms: Alarms::default(),
         }
     }
 
     /// The lanes' carried state (restored on assignment, dropped on revoke).
     pub fn lanes(&mut self) -> &mut Lanes {
         &mut self.lanes
+    }
+
+    /// The lanes' device-limit alarms (forgotten on revoke).
+    pub fn alarms(&mut self) -> &mut Alarms {
+        &mut self.alarms
     }
 
     pub fn is_empty(&self) -> bool {
@@ -344,6 +352,7 @@ impl<'a> Releases<'a> {
             choices,
             record: lane,
         } = self.lanes.step(stream, &self.p.key, &w);
+        self.alarms.check(&v, &self.p.key, &w);
         // An empty time window holds back no input offset.
         let holds = (!w.values.is_empty()).then_some(w.first_offset);
         if let Some(o) = holds {
