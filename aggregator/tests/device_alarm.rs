@@ -122,5 +122,45 @@ fn a_lane_near_its_device_limit_raises_the_alarm_under_hidden_counts() {
         produce(&broker, &t.input, &horizon(a + 3_600_000)).await;
         let fired = wait_until(Duration::from_secs(60), || seen(&service) == both("1", "0")).await;
         assert!(fired, "{:?}\n{}", seen(&service), service.log());
+        assert!(
+            !service.log().contains("FleetDPDeviceLimit cannot fire"),
+            "every stream has an alarm"
+        );
+    });
+}
+
+/// With hidden counts, a stream without an alarm is named at start: its
+/// FleetDPDeviceLimit cannot fire.
+#[test]
+fn hidden_counts_name_the_streams_without_an_alarm() {
+    let broker = Broker::start();
+    if !broker.is_external() {
+        return;
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let t = Topics::created(&broker, "alarm-warn", 1).await;
+        let streams = STREAMS.replacen("device_alarm_share = 0.5\n", "", 1);
+        let service = Service::start(
+            &broker,
+            &t,
+            "epsilon_per_device = 100.0\nhorizon = \"1h\"",
+            "hide_exact_counts = true",
+            &streams,
+        );
+        let warned = wait_until(Duration::from_secs(30), || {
+            service.log().contains("FleetDPDeviceLimit cannot fire")
+        })
+        .await;
+        let log = service.log();
+        assert!(warned, "{log}");
+        let line = log
+            .lines()
+            .find(|l| l.contains("FleetDPDeviceLimit cannot fire"))
+            .unwrap();
+        assert!(
+            line.contains("streams=temp") && !line.contains("volt"),
+            "{line}"
+        );
     });
 }

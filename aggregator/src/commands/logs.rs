@@ -135,6 +135,21 @@ pub fn effective_configuration(v: &Validated) {
             "stream planned"
         );
     }
+    if c.http.hide_exact_counts {
+        let without: Vec<&str> = v
+            .config
+            .streams
+            .iter()
+            .filter(|s| s.device_alarm_share == 0.0)
+            .map(|s| s.name.as_str())
+            .collect();
+        if !without.is_empty() {
+            tracing::warn!(
+                streams = %without.join(","),
+                "with http.hide_exact_counts the device-limit drops are hidden, so FleetDPDeviceLimit cannot fire for these streams; give them device_alarm_share (docs/privacy.md#the-device-limit-alarm)"
+            );
+        }
+    }
 }
 
 #[cfg(test)]
