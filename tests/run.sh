@@ -27,6 +27,13 @@ if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
   echo "== installing kubernetes-validate (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
 fi
+# The OpenTelemetry SDK and its OTLP encoder, which make the OTLP input
+# the tests read (tests/otlp.rs).
+if ! "$tools/venv/bin/python" -c 'import opentelemetry.exporter.otlp.proto.common' 2>/dev/null; then
+  echo "== installing the OpenTelemetry SDK (PyPI) into .tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check \
+    opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-proto==1.45.2
+fi
 # checkov (PyPI; a venv of its own, its dependencies are many) for the
 # manifests' and the image's security checks (tests/deploy.rs): installed
 # in the background while the tests build, waited for before they run.

@@ -30,6 +30,7 @@ mod keys;
 mod layout;
 mod logs;
 mod mapped_input;
+mod otlp;
 mod outage;
 mod pipeline;
 mod plan_change;

@@ -26,6 +26,8 @@ pub struct Decoder {
     /// Avro writers' schemas fetched from a Schema Registry, by id (or why
     /// an id has none); `Some` when the schemas come from a registry.
     registry: Option<HashMap<u32, Result<AvroSchema, String>>>,
+    /// OTLP metrics are read through this mapping.
+    otlp: Option<OtlpMapping>,
 }
 
 impl Decoder {
@@ -48,7 +50,14 @@ impl Decoder {
             described: None,
             avro: None,
             registry: None,
+            otlp: None,
         }
+    }
+
+    /// Read OTLP metrics (`otlp_proto`, `otlp_json`) through `mapping`.
+    pub fn with_otlp(mut self, mapping: OtlpMapping) -> Self {
+        self.otlp = Some(mapping);
+        self
     }
 
     /// Read Protobuf payloads as the fleet's own message (its descriptor),
@@ -87,12 +96,7 @@ impl Decoder {
                 ),
             ));
         }
-        let format = match content_type {
-            Some(ct) => Format::from_content_type(ct).ok_or_else(|| {
-                Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
-            })?,
-            None => self.default_format,
-        };
+        let format = self.format_of(content_type)?;
         let (payload, format, fetched) = self.unframe(payload, format)?;
         let raw: Vec<RawReading> = match format {
             Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
@@ -139,6 +143,7 @@ impl Decoder {
                 self.check_count(raw.len())?;
                 raw
             }
+            Format::OtlpProto | Format::OtlpJson => self.otlp_readings(payload, format)?,
             Format::Json if self.mapping.is_some() => {
                 let m = self.mapping.as_ref().expect("matched");
                 m.readings(payload, self.limits.max_readings_per_message)?
@@ -249,6 +254,60 @@ impl Decoder {
             });
         }
         Ok(out)
+    }
+
+    /// The format a message's content type names (none: the declared one).
+    /// OTLP/HTTP's content types name OTLP when it is the declared format
+    /// (FleetDP's own `vnd.fleetdp` types keep their meaning).
+    fn format_of(&self, content_type: Option<&str>) -> Result<Format, Rejection> {
+        let Some(ct) = content_type else {
+            return Ok(self.default_format);
+        };
+        let format = Format::from_content_type(ct).ok_or_else(|| {
+            Rejection::new(Reason::Undecodable, format!("unknown content-type {ct:?}"))
+        })?;
+        Ok(
+            match (
+                self.default_format.is_otlp() && !ct.contains("vnd.fleetdp"),
+                format,
+            ) {
+                (true, Format::Protobuf) => Format::OtlpProto,
+                (true, Format::Json) => Format::OtlpJson,
+                _ => format,
+            },
+        )
+    }
+
+    /// The readings of an OTLP metrics request, its parts bounded first.
+    fn otlp_readings(&self, payload: &[u8], format: Format) -> Result<Vec<RawReading>, Rejection> {
+        let m = self.otlp.as_ref().ok_or_else(|| {
+            Rejection::new(
+                Reason::Undecodable,
+                "an OTLP message needs an [otlp] mapping",
+            )
+        })?;
+        let req = match format {
+            Format::OtlpProto => {
+                otlp_scan::check(payload)?;
+                <otlp::ExportRequest as Message>::decode(payload).map_err(|e| {
+                    Rejection::new(
+                        Reason::Undecodable,
+                        format!("ExportMetricsServiceRequest: {e}"),
+                    )
+                })?
+            }
+            _ => {
+                let req = otlp_json::parse(payload).map_err(|e| {
+                    Rejection::new(
+                        Reason::Undecodable,
+                        format!("OTLP/JSON: {}", json_error(&e)),
+                    )
+                })?;
+                otlp_scan::check_decoded(&req)?;
+                req
+            }
+        };
+        m.readings(&req)
     }
 
     /// A message must carry 1 to `max_readings_per_message` readings.

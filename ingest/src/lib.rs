@@ -20,6 +20,9 @@ mod framing;
 mod json;
 mod labels;
 mod mapped;
+mod otlp;
+mod otlp_json;
+mod otlp_scan;
 mod project;
 mod scan;
 mod strict_json;
@@ -34,6 +37,10 @@ pub use described::{example_descriptor_set, example_message, example_report, Des
 pub use framing::{frame, Framing};
 pub use labels::Labels;
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
+pub use otlp::OtlpMapping;
+pub use otlp_scan::{
+    MAX_OTLP_ATTRIBUTES, MAX_OTLP_METRICS, MAX_OTLP_POINTS, MAX_OTLP_RESOURCES, MAX_OTLP_SCOPES,
+};
 
 use prost::Message;
 use serde::Deserialize;
@@ -53,6 +60,13 @@ pub enum Format {
     /// One Avro datum of the fleet's own record (`[input] avro_schema`),
     /// read through the `[input]` mapping.
     Avro,
+    /// An OTLP `ExportMetricsServiceRequest` in Protobuf, read through the
+    /// `[otlp]` mapping.
+    #[serde(rename = "otlp_proto", alias = "otlp-proto")]
+    OtlpProto,
+    /// The same in OTLP/JSON.
+    #[serde(rename = "otlp_json", alias = "otlp-json")]
+    OtlpJson,
 }
 
 impl Format {
@@ -85,7 +99,15 @@ impl Format {
             Format::ProtobufBatch => "application/vnd.fleetdp.batch+protobuf",
             Format::Json => "application/json",
             Format::Avro => "application/avro",
+            Format::OtlpProto => "application/x-protobuf",
+            Format::OtlpJson => "application/json",
         }
+    }
+
+    /// OpenTelemetry's formats: their content types (OTLP/HTTP's) name
+    /// them when the declared format is one of them.
+    pub fn is_otlp(&self) -> bool {
+        matches!(self, Format::OtlpProto | Format::OtlpJson)
     }
 }
 
@@ -118,10 +140,14 @@ pub enum Reason {
     /// `kafka.undecodable = "skip"` (the dead letter names its offsets;
     /// the service, not the decoder, gives this reason).
     UndecodableBatch,
+    /// An OTLP metric the mapping names is of a kind FleetDP does not read
+    /// (a cumulative sum, a histogram, an exponential histogram, a
+    /// summary).
+    UnsupportedMetric,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 10] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Undecodable,
         Reason::MissingField,
         Reason::NotFinite,
@@ -132,6 +158,7 @@ impl Reason {
         Reason::WrongPartition,
         Reason::Future,
         Reason::UndecodableBatch,
+        Reason::UnsupportedMetric,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -146,6 +173,7 @@ impl Reason {
             Reason::WrongPartition => "wrong_partition",
             Reason::Future => "future",
             Reason::UndecodableBatch => "undecodable_batch",
+            Reason::UnsupportedMetric => "unsupported_metric",
         }
     }
 }

@@ -10,7 +10,7 @@
 const READINGS_KEY: u64 = (1 << 3) | 2;
 
 /// A base-128 varint at the front of `buf` (at most 10 bytes).
-fn varint(buf: &mut &[u8]) -> Option<u64> {
+pub(crate) fn varint(buf: &mut &[u8]) -> Option<u64> {
     let mut v = 0u64;
     for i in 0..10 {
         let (&b, rest) = buf.split_first()?;

@@ -20,6 +20,7 @@ mod fleet;
 mod identity;
 mod input;
 mod limits;
+pub mod otlp;
 mod properties;
 mod refused;
 mod release_key;
@@ -59,6 +60,9 @@ pub struct Config {
     /// A fleet's own JSON documents (absent: FleetDP's reading format).
     #[serde(default)]
     pub input: Option<InputConfig>,
+    /// OpenTelemetry metrics: where the readings are (`otlp.rs`).
+    #[serde(default)]
+    pub otlp: Option<otlp::OtlpConfig>,
     /// The dimensions streams may `group_by`: public key sets or private keys.
     #[serde(default)]
     pub dimensions: BTreeMap<String, dimensions::Dimension>,
@@ -312,6 +316,8 @@ pub struct Validated {
     pub fleet: Fleet,
     /// `[input]`, if declared.
     pub mapping: Option<ingest::Mapping>,
+    /// `[otlp]`, if declared.
+    pub otlp: Option<ingest::OtlpMapping>,
     /// `[input]`'s Protobuf message, if declared.
     pub described: Option<ingest::Described>,
     /// The fleet's Avro record (`[input] avro_schema`).
@@ -485,6 +491,25 @@ impl Config {
         })
     }
 
+    /// `[input]`'s mapping and `[otlp]`'s, each checked.
+    fn mappings(
+        &self,
+        declared: &[String],
+    ) -> Result<(Option<ingest::Mapping>, Option<ingest::OtlpMapping>)> {
+        let mapping = self
+            .input
+            .as_ref()
+            .map(|i| i.mapping(declared))
+            .transpose()?;
+        let o = otlp::mapping(
+            self.otlp.as_ref(),
+            self.kafka.input_format,
+            self.input.is_some(),
+            declared,
+        )?;
+        Ok((mapping, o))
+    }
+
     /// Validate everything and calibrate the plan.
     pub fn validate(mut self) -> Result<Validated> {
         properties::merge(
@@ -510,11 +535,7 @@ impl Config {
         }
         let fleet = self.fleet.validate()?;
         let declared: Vec<String> = self.streams.iter().map(|s| s.name.clone()).collect();
-        let mapping = self
-            .input
-            .as_ref()
-            .map(|i| i.mapping(&declared))
-            .transpose()?;
+        let (mapping, otlp) = self.mappings(&declared)?;
         let input::Sources {
             described,
             avro,
@@ -556,6 +577,7 @@ impl Config {
             stall_timeout,
             fleet,
             mapping,
+            otlp,
             described,
             avro,
             schema_registry,

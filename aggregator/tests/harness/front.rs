@@ -53,9 +53,15 @@ pub fn python() -> String {
 /// `.tools/venv` and sets FLEETDP_PYTHON); without one the caller skips,
 /// unless FLEETDP_REQUIRE_PYTHON_CLIENT is set (tests/run.sh sets it).
 pub fn python_client() -> Option<String> {
+    python_with("confluent_kafka")
+}
+
+/// A Python that can import `module` (tests/run.sh installs the tests'
+/// packages into `.tools/venv`); the same skip rule as [`python_client`].
+pub fn python_with(module: &str) -> Option<String> {
     let py = python();
     let ok = Command::new(&py)
-        .args(["-c", "import confluent_kafka"])
+        .args(["-c", &format!("import {module}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
@@ -64,9 +70,9 @@ pub fn python_client() -> Option<String> {
     }
     assert!(
         std::env::var_os("FLEETDP_REQUIRE_PYTHON_CLIENT").is_none(),
-        "{py} has no confluent_kafka (tests/run.sh installs it into .tools/venv)"
+        "{py} has no {module} (tests/run.sh installs it into .tools/venv)"
     );
-    eprintln!("no Python with confluent-kafka: skipped (tests/run.sh installs it)");
+    eprintln!("no Python with {module}: skipped (tests/run.sh installs it)");
     None
 }
 

@@ -308,8 +308,12 @@ impl Fleet {
                 )
             }
             // The simulator writes FleetDP's own messages: Avro (a fleet's
-            // own record) is written as protobuf readings.
-            Format::Protobuf | Format::ProtobufBatch | Format::Avro => {
+            // own record) and OTLP are written as protobuf readings.
+            Format::Protobuf
+            | Format::ProtobufBatch
+            | Format::Avro
+            | Format::OtlpProto
+            | Format::OtlpJson => {
                 let r = proto::DeviceReading {
                     device_id: device_id.to_string(),
                     stream: stream.to_string(),

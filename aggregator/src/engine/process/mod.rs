@@ -124,6 +124,9 @@ pub fn decoder(v: &Validated) -> Decoder {
     if let Some(described) = &v.described {
         d = d.with_described(described.clone());
     }
+    if let Some(o) = &v.otlp {
+        d = d.with_otlp(o.clone());
+    }
     match &v.mapping {
         Some(m) => d.with_mapping(m.clone()),
         None => d,

@@ -1,0 +1,262 @@
+//! OpenTelemetry metrics in: an `ExportMetricsServiceRequest`, as the
+//! Collector's Kafka exporter writes it (`otlp_proto`; `otlp_json` is read
+//! into the same types by `otlp_json.rs`), into readings through an
+//! [`OtlpMapping`]: which attribute names the device, which metric feeds
+//! which stream, which attributes feed dimensions, the event time from
+//! `time_unix_nano`.
+//!
+//! Only the fields FleetDP reads are declared (OTLP's field numbers, from
+//! `opentelemetry/proto/metrics/v1/metrics.proto`); prost skips the rest.
+//! Gauges and delta sums with int or double points become readings; a
+//! mapped metric of another kind (a cumulative sum, a histogram, an
+//! exponential histogram, a summary) rejects the message naming the kind
+//! and the metric. Metrics the mapping does not name are passed over.
+//! Bounds on the message's parts are checked on its wire form before
+//! anything is decoded (`otlp_scan.rs`). The decoding only decides where
+//! fields are: no sensitivity depends on it.
+
+use crate::labels::Labels;
+#[cfg(test)]
+use crate::otlp_scan::{MAX_OTLP_ATTRIBUTES, MAX_OTLP_RESOURCES};
+use crate::{RawReading, Reason, Rejection};
+use std::collections::HashMap;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ExportRequest {
+    #[prost(message, repeated, tag = "1")]
+    pub resource_metrics: Vec<ResourceMetrics>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ResourceMetrics {
+    #[prost(message, optional, tag = "1")]
+    pub resource: Option<Resource>,
+    #[prost(message, repeated, tag = "2")]
+    pub scope_metrics: Vec<ScopeMetrics>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Resource {
+    #[prost(message, repeated, tag = "1")]
+    pub attributes: Vec<KeyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct ScopeMetrics {
+    #[prost(message, repeated, tag = "2")]
+    pub metrics: Vec<Metric>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Metric {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(oneof = "Data", tags = "5, 7, 9, 10, 11")]
+    pub data: Option<Data>,
+}
+
+/// A metric's kind; the kinds FleetDP does not read keep no fields.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum Data {
+    #[prost(message, tag = "5")]
+    Gauge(Points),
+    #[prost(message, tag = "7")]
+    Sum(Sum),
+    #[prost(message, tag = "9")]
+    Histogram(Unread),
+    #[prost(message, tag = "10")]
+    ExponentialHistogram(Unread),
+    #[prost(message, tag = "11")]
+    Summary(Unread),
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Points {
+    #[prost(message, repeated, tag = "1")]
+    pub data_points: Vec<NumberDataPoint>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Sum {
+    #[prost(message, repeated, tag = "1")]
+    pub data_points: Vec<NumberDataPoint>,
+    /// 1 delta, 2 cumulative, 0 unspecified.
+    #[prost(int32, tag = "2")]
+    pub aggregation_temporality: i32,
+}
+
+/// A kind FleetDP does not read: its fields are skipped.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Unread {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct NumberDataPoint {
+    #[prost(message, repeated, tag = "7")]
+    pub attributes: Vec<KeyValue>,
+    #[prost(fixed64, tag = "3")]
+    pub time_unix_nano: u64,
+    #[prost(oneof = "Number", tags = "4, 6")]
+    pub value: Option<Number>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum Number {
+    #[prost(double, tag = "4")]
+    AsDouble(f64),
+    #[prost(sfixed64, tag = "6")]
+    AsInt(i64),
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct KeyValue {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(message, optional, tag = "2")]
+    pub value: Option<AnyValue>,
+}
+
+/// An attribute's value; arrays, maps and bytes are skipped (read as no
+/// value: they name no device, dimension or time).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AnyValue {
+    #[prost(oneof = "Scalar", tags = "1, 2, 3, 4")]
+    pub value: Option<Scalar>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub(crate) enum Scalar {
+    #[prost(string, tag = "1")]
+    String(String),
+    #[prost(bool, tag = "2")]
+    Bool(bool),
+    #[prost(int64, tag = "3")]
+    Int(i64),
+    #[prost(double, tag = "4")]
+    Double(f64),
+}
+
+/// `aggregation_temporality` of a delta sum.
+pub(crate) const DELTA: i32 = 1;
+
+/// Where the readings are in an OTLP metrics request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpMapping {
+    /// The attribute naming the device: the data point's, else its
+    /// resource's (`device.id`, `service.instance.id`, `host.id`).
+    pub device_attribute: String,
+    /// Metric name → the declared stream its points feed.
+    pub metrics: Vec<(String, String)>,
+    /// Dimension name → the attribute holding its value (the point's,
+    /// else the resource's).
+    pub labels: Vec<(String, String)>,
+}
+
+impl Scalar {
+    fn text(&self) -> String {
+        match self {
+            Scalar::String(s) => s.clone(),
+            Scalar::Bool(b) => b.to_string(),
+            Scalar::Int(i) => i.to_string(),
+            Scalar::Double(d) => d.to_string(),
+        }
+    }
+}
+
+/// A scalar attribute by key (the last one of a key given twice).
+fn attribute<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Scalar> {
+    attrs
+        .iter()
+        .rev()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+}
+
+impl OtlpMapping {
+    /// The readings of a decoded request, in order: resources, scopes,
+    /// metrics, points.
+    pub(crate) fn readings(&self, req: &ExportRequest) -> Result<Vec<RawReading>, Rejection> {
+        let streams: HashMap<&str, &str> = self
+            .metrics
+            .iter()
+            .map(|(m, s)| (m.as_str(), s.as_str()))
+            .collect();
+        let mut out = Vec::new();
+        for (r, rm) in req.resource_metrics.iter().enumerate() {
+            let resource = rm.resource.as_ref().map_or(&[][..], |x| &x.attributes[..]);
+            for sm in &rm.scope_metrics {
+                for m in &sm.metrics {
+                    let Some(&stream) = streams.get(m.name.as_str()) else {
+                        continue;
+                    };
+                    for p in points_of(m)? {
+                        out.push(self.reading(r, resource, stream, p)?);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn reading(
+        &self,
+        r: usize,
+        resource: &[KeyValue],
+        stream: &str,
+        p: &NumberDataPoint,
+    ) -> Result<RawReading, Rejection> {
+        let find = |key: &str| attribute(&p.attributes, key).or_else(|| attribute(resource, key));
+        let device = find(&self.device_attribute).map(Scalar::text).ok_or_else(|| {
+            Rejection::new(
+                Reason::MissingField,
+                format!(
+                    "resource {r}: a point of metric for stream '{stream}' has no attribute '{}' (the device id), on the point or its resource",
+                    self.device_attribute
+                ),
+            )
+        })?;
+        let mut labels = Labels::default();
+        for (name, key) in &self.labels {
+            if let Some(v) = find(key) {
+                let (n, v) = (labels.append(name), labels.append(&v.text()));
+                labels.push_spans(n, v);
+            }
+        }
+        labels.sort();
+        Ok(RawReading {
+            device_id: Some(device),
+            stream: Some(stream.to_string()),
+            value: p.value.as_ref().map(|v| match v {
+                Number::AsDouble(d) => *d,
+                Number::AsInt(i) => *i as f64,
+            }),
+            // Nanoseconds to milliseconds; 0 is "not set" in OTLP.
+            event_time_ms: (p.time_unix_nano > 0).then_some((p.time_unix_nano / 1_000_000) as i64),
+            labels,
+        })
+    }
+}
+
+/// A mapped metric's points, or why its kind is not read.
+fn points_of(m: &Metric) -> Result<&[NumberDataPoint], Rejection> {
+    let refuse = |kind: &str| {
+        Err(Rejection::new(
+            Reason::UnsupportedMetric,
+            format!(
+                "metric '{}' is {kind}; FleetDP reads gauges and delta sums",
+                crate::truncate(&m.name, 64)
+            ),
+        ))
+    };
+    match &m.data {
+        Some(Data::Gauge(g)) => Ok(&g.data_points),
+        Some(Data::Sum(s)) if s.aggregation_temporality == DELTA => Ok(&s.data_points),
+        Some(Data::Sum(_)) => refuse("a cumulative (or unspecified) sum"),
+        Some(Data::Histogram(_)) => refuse("a histogram"),
+        Some(Data::ExponentialHistogram(_)) => refuse("an exponential histogram"),
+        Some(Data::Summary(_)) => refuse("a summary"),
+        None => refuse("without data"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,170 @@
+//! The parts of an OTLP metrics request counted on its wire form, before
+//! anything is decoded, against [`OtlpBounds`]: a 1 MiB request of empty
+//! attributes or points (2 bytes each) would otherwise be materialised as
+//! half a million of them before any bound is checked. Only the framing
+//! is read (field keys and lengths), along the paths `otlp.rs` decodes.
+
+use crate::scan::varint;
+use crate::{Reason, Rejection};
+
+/// The most of each part one request may hold (documented in
+/// docs/input.md#opentelemetry).
+pub const MAX_OTLP_RESOURCES: usize = 10_000;
+pub const MAX_OTLP_SCOPES: usize = 10_000;
+pub const MAX_OTLP_METRICS: usize = 100_000;
+/// Data points of gauges and sums, read or not.
+pub const MAX_OTLP_POINTS: usize = 1_000_000;
+/// Attributes of one resource or one data point.
+pub const MAX_OTLP_ATTRIBUTES: usize = 128;
+
+/// One field: its number, wire type and, for a length-delimited one, its
+/// body.
+struct Field<'a> {
+    number: u64,
+    body: Option<&'a [u8]>,
+}
+
+/// The fields of a message body, or `None` if its framing is broken.
+fn fields(mut buf: &[u8]) -> Option<Vec<Field<'_>>> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let key = varint(&mut buf)?;
+        let body = match key & 7 {
+            0 => {
+                varint(&mut buf)?;
+                None
+            }
+            1 => {
+                buf = buf.get(8..)?;
+                None
+            }
+            5 => {
+                buf = buf.get(4..)?;
+                None
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut buf)?).ok()?;
+                let (b, rest) = (buf.get(..len)?, buf.get(len..)?);
+                buf = rest;
+                Some(b)
+            }
+            _ => return None,
+        };
+        out.push(Field {
+            number: key >> 3,
+            body,
+        });
+    }
+    Some(out)
+}
+
+/// The bodies of the length-delimited fields numbered `n` in `buf`.
+fn each(buf: &[u8], n: u64) -> Option<Vec<&[u8]>> {
+    Some(
+        fields(buf)?
+            .into_iter()
+            .filter(|f| f.number == n)
+            .filter_map(|f| f.body)
+            .collect(),
+    )
+}
+
+#[derive(Default)]
+struct Counts {
+    resources: usize,
+    scopes: usize,
+    metrics: usize,
+    points: usize,
+}
+
+fn over(what: &str, max: usize) -> Rejection {
+    Rejection::new(
+        Reason::BatchSize,
+        format!("OTLP request: more than {max} {what}"),
+    )
+}
+
+/// Check a request's parts against the bounds; a broken framing passes
+/// (prost's decoding then says what is wrong).
+pub(crate) fn check(payload: &[u8]) -> Result<(), Rejection> {
+    let mut c = Counts::default();
+    let attributes = |body: &[u8], n: u64, whose: &str| match each(body, n) {
+        Some(a) if a.len() > MAX_OTLP_ATTRIBUTES => Err(over(
+            &format!("attributes on one {whose}"),
+            MAX_OTLP_ATTRIBUTES,
+        )),
+        _ => Ok(()),
+    };
+    let Some(resources) = each(payload, 1) else {
+        return Ok(());
+    };
+    for rm in resources {
+        c.resources += 1;
+        if c.resources > MAX_OTLP_RESOURCES {
+            return Err(over("resources", MAX_OTLP_RESOURCES));
+        }
+        for resource in each(rm, 1).unwrap_or_default() {
+            attributes(resource, 1, "resource")?;
+        }
+        for sm in each(rm, 2).unwrap_or_default() {
+            c.scopes += 1;
+            if c.scopes > MAX_OTLP_SCOPES {
+                return Err(over("scopes", MAX_OTLP_SCOPES));
+            }
+            for m in each(sm, 2).unwrap_or_default() {
+                c.metrics += 1;
+                if c.metrics > MAX_OTLP_METRICS {
+                    return Err(over("metrics", MAX_OTLP_METRICS));
+                }
+                // A gauge's (5) or a sum's (7) points.
+                let data = fields(m).unwrap_or_default();
+                for d in data.iter().filter(|f| f.number == 5 || f.number == 7) {
+                    for p in each(d.body.unwrap_or_default(), 1).unwrap_or_default() {
+                        c.points += 1;
+                        if c.points > MAX_OTLP_POINTS {
+                            return Err(over("data points", MAX_OTLP_POINTS));
+                        }
+                        attributes(p, 7, "data point")?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The same bounds on a request already parsed (OTLP/JSON: parsed whole,
+/// within `limits.max_message_bytes`, then counted).
+pub(crate) fn check_decoded(req: &crate::otlp::ExportRequest) -> Result<(), Rejection> {
+    use crate::otlp::Data;
+    let rms = &req.resource_metrics;
+    let scopes = rms.iter().flat_map(|r| &r.scope_metrics);
+    let metrics = || scopes.clone().flat_map(|s| &s.metrics);
+    let points = || {
+        metrics().flat_map(|m| match &m.data {
+            Some(Data::Gauge(g)) => &g.data_points[..],
+            Some(Data::Sum(s)) => &s.data_points[..],
+            _ => &[],
+        })
+    };
+    let counts = [
+        ("resources", rms.len(), MAX_OTLP_RESOURCES),
+        ("scopes", scopes.clone().count(), MAX_OTLP_SCOPES),
+        ("metrics", metrics().count(), MAX_OTLP_METRICS),
+        ("data points", points().count(), MAX_OTLP_POINTS),
+    ];
+    if let Some((what, _, max)) = counts.into_iter().find(|(_, n, max)| n > max) {
+        return Err(over(what, max));
+    }
+    let resource_attrs = rms
+        .iter()
+        .filter_map(|r| r.resource.as_ref())
+        .map(|r| r.attributes.len());
+    if resource_attrs.max().unwrap_or(0) > MAX_OTLP_ATTRIBUTES {
+        return Err(over("attributes on one resource", MAX_OTLP_ATTRIBUTES));
+    }
+    if points().map(|p| p.attributes.len()).max().unwrap_or(0) > MAX_OTLP_ATTRIBUTES {
+        return Err(over("attributes on one data point", MAX_OTLP_ATTRIBUTES));
+    }
+    Ok(())
+}
