@@ -21,10 +21,10 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-const HOUR: i64 = 3_600_000;
-const DAY: i64 = 24 * HOUR;
+pub(crate) const HOUR: i64 = 3_600_000;
+pub(crate) const DAY: i64 = 24 * HOUR;
 /// The first horizon's start.
-const T0: i64 = 1_700_000_000_000 / DAY * DAY;
+pub(crate) const T0: i64 = 1_700_000_000_000 / DAY * DAY;
 
 fn config(k: u32, w: u32) -> String {
     let stream = |name: &str| {
@@ -97,22 +97,31 @@ fn random_stream(rng: &mut ChaCha8Rng) -> Vec<Msg> {
 }
 
 /// Windows by (stream, seq), their values sorted.
-type Windows = BTreeMap<(String, u64), Vec<i64>>;
+pub(crate) type Windows = BTreeMap<(String, u64), Vec<i64>>;
 
 fn run(text: &str, msgs: &[Msg]) -> Windows {
+    let payloads: Vec<(Vec<u8>, i64)> = msgs
+        .iter()
+        .map(|m| (payload(m), m.1.iter().map(|d| d.0).max().unwrap()))
+        .collect();
+    run_payloads(text, &payloads, "application/json")
+}
+
+/// The windows the real decoder, mapping and windower make of `payloads`
+/// (each with its message timestamp: the latest event time it holds, so
+/// no lateness), all closed.
+pub(crate) fn run_payloads(text: &str, payloads: &[(Vec<u8>, i64)], content_type: &str) -> Windows {
     let v = Config::parse(text).unwrap().validate().unwrap();
     let mut p = Processor::new(&v, Arc::new(Counters::default()));
     p.windower_mut().start_time_lanes(0, T0);
     let mut closed: Vec<ClosedWindow> = Vec::new();
-    for (i, m) in msgs.iter().enumerate() {
-        // Message timestamps at the latest event time seen (no lateness).
-        let stamp = m.1.iter().map(|d| d.0).max().unwrap();
+    for (i, (payload, stamp)) in payloads.iter().enumerate() {
         let r = p.process(
             0,
             i as i64,
-            &payload(m),
-            Some("application/json"),
-            Some(stamp),
+            payload,
+            Some(content_type),
+            Some(*stamp),
             &mut closed,
         );
         assert!(r.is_ok(), "{r:?}");
@@ -132,7 +141,13 @@ fn run(text: &str, msgs: &[Msg]) -> Windows {
 
 /// Check the bound for device `d` between a stream's windows and those
 /// without `d`; `Err` says what broke.
-fn check(full: &Windows, without: &Windows, d: i64, k: usize, w: usize) -> Result<(), String> {
+pub(crate) fn check(
+    full: &Windows,
+    without: &Windows,
+    d: i64,
+    k: usize,
+    w: usize,
+) -> Result<(), String> {
     if full.keys().ne(without.keys()) {
         return Err("the windows released differ".into());
     }
