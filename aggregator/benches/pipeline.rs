@@ -260,6 +260,9 @@ enum Shape {
     /// (the manual's `acme.v1.Telemetry`: cabin temperature and four tyre
     /// readings), read through its descriptor set.
     Protobuf,
+    /// OpenTelemetry: four reports' resources per `otlp_proto` request,
+    /// one gauge per metric (as an SDK encodes them).
+    Otlp,
 }
 
 fn shapes_config(shape: Shape) -> Validated {
@@ -280,6 +283,9 @@ fn shapes_config(shape: Shape) -> Validated {
                 path.display().to_string()
             )
         }
+        Shape::Otlp => "[otlp]\ndevice_attribute = \"device.id\"\n[otlp.metrics]\ntemp = \"cabin.temperature\"\n\
+             battery = \"battery.volts\"\nspeed = \"speed\"\nrpm = \"engine.rpm\"\nfuel = \"fuel.level\"\n"
+            .to_string(),
         Shape::Avro => {
             let path = std::env::temp_dir().join(format!("fleetdp-bench-{}.avsc", std::process::id()));
             std::fs::write(&path, REPORT_AVSC).unwrap();
@@ -295,6 +301,13 @@ fn shapes_config(shape: Shape) -> Validated {
         Shape::Protobuf => "protobuf",
         _ => "",
     };
+    if shape == Shape::Otlp {
+        text = text.replacen(
+            "[kafka]\n",
+            "[kafka]\ninput_format = \"otlp_proto\"\nread_content_type = false\n",
+            1,
+        );
+    }
     if !format.is_empty() {
         text = text.replacen(
             "[kafka]\n",
@@ -317,9 +330,10 @@ fn shapes_config(shape: Shape) -> Validated {
 /// (key, payload) per message.
 type Messages = Vec<(String, Vec<u8>)>;
 
-fn shaped_messages(reports: usize) -> [Messages; 4] {
+fn shaped_messages(reports: usize) -> [Messages; 5] {
     use prost::Message as _;
     let (mut proto, mut docs, mut avro, mut own) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut otlp, mut batch) = (Vec::new(), Vec::new());
     for i in 0..reports {
         let vin = format!("WVW{:08}", i % 100_000);
         let t = 1_795_541_400_000i64 + i as i64;
@@ -356,9 +370,21 @@ fn shaped_messages(reports: usize) -> [Messages; 4] {
         let tyres = [12.6, values[2].1, 2100.0, 0.55];
         let body = ingest::example_report(&vin, t, Some(values[0].1), &tyres, "4.2");
         own.push((vin.clone(), ingest::frame(1, Some(&[0]), &body)));
+        let gauges = vec![
+            ("cabin.temperature", values[0].1),
+            ("battery.volts", 12.6),
+            ("speed", values[2].1),
+            ("engine.rpm", 2100.0),
+            ("fuel.level", 0.55),
+        ];
+        batch.push((vin.clone(), gauges));
+        if batch.len() == 4 {
+            otlp.push((vin.clone(), ingest::example_otlp(&batch, t)));
+            batch.clear();
+        }
         docs.push((vin, doc.into_bytes()));
     }
-    [proto, docs, avro, own]
+    [proto, docs, avro, own, otlp]
 }
 
 fn main() {
@@ -424,7 +450,9 @@ fn main() {
     // Real-world shapes: the same 5-metric reports as FleetDP protobuf
     // readings and as mapped multi-metric JSON documents (the
     // target: ≥ 0.5× the protobuf path in readings/s).
-    let [proto_msgs, doc_msgs, avro_msgs, own_msgs] = shaped_messages(200_000);
+    let [proto_msgs, doc_msgs, avro_msgs, own_msgs, otlp_msgs] = shaped_messages(200_000);
+    let otv = shapes_config(Shape::Otlp);
+    let mut otr = Vec::new();
     let (pv, mv, av, ov) = (
         shapes_config(Shape::Readings),
         shapes_config(Shape::Json),
@@ -437,7 +465,9 @@ fn main() {
         mr.push(in_process_shaped(&mv, &doc_msgs, true, 5, Some("application/json")).0);
         ar.push(in_process_shaped(&av, &avro_msgs, true, 5, None).0);
         or.push(in_process_shaped(&ov, &own_msgs, true, 5, None).0);
+        otr.push(in_process_shaped(&otv, &otlp_msgs, true, 20, None).0);
     }
+    let ot = best(&otr);
     let (p, m, a, o) = (best(&pr), best(&mr), best(&ar), best(&or));
     println!("in process, 5 streams, protobuf readings:   {p:>12.0} readings/s");
     println!(
@@ -451,6 +481,16 @@ fn main() {
     println!(
         "in process, 5 streams, framed own Protobuf (5/msg, descriptor set): {o:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
         o / p
+    );
+    println!(
+        "in process, 5 streams, OTLP protobuf (4 devices × 5 gauges/request): {ot:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
+        ot / p
+    );
+    target::line(
+        "in process, OTLP against protobuf readings",
+        &format!("{:.2}×", ot / p),
+        "≥ 0.8×",
+        ot / p >= 0.8,
     );
 
     if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {

@@ -9,9 +9,12 @@
 //! `acme.v1.Telemetry`, two mapped readings per message), framed by Schema
 //! Registry, is measured too.
 //!
+//! OpenTelemetry requests (`otlp_proto`) as an SDK encodes them, one and
+//! four devices' resources a request, are measured too.
+//!
 //! Run: `cargo bench -p fleetdp-ingest --bench decode`. Targets:
 //! mapped multi-metric JSON ≥ 0.5× the protobuf path in readings/s, binary
-//! formats ≥ 0.8×.
+//! formats (OTLP among them) ≥ 0.8×.
 
 use fleetdp_ingest::{Decoder, Format, Limits, Mapping, Path, TimeUnit};
 use prost::Message;
@@ -167,6 +170,36 @@ fn main() {
             fleetdp_ingest::AvroSchema::new(fleetdp_ingest::EXAMPLE_AVRO_SCHEMA, Some(1)).unwrap(),
         )
         .with_framing(fleetdp_ingest::Framing::Confluent);
+    // OpenTelemetry: requests as an SDK encodes them, one device's gauge
+    // point per resource; one device a request, and four (a Collector's
+    // batch).
+    let otlp = |per: usize| -> Vec<Vec<u8>> {
+        (0..MESSAGES / per)
+            .map(|i| {
+                let devices: Vec<(String, Vec<(&str, f64)>)> = (0..per)
+                    .map(|j| {
+                        let v = 20.0 + (j % 100) as f64 / 10.0;
+                        (
+                            format!("WVW{:08}", i * per + j),
+                            vec![("cabin.temperature", v)],
+                        )
+                    })
+                    .collect();
+                fleetdp_ingest::example_otlp(&devices, 1_795_541_400_000 + i as i64)
+            })
+            .collect()
+    };
+    let (otlp_one, otlp_four) = (otlp(1), otlp(4));
+    let otlp_decoder = Decoder::new(
+        STREAMS.map(String::from),
+        Format::OtlpProto,
+        Limits::default(),
+    )
+    .with_otlp(fleetdp_ingest::OtlpMapping {
+        device_attribute: "device.id".into(),
+        metrics: vec![("cabin.temperature".into(), "temp".into())],
+        labels: vec![],
+    });
     let base = rate(
         &decoder(),
         &proto,
@@ -189,6 +222,14 @@ fn main() {
         (
             "own Avro record, schema file, framed",
             rate(&avro_decoder, &avro, "application/avro"),
+        ),
+        (
+            "OTLP protobuf, 1 device/request",
+            rate(&otlp_decoder, &otlp_one, "application/x-protobuf"),
+        ),
+        (
+            "OTLP protobuf, 4 devices/request",
+            rate(&otlp_decoder, &otlp_four, "application/x-protobuf"),
         ),
         (
             "FleetDP JSON reading",

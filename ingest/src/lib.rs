@@ -37,7 +37,7 @@ pub use described::{example_descriptor_set, example_message, example_report, Des
 pub use framing::{frame, Framing};
 pub use labels::Labels;
 pub use mapped::{Mapping, Path, TimeUnit, MAX_PATH_TOKENS};
-pub use otlp::OtlpMapping;
+pub use otlp::{example_otlp, OtlpMapping};
 pub use otlp_scan::{
     MAX_OTLP_ATTRIBUTES, MAX_OTLP_METRICS, MAX_OTLP_POINTS, MAX_OTLP_RESOURCES, MAX_OTLP_SCOPES,
 };

@@ -19,7 +19,6 @@ use crate::labels::Labels;
 #[cfg(test)]
 use crate::otlp_scan::{MAX_OTLP_ATTRIBUTES, MAX_OTLP_RESOURCES};
 use crate::{RawReading, Reason, Rejection};
-use std::collections::HashMap;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ExportRequest {
@@ -175,17 +174,19 @@ impl OtlpMapping {
     /// The readings of a decoded request, in order: resources, scopes,
     /// metrics, points.
     pub(crate) fn readings(&self, req: &ExportRequest) -> Result<Vec<RawReading>, Rejection> {
-        let streams: HashMap<&str, &str> = self
-            .metrics
-            .iter()
-            .map(|(m, s)| (m.as_str(), s.as_str()))
-            .collect();
+        // A mapping names a few metrics: looked up in place.
+        let stream_of = |name: &str| {
+            self.metrics
+                .iter()
+                .find(|(m, _)| m == name)
+                .map(|(_, s)| s.as_str())
+        };
         let mut out = Vec::new();
         for (r, rm) in req.resource_metrics.iter().enumerate() {
             let resource = rm.resource.as_ref().map_or(&[][..], |x| &x.attributes[..]);
             for sm in &rm.scope_metrics {
                 for m in &sm.metrics {
-                    let Some(&stream) = streams.get(m.name.as_str()) else {
+                    let Some(stream) = stream_of(&m.name) else {
                         continue;
                     };
                     for p in points_of(m)? {
@@ -256,6 +257,48 @@ fn points_of(m: &Metric) -> Result<&[NumberDataPoint], Rejection> {
         Some(Data::Summary(_)) => refuse("a summary"),
         None => refuse("without data"),
     }
+}
+
+/// An OTLP metrics request in Protobuf as an SDK writes it, for benches
+/// and examples: per device one resource (the SDK's own attributes,
+/// `service.name` and `device.id`) whose gauges `(metric, value)` each hold
+/// one point at `t_ms` carrying one attribute.
+pub fn example_otlp(devices: &[(String, Vec<(&str, f64)>)], t_ms: i64) -> Vec<u8> {
+    use prost::Message as _;
+    let text = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(Scalar::String(v.into())),
+        }),
+    };
+    let gauge = |(name, value): &(&str, f64)| Metric {
+        name: name.to_string(),
+        data: Some(Data::Gauge(Points {
+            data_points: vec![NumberDataPoint {
+                attributes: vec![text("zone", "front")],
+                time_unix_nano: t_ms as u64 * 1_000_000,
+                value: Some(Number::AsDouble(*value)),
+            }],
+        })),
+    };
+    let resource = |(device, gauges): &(String, Vec<(&str, f64)>)| ResourceMetrics {
+        resource: Some(Resource {
+            attributes: vec![
+                text("telemetry.sdk.language", "python"),
+                text("telemetry.sdk.name", "opentelemetry"),
+                text("telemetry.sdk.version", "1.45.2"),
+                text("service.name", "fleet-agent"),
+                text("device.id", device),
+            ],
+        }),
+        scope_metrics: vec![ScopeMetrics {
+            metrics: gauges.iter().map(gauge).collect(),
+        }],
+    };
+    ExportRequest {
+        resource_metrics: devices.iter().map(resource).collect(),
+    }
+    .encode_to_vec()
 }
 
 #[cfg(test)]

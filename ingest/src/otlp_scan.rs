@@ -24,49 +24,68 @@ struct Field<'a> {
     body: Option<&'a [u8]>,
 }
 
-/// The fields of a message body, or `None` if its framing is broken.
-fn fields(mut buf: &[u8]) -> Option<Vec<Field<'_>>> {
-    let mut out = Vec::new();
-    while !buf.is_empty() {
-        let key = varint(&mut buf)?;
+/// The fields of a message body in order; `None` once its framing is
+/// broken (and then nothing more).
+struct Fields<'a> {
+    buf: &'a [u8],
+    broken: bool,
+}
+
+fn fields(buf: &[u8]) -> Fields<'_> {
+    Fields { buf, broken: false }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Option<Field<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() || self.broken {
+            return None;
+        }
+        let f = self.field();
+        self.broken = f.is_none();
+        Some(f)
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn field(&mut self) -> Option<Field<'a>> {
+        let key = varint(&mut self.buf)?;
         let body = match key & 7 {
             0 => {
-                varint(&mut buf)?;
+                varint(&mut self.buf)?;
                 None
             }
             1 => {
-                buf = buf.get(8..)?;
+                self.buf = self.buf.get(8..)?;
                 None
             }
             5 => {
-                buf = buf.get(4..)?;
+                self.buf = self.buf.get(4..)?;
                 None
             }
             2 => {
-                let len = usize::try_from(varint(&mut buf)?).ok()?;
-                let (b, rest) = (buf.get(..len)?, buf.get(len..)?);
-                buf = rest;
-                Some(b)
+                let len = usize::try_from(varint(&mut self.buf)?).ok()?;
+                let body = self.buf.get(..len)?;
+                self.buf = &self.buf[len..];
+                Some(body)
             }
             _ => return None,
         };
-        out.push(Field {
+        Some(Field {
             number: key >> 3,
             body,
-        });
+        })
     }
-    Some(out)
 }
 
-/// The bodies of the length-delimited fields numbered `n` in `buf`.
-fn each(buf: &[u8], n: u64) -> Option<Vec<&[u8]>> {
-    Some(
-        fields(buf)?
-            .into_iter()
-            .filter(|f| f.number == n)
-            .filter_map(|f| f.body)
-            .collect(),
-    )
+/// The bodies of the length-delimited fields numbered `n` in `buf` (a
+/// broken framing ends them: prost's decoding then says what is wrong).
+fn each(buf: &[u8], n: u64) -> impl Iterator<Item = &[u8]> {
+    fields(buf)
+        .map_while(|f| f)
+        .filter(move |f| f.number == n)
+        .filter_map(|f| f.body)
 }
 
 #[derive(Default)]
@@ -88,38 +107,37 @@ fn over(what: &str, max: usize) -> Rejection {
 /// (prost's decoding then says what is wrong).
 pub(crate) fn check(payload: &[u8]) -> Result<(), Rejection> {
     let mut c = Counts::default();
-    let attributes = |body: &[u8], n: u64, whose: &str| match each(body, n) {
-        Some(a) if a.len() > MAX_OTLP_ATTRIBUTES => Err(over(
+    let attributes = |body: &[u8], n: u64, whose: &str| match each(body, n).count() {
+        a if a > MAX_OTLP_ATTRIBUTES => Err(over(
             &format!("attributes on one {whose}"),
             MAX_OTLP_ATTRIBUTES,
         )),
         _ => Ok(()),
     };
-    let Some(resources) = each(payload, 1) else {
-        return Ok(());
-    };
-    for rm in resources {
+    for rm in each(payload, 1) {
         c.resources += 1;
         if c.resources > MAX_OTLP_RESOURCES {
             return Err(over("resources", MAX_OTLP_RESOURCES));
         }
-        for resource in each(rm, 1).unwrap_or_default() {
+        for resource in each(rm, 1) {
             attributes(resource, 1, "resource")?;
         }
-        for sm in each(rm, 2).unwrap_or_default() {
+        for sm in each(rm, 2) {
             c.scopes += 1;
             if c.scopes > MAX_OTLP_SCOPES {
                 return Err(over("scopes", MAX_OTLP_SCOPES));
             }
-            for m in each(sm, 2).unwrap_or_default() {
+            for m in each(sm, 2) {
                 c.metrics += 1;
                 if c.metrics > MAX_OTLP_METRICS {
                     return Err(over("metrics", MAX_OTLP_METRICS));
                 }
                 // A gauge's (5) or a sum's (7) points.
-                let data = fields(m).unwrap_or_default();
-                for d in data.iter().filter(|f| f.number == 5 || f.number == 7) {
-                    for p in each(d.body.unwrap_or_default(), 1).unwrap_or_default() {
+                let data = fields(m)
+                    .map_while(|f| f)
+                    .filter(|f| f.number == 5 || f.number == 7);
+                for d in data {
+                    for p in each(d.body.unwrap_or_default(), 1) {
                         c.points += 1;
                         if c.points > MAX_OTLP_POINTS {
                             return Err(over("data points", MAX_OTLP_POINTS));
