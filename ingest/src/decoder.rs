@@ -289,7 +289,9 @@ impl Decoder {
         let req = match format {
             Format::OtlpProto => {
                 otlp_scan::check(payload)?;
-                <otlp::ExportRequest as Message>::decode(payload).map_err(|e| {
+                // One copy of the request; its strings are slices of it.
+                let buf = prost::bytes::Bytes::copy_from_slice(payload);
+                <otlp::ExportRequest as Message>::decode(buf).map_err(|e| {
                     Rejection::new(
                         Reason::Undecodable,
                         format!("ExportMetricsServiceRequest: {e}"),

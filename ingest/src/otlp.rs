@@ -19,6 +19,7 @@ use crate::labels::Labels;
 #[cfg(test)]
 use crate::otlp_scan::{MAX_OTLP_ATTRIBUTES, MAX_OTLP_RESOURCES};
 use crate::{RawReading, Reason, Rejection};
+use prost::bytes::Bytes;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct ExportRequest {
@@ -48,8 +49,8 @@ pub(crate) struct ScopeMetrics {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct Metric {
-    #[prost(string, tag = "1")]
-    pub name: String,
+    #[prost(bytes = "bytes", tag = "1")]
+    pub name: Bytes,
     #[prost(oneof = "Data", tags = "5, 7, 9, 10, 11")]
     pub data: Option<Data>,
 }
@@ -108,8 +109,10 @@ pub(crate) enum Number {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct KeyValue {
-    #[prost(string, tag = "1")]
-    pub key: String,
+    /// Bytes, not a `String`: read zero-copy from the request's buffer
+    /// (UTF-8 is checked where a key or value is used).
+    #[prost(bytes = "bytes", tag = "1")]
+    pub key: Bytes,
     #[prost(message, optional, tag = "2")]
     pub value: Option<AnyValue>,
 }
@@ -124,8 +127,8 @@ pub(crate) struct AnyValue {
 
 #[derive(Clone, PartialEq, prost::Oneof)]
 pub(crate) enum Scalar {
-    #[prost(string, tag = "1")]
-    String(String),
+    #[prost(bytes = "bytes", tag = "1")]
+    String(Bytes),
     #[prost(bool, tag = "2")]
     Bool(bool),
     #[prost(int64, tag = "3")]
@@ -151,13 +154,14 @@ pub struct OtlpMapping {
 }
 
 impl Scalar {
-    fn text(&self) -> String {
-        match self {
-            Scalar::String(s) => s.clone(),
+    /// The value as text; `None` for a string that is not UTF-8.
+    fn text(&self) -> Option<String> {
+        Some(match self {
+            Scalar::String(s) => std::str::from_utf8(s).ok()?.to_string(),
             Scalar::Bool(b) => b.to_string(),
             Scalar::Int(i) => i.to_string(),
             Scalar::Double(d) => d.to_string(),
-        }
+        })
     }
 }
 
@@ -166,7 +170,7 @@ fn attribute<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a Scalar> {
     attrs
         .iter()
         .rev()
-        .find(|kv| kv.key == key)
+        .find(|kv| kv.key == key.as_bytes())
         .and_then(|kv| kv.value.as_ref()?.value.as_ref())
 }
 
@@ -175,10 +179,10 @@ impl OtlpMapping {
     /// metrics, points.
     pub(crate) fn readings(&self, req: &ExportRequest) -> Result<Vec<RawReading>, Rejection> {
         // A mapping names a few metrics: looked up in place.
-        let stream_of = |name: &str| {
+        let stream_of = |name: &[u8]| {
             self.metrics
                 .iter()
-                .find(|(m, _)| m == name)
+                .find(|(m, _)| m.as_bytes() == name)
                 .map(|(_, s)| s.as_str())
         };
         let mut out = Vec::new();
@@ -206,19 +210,25 @@ impl OtlpMapping {
         p: &NumberDataPoint,
     ) -> Result<RawReading, Rejection> {
         let find = |key: &str| attribute(&p.attributes, key).or_else(|| attribute(resource, key));
-        let device = find(&self.device_attribute).map(Scalar::text).ok_or_else(|| {
+        let attr = &self.device_attribute;
+        let device = find(attr).ok_or_else(|| {
             Rejection::new(
                 Reason::MissingField,
                 format!(
-                    "resource {r}: a point of metric for stream '{stream}' has no attribute '{}' (the device id), on the point or its resource",
-                    self.device_attribute
+                    "resource {r}: a point of metric for stream '{stream}' has no attribute '{attr}' (the device id), on the point or its resource"
                 ),
+            )
+        })?;
+        let device = device.text().ok_or_else(|| {
+            Rejection::new(
+                Reason::Undecodable,
+                format!("resource {r}: attribute '{attr}' (the device id) is not UTF-8"),
             )
         })?;
         let mut labels = Labels::default();
         for (name, key) in &self.labels {
-            if let Some(v) = find(key) {
-                let (n, v) = (labels.append(name), labels.append(&v.text()));
+            if let Some(v) = find(key).and_then(Scalar::text) {
+                let (n, v) = (labels.append(name), labels.append(&v));
                 labels.push_spans(n, v);
             }
         }
@@ -244,7 +254,7 @@ fn points_of(m: &Metric) -> Result<&[NumberDataPoint], Rejection> {
             Reason::UnsupportedMetric,
             format!(
                 "metric '{}' is {kind}; FleetDP reads gauges and delta sums",
-                crate::truncate(&m.name, 64)
+                crate::truncate(&String::from_utf8_lossy(&m.name), 64)
             ),
         ))
     };
@@ -266,13 +276,13 @@ fn points_of(m: &Metric) -> Result<&[NumberDataPoint], Rejection> {
 pub fn example_otlp(devices: &[(String, Vec<(&str, f64)>)], t_ms: i64) -> Vec<u8> {
     use prost::Message as _;
     let text = |k: &str, v: &str| KeyValue {
-        key: k.into(),
+        key: Bytes::copy_from_slice(k.as_bytes()),
         value: Some(AnyValue {
-            value: Some(Scalar::String(v.into())),
+            value: Some(Scalar::String(Bytes::copy_from_slice(v.as_bytes()))),
         }),
     };
     let gauge = |(name, value): &(&str, f64)| Metric {
-        name: name.to_string(),
+        name: Bytes::copy_from_slice(name.as_bytes()),
         data: Some(Data::Gauge(Points {
             data_points: vec![NumberDataPoint {
                 attributes: vec![text("zone", "front")],

@@ -126,11 +126,11 @@ fn double(v: &Value) -> Option<f64> {
 fn attributes(a: Vec<JsonKeyValue>) -> Vec<KeyValue> {
     a.into_iter()
         .map(|kv| KeyValue {
-            key: kv.key,
+            key: kv.key.into(),
             value: kv.value.map(|v| AnyValue {
                 value: v
                     .string_value
-                    .map(Scalar::String)
+                    .map(|s| Scalar::String(s.into()))
                     .or(v.bool_value.map(Scalar::Bool))
                     .or(v.int_value.as_ref().and_then(int).map(Scalar::Int))
                     .or(v.double_value.as_ref().and_then(double).map(Scalar::Double)),
@@ -191,7 +191,10 @@ fn metric(m: JsonMetric) -> Metric {
     } else {
         m.summary.map(|_| Data::Summary(Unread {}))
     };
-    Metric { name: m.name, data }
+    Metric {
+        name: m.name.into(),
+        data,
+    }
 }
 
 /// Parse an OTLP/JSON `ExportMetricsServiceRequest`.

@@ -9,13 +9,13 @@ use prost::Message as _;
 
 fn attr(key: &str, v: Scalar) -> KeyValue {
     KeyValue {
-        key: key.into(),
+        key: Bytes::copy_from_slice(key.as_bytes()),
         value: Some(AnyValue { value: Some(v) }),
     }
 }
 
 fn text(key: &str, v: &str) -> KeyValue {
-    attr(key, Scalar::String(v.into()))
+    attr(key, Scalar::String(Bytes::copy_from_slice(v.as_bytes())))
 }
 
 fn point(t_ms: u64, v: Number, attributes: Vec<KeyValue>) -> NumberDataPoint {
@@ -28,7 +28,7 @@ fn point(t_ms: u64, v: Number, attributes: Vec<KeyValue>) -> NumberDataPoint {
 
 fn metric(name: &str, data: Data) -> Metric {
     Metric {
-        name: name.into(),
+        name: Bytes::copy_from_slice(name.as_bytes()),
         data: Some(data),
     }
 }
@@ -230,6 +230,16 @@ fn a_hostile_corpus_is_rejected_with_reasons() {
     let e = reject(req.encode_to_vec());
     assert_eq!(e.reason, Reason::MissingField);
     assert!(e.detail.contains("device.id"), "{e}");
+    // A device id that is not UTF-8.
+    let mut req = request();
+    req.resource_metrics[1]
+        .resource
+        .as_mut()
+        .unwrap()
+        .attributes[0] = attr("device.id", Scalar::String(Bytes::from_static(b"car-\xff")));
+    let e = reject(req.encode_to_vec());
+    assert_eq!(e.reason, Reason::Undecodable);
+    assert!(e.detail.contains("not UTF-8"), "{e}");
     // A point without a time, or without a value.
     let mut req = request();
     req.resource_metrics[1].scope_metrics[0].metrics[0].data = Some(Data::Gauge(Points {
