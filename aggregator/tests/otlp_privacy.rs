@@ -1,4 +1,4 @@
-//! The OTLP mapping keeps the per-device bound (issue 55, privacy): by
+//! The OTLP mapping keeps the per-device bound (docs/input.md#opentelemetry): by
 //! brute force through the real decoder, `[otlp]` mapping and windows, as
 //! `flat_map.rs` checks the `[input]` mapping. An OTLP request carries
 //! several resources, each a device, and a point may name its own device

@@ -1,5 +1,5 @@
 //! The parts of an OTLP metrics request counted on its wire form, before
-//! anything is decoded, against [`OtlpBounds`]: a 1 MiB request of empty
+//! anything is decoded, against the bounds below: a 1 MiB request of empty
 //! attributes or points (2 bytes each) would otherwise be materialised as
 //! half a million of them before any bound is checked. Only the framing
 //! is read (field keys and lengths), along the paths `otlp.rs` decodes.
