@@ -17,4 +17,11 @@ fn main() {
         ])
         .compile_fds(fds)
         .expect("generate Rust from the .proto");
+    // OTLP's metrics messages, as FleetDP writes them: prost's own types,
+    // without serde (their JSON is OTLP/JSON, written by hand).
+    println!("cargo:rerun-if-changed=proto/otlp_metrics.proto");
+    let otlp = protox::compile(["proto/otlp_metrics.proto"], ["proto"]).expect("valid .proto");
+    prost_build::Config::new()
+        .compile_fds(otlp)
+        .expect("generate Rust from the OTLP .proto");
 }

@@ -792,3 +792,37 @@ fn the_output_page_matches_the_json_schemas() {
         );
     }
 }
+
+/// Every YAML block in the manual parses; a Collector's Kafka receiver or
+/// exporter there names an encoding FleetDP reads or writes, as the TOML
+/// beside it does.
+#[test]
+fn every_yaml_block_parses_and_its_kafka_encodings_are_fleetdps() {
+    let mut collectors = 0;
+    for (page, text) in pages() {
+        for (info, body) in blocks(&text) {
+            if !matches!(info.split_whitespace().next(), Some("yaml" | "yml")) {
+                continue;
+            }
+            let y: serde_yaml::Value = serde_yaml::from_str(&body).unwrap_or_else(|e| {
+                panic!("{}: a YAML block does not parse: {e}\n{body}", name(&page))
+            });
+            for side in ["receivers", "exporters"] {
+                let Some(kafka) = y.get(side).and_then(|s| s.get("kafka")) else {
+                    continue;
+                };
+                collectors += 1;
+                let encoding = kafka["metrics"]["encoding"].as_str();
+                assert!(
+                    matches!(encoding, Some("otlp_proto" | "otlp_json")),
+                    "{}: the Collector's kafka {side} encoding {encoding:?}",
+                    name(&page)
+                );
+            }
+        }
+    }
+    assert!(
+        collectors >= 2,
+        "the input and output pages show their Collectors"
+    );
+}

@@ -31,6 +31,7 @@ mod layout;
 mod logs;
 mod mapped_input;
 mod otlp;
+mod otlp_out;
 mod otlp_privacy;
 mod outage;
 mod pipeline;

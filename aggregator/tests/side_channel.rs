@@ -6,7 +6,8 @@
 //! names are removed, must be identical between the two runs; so must the
 //! output topic's window records — the same windows, each with the same
 //! key, headers and every published field but its noisy values and its
-//! release time (the wall clock's here).
+//! release time (the wall clock's here); and so must their OpenTelemetry
+//! copies on `kafka.otlp_topic`, but for their values and release times.
 
 use crate::harness;
 
@@ -36,6 +37,38 @@ running_share = 0.2
 running_lifetime = 1024
 "#;
 
+/// The run's OpenTelemetry copy of its releases.
+fn otlp_topic(t: &Topics) -> String {
+    format!("{}-otlp", t.output)
+}
+
+/// The OTLP records of a run by key: key, headers and every field but the
+/// points' values and release times (the wall clock's here).
+fn otlp_public(broker: &Broker, t: &Topics) -> BTreeMap<String, String> {
+    use proto::otlp::{metric, ExportMetricsServiceRequest};
+    read_all(broker, &otlp_topic(t))
+        .into_iter()
+        .map(|m| {
+            let mut req = ExportMetricsServiceRequest::decode(&*m.payload).unwrap();
+            for rm in &mut req.resource_metrics {
+                for sm in &mut rm.scope_metrics {
+                    for metric in &mut sm.metrics {
+                        if let Some(metric::Data::Gauge(g)) = &mut metric.data {
+                            for p in &mut g.data_points {
+                                p.value = None;
+                                p.time_unix_nano = 0;
+                            }
+                        }
+                    }
+                }
+            }
+            let key = String::from_utf8(m.key.clone()).unwrap();
+            let headers: BTreeMap<_, _> = m.headers.iter().collect();
+            (key, format!("{headers:?} {req:?}"))
+        })
+        .collect()
+}
+
 struct Run {
     metrics: Vec<String>,
     logs: Vec<String>,
@@ -51,6 +84,10 @@ fn run(broker: &Broker, t: &Topics, windows: u64, dir: &Path, name: &str) -> Run
         "measure = \"zcdp\"\nrho_per_device = 2.0\ndelta = 1e-6\nhorizon = \"1h\"\nkey_env = \"FLEETDP_SIDE_KEY\"",
         &format!("[http]\nlisten = \"127.0.0.1:{port}\""),
         STREAM,
+    )
+    .replace(
+        "[kafka]\n",
+        &format!("[kafka]\notlp_topic = \"{}\"\n", otlp_topic(t)),
     );
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(&cfg, text).unwrap();
@@ -220,7 +257,13 @@ fn telemetry_is_identical_on_neighbouring_inputs() {
         let mut runs_windows = 0;
         for (t, input, name) in [(&ta, &msgs, "a"), (&tb, &neighbour, "b")] {
             broker
-                .create_topics(&[(&t.input, 2), (&t.output, 1), (&t.dlq, 1), (&t.state, 1)])
+                .create_topics(&[
+                    (&t.input, 2),
+                    (&t.output, 1),
+                    (&t.dlq, 1),
+                    (&t.state, 1),
+                    (&otlp_topic(t), 1),
+                ])
                 .await;
             produce(&broker, &t.input, input).await;
             let stored = tokio::task::block_in_place(|| read_all(&broker, &t.input));
@@ -293,6 +336,24 @@ fn telemetry_is_identical_on_neighbouring_inputs() {
         );
         for (w, a) in &ra {
             assert_eq!(a, &rb[w], "window {w:?}: published fields differ");
+        }
+        // The OpenTelemetry copy: one per window and fleet release, the
+        // same on both sides but for its values and release times.
+        let (oa, ob) =
+            tokio::task::block_in_place(|| (otlp_public(&broker, &ta), otlp_public(&broker, &tb)));
+        assert!(
+            oa.len() >= ra.len(),
+            "{} OTLP records for {} windows",
+            oa.len(),
+            ra.len()
+        );
+        assert_eq!(
+            oa.keys().collect::<Vec<_>>(),
+            ob.keys().collect::<Vec<_>>(),
+            "the OTLP records differ"
+        );
+        for (k, a) in &oa {
+            assert_eq!(a, &ob[k], "OTLP record {k}: published fields differ");
         }
         let _ = std::fs::remove_dir_all(&dir);
     });

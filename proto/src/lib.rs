@@ -1,8 +1,15 @@
 //! FleetDP's wire messages: device readings in, window releases out
-//! (`proto/fleetdp.proto`, compiled at build time without a system protoc).
+//! (`proto/fleetdp.proto`, compiled at build time without a system protoc),
+//! and the OTLP metrics messages releases are also written as.
 
 pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/fleetdp.v1.rs"));
+}
+
+/// OpenTelemetry's metrics messages that FleetDP writes
+/// (`proto/otlp_metrics.proto`: OTLP's field numbers and names).
+pub mod otlp {
+    include!(concat!(env!("OUT_DIR"), "/fleetdp.otlp.rs"));
 }
 
 pub use v1::{

@@ -39,6 +39,7 @@ pub(crate) use identity::changed as changed_settings;
 pub use identity::PlanIdentity;
 pub use input::InputConfig;
 pub use limits::{LimitsConfig, MAX_DEVICES_PER_LANE, MAX_MESSAGE_BYTES, MAX_READINGS_PER_MESSAGE};
+pub use otlp::OtlpEncoding;
 pub use refused::{configuration, Configuration};
 pub(crate) use secrets::redact_logged;
 pub use secrets::{Expanded, MAX_SECRET_BYTES};
@@ -111,6 +112,12 @@ pub struct KafkaConfig {
     /// Releases as protobuf `WindowRelease` (default) or JSON.
     #[serde(default)]
     pub output_format: OutputFormat,
+    /// Every release written again as OpenTelemetry metrics, to this topic
+    /// in `otlp_encoding` (`otlp.rs`).
+    #[serde(default)]
+    pub otlp_topic: Option<String>,
+    #[serde(default)]
+    pub otlp_encoding: Option<otlp::OtlpEncoding>,
     /// Dead letters sent ahead of their acknowledgement (commits stay behind
     /// the oldest). 1 (default) sends them one at a time, which tansu 0.6
     /// needs (it loses records of multi-record batches); on Apache Kafka
@@ -151,6 +158,8 @@ impl std::fmt::Debug for KafkaConfig {
             .field("input_framing", &self.input_framing)
             .field("read_content_type", &self.read_content_type)
             .field("output_format", &self.output_format)
+            .field("otlp_topic", &self.otlp_topic)
+            .field("otlp_encoding", &self.otlp_encoding)
             .field("dead_letters_in_flight", &self.dead_letters_in_flight)
             .field("undecodable", &self.undecodable)
             .field("security", &self.security)
@@ -187,6 +196,7 @@ impl KafkaConfig {
                 bail!("kafka: input_topic, output_topic, dead_letter_topic and state_topic must be four different topics ({a} twice)");
             }
         }
+        otlp::check_output(self.otlp_topic.as_deref(), self.otlp_encoding, &topics)?;
         if !(1..=1_000_000).contains(&self.dead_letters_in_flight) {
             bail!("kafka.dead_letters_in_flight: must be in [1, 1000000]");
         }

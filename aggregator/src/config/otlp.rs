@@ -2,7 +2,9 @@
 //! "otlp_proto"` or `"otlp_json"`, as the Collector's Kafka exporter
 //! writes them) — which attribute names the device, which metric feeds
 //! which stream, which attributes feed dimensions. Validated at start;
-//! each error names the field.
+//! each error names the field. Also `kafka.otlp_topic` and
+//! `kafka.otlp_encoding`: every release written again as OpenTelemetry
+//! metrics (`runtime/otlp_out.rs`).
 
 use anyhow::{bail, Result};
 use serde::Deserialize;
@@ -21,6 +23,39 @@ pub struct OtlpConfig {
     /// its resource's), for streams with `group_by`.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// `kafka.otlp_encoding`: how releases are written to `kafka.otlp_topic`,
+/// as the Collector's Kafka receiver names its encodings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpEncoding {
+    #[default]
+    OtlpProto,
+    OtlpJson,
+}
+
+/// `kafka.otlp_topic` names a topic none of `others` (FleetDP's other
+/// topics) is; `kafka.otlp_encoding` needs it.
+pub fn check_output(
+    topic: Option<&str>,
+    encoding: Option<OtlpEncoding>,
+    others: &[String],
+) -> Result<()> {
+    match topic {
+        None if encoding.is_some() => {
+            bail!(
+                "kafka.otlp_encoding: set kafka.otlp_topic too (the topic the OTLP records go to)"
+            )
+        }
+        Some(t) if t.trim().is_empty() => bail!("kafka.otlp_topic: must not be empty"),
+        Some(t) if others.iter().any(|o| o == t) => {
+            bail!(
+                "kafka.otlp_topic: {t} is already one of FleetDP's topics; name a topic of its own"
+            )
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Longest attribute or metric name `[otlp]` may name (bytes).
@@ -135,5 +170,22 @@ mod tests {
             .map(|i| (format!("d{i}"), "a".into()))
             .collect();
         assert!(err(Some(&t), Format::OtlpProto, false).contains("otlp.labels"));
+    }
+
+    #[test]
+    fn the_otlp_output_topic_is_its_own_and_an_encoding_needs_it() {
+        let others = ["in".to_string(), "out".to_string()];
+        let enc = Some(OtlpEncoding::OtlpJson);
+        assert!(check_output(Some("otlp"), enc, &others).is_ok());
+        assert!(check_output(None, None, &others).is_ok());
+        let err = |t, e| check_output(t, e, &others).unwrap_err().to_string();
+        assert!(err(None, enc).contains("kafka.otlp_encoding"));
+        assert!(err(Some("out"), None).contains("kafka.otlp_topic"));
+        assert!(err(Some(" "), None).contains("kafka.otlp_topic"));
+        let parsed: OtlpEncoding = toml::from_str::<toml::Value>("e = \"otlp_json\"").unwrap()["e"]
+            .clone()
+            .try_into()
+            .unwrap();
+        assert_eq!(parsed, OtlpEncoding::OtlpJson);
     }
 }

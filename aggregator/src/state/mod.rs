@@ -117,7 +117,7 @@ pub const FLEET: &str = "fleet";
 /// The state records of one closed window, ready to write.
 pub(crate) struct WindowRecords {
     /// The release's key, also its first charges record's key.
-    record_key: String,
+    pub(crate) record_key: String,
     /// The ledger entry's key: `stream/partition`.
     lane_key: String,
     /// The window's charges records: (key, payload), each under the

@@ -21,6 +21,8 @@ pub enum Role {
     Output,
     DeadLetters,
     State,
+    /// `kafka.otlp_topic`: the releases as OpenTelemetry metrics.
+    Otlp,
 }
 
 impl Role {
@@ -31,6 +33,7 @@ impl Role {
             Role::Output => "kafka.output_topic",
             Role::DeadLetters => "kafka.dead_letter_topic",
             Role::State => "kafka.state_topic",
+            Role::Otlp => "kafka.otlp_topic",
         }
     }
 }
@@ -72,7 +75,7 @@ pub fn spec(
             let keep = (needed_ms(horizon, max_lateness) + day).max(KAFKA_DEFAULT_RETENTION_MS);
             c.push(("retention.ms", keep.to_string()));
         }
-        Role::Output => c.push(("message.timestamp.type", "CreateTime".into())),
+        Role::Output | Role::Otlp => c.push(("message.timestamp.type", "CreateTime".into())),
         Role::DeadLetters => {}
     }
     c
@@ -271,7 +274,13 @@ mod tests {
 
     #[test]
     fn the_created_topics_meet_the_judgement() {
-        for role in [Role::Input, Role::Output, Role::DeadLetters, Role::State] {
+        for role in [
+            Role::Input,
+            Role::Output,
+            Role::DeadLetters,
+            Role::State,
+            Role::Otlp,
+        ] {
             for replication in [1, 3] {
                 let configs = spec(role, replication, TIMES.0, TIMES.1);
                 let d = Described {

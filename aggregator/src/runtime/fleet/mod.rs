@@ -369,6 +369,12 @@ async fn publish(
     let k = &t.v.config.kafka;
     let (payload, ct) = encode_fleet(f, k.output_format);
     let key = proto::fleet_record_key(&f.stream, f.window_seq);
+    // The OpenTelemetry copy first: a crash before the native record
+    // writes both again (otlp_out.rs).
+    if let Some(o) = crate::runtime::otlp_out::fleet_record(&t.v, f) {
+        let at = Some(f.released_at_ms);
+        crate::runtime::otlp_out::write(&t.producer, &t.v, &key, &o, at, stop).await?;
+    }
     let headers = OwnedHeaders::new()
         .insert(Header {
             key: CONTENT_TYPE,

@@ -168,6 +168,8 @@ struct Computed {
     values: Option<Vec<i64>>,
     records: WindowRecords,
     timed: bool,
+    /// Its OpenTelemetry record, where `kafka.otlp_topic` is set.
+    otlp: Option<(Vec<u8>, &'static str)>,
 }
 
 /// Wait until the wall clock reads `at_ms` (ms since the epoch); returns
@@ -318,6 +320,11 @@ impl<'a> Releases<'a> {
                     timestamp_ms: c.timed.then_some(c.release.released_at_ms),
                     key: &key_ids,
                 };
+                if let Some(o) = &c.otlp {
+                    let key = &c.records.record_key;
+                    let at = record.timestamp_ms;
+                    crate::runtime::otlp_out::write(&producer, &v, key, o, at, &mut stop).await?;
+                }
                 state::write_release(&producer, &state_topic, c.records, record, &mut stop).await?;
                 out.push(Released {
                     partition: meta.partition,
@@ -395,12 +402,14 @@ impl<'a> Releases<'a> {
                 release.group.insert(dimension, value);
             }
             let (payload, content_type) = encode_release(&release, v.config.kafka.output_format);
+            let otlp = crate::runtime::otlp_out::window_record(&v, &release);
             let plan = state::fingerprint(&v, w.stream, input_partitions, &key_id);
             Computed {
                 truth: with_truth.then(|| stream.truth(&w.values)),
                 values: with_truth.then(|| w.values.clone()),
                 records: WindowRecords::new(&stream.spec.name, &w, lane, &plan),
                 timed: w.timed,
+                otlp,
                 release,
                 payload,
                 content_type,

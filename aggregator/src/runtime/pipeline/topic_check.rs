@@ -24,15 +24,17 @@ pub const MAX_REPLICATION: i32 = 32;
 /// How long the cluster may take to describe the topics at start.
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The four topics, by role.
-fn topics(v: &Validated) -> [(Role, String); 4] {
+/// The topics, by role: four, and the OTLP topic where one is named.
+fn topics(v: &Validated) -> Vec<(Role, String)> {
     let k = &v.config.kafka;
-    [
+    let mut all = vec![
         (Role::Input, k.input_topic.clone()),
         (Role::Output, k.output_topic.clone()),
         (Role::DeadLetters, k.dead_letter_topic.clone()),
         (Role::State, k.state_topic()),
-    ]
+    ];
+    all.extend(k.otlp_topic.clone().map(|t| (Role::Otlp, t)));
+    all
 }
 
 /// Create the topics that do not exist: `partitions` each (the dead-letter
