@@ -184,6 +184,24 @@ struct Figure<'a> {
     half_width: Option<f64>,
 }
 
+impl<'a> Figure<'a> {
+    fn of(
+        name: &'a str,
+        values: &'a [f64],
+        level: Option<f64>,
+        bin_edges: &'a [f64],
+        half_width: Option<f64>,
+    ) -> Self {
+        Figure {
+            name,
+            values,
+            level,
+            bin_edges,
+            half_width,
+        }
+    }
+}
+
 impl Builder {
     fn new(common: Vec<KeyValue>, first_ms: i64, released_ms: i64, unit: String) -> Self {
         Builder {
@@ -260,13 +278,7 @@ impl Builder {
     fn running(&mut self, totals: &[proto::v1::RunningTotal]) {
         for t in totals {
             let unit = unit_of(&t.name, &self.unit);
-            let f = Figure {
-                name: &t.name,
-                values: &t.values,
-                level: None,
-                bin_edges: &t.bin_edges,
-                half_width: None,
-            };
+            let f = Figure::of(&t.name, &t.values, None, &t.bin_edges, None);
             let with_windows = |mut a: Vec<KeyValue>| {
                 a.push(int("fleetdp.running.windows", t.windows as i64));
                 a
@@ -335,13 +347,13 @@ pub fn window_request(r: &proto::WindowRelease, unit: String) -> ExportMetricsSe
     common.push(int("fleetdp.partition", i64::from(r.partition)));
     let mut b = Builder::new(common, r.first_event_time_ms, r.released_at_ms, unit);
     for s in &r.statistics {
-        b.figure(Figure {
-            name: &s.name,
-            values: &s.values,
-            level: s.level,
-            bin_edges: &s.bin_edges,
-            half_width: s.half_width,
-        });
+        b.figure(Figure::of(
+            &s.name,
+            &s.values,
+            s.level,
+            &s.bin_edges,
+            s.half_width,
+        ));
     }
     b.running(&r.running);
     b.request()
@@ -359,13 +371,13 @@ pub fn fleet_request(f: &proto::FleetRelease, unit: String) -> ExportMetricsServ
     ));
     let mut b = Builder::new(common, f.first_event_time_ms, f.released_at_ms, unit);
     for s in &f.statistics {
-        b.figure(Figure {
-            name: &s.name,
-            values: &s.values,
-            level: s.level,
-            bin_edges: &s.bin_edges,
-            half_width: s.half_width,
-        });
+        b.figure(Figure::of(
+            &s.name,
+            &s.values,
+            s.level,
+            &s.bin_edges,
+            s.half_width,
+        ));
     }
     b.running(&f.running);
     b.request()
