@@ -23,6 +23,7 @@ mod mapped;
 mod otlp;
 mod otlp_json;
 mod otlp_scan;
+mod otlp_walk;
 mod project;
 mod scan;
 mod strict_json;

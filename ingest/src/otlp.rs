@@ -18,6 +18,7 @@
 use crate::labels::Labels;
 #[cfg(test)]
 use crate::otlp_scan::{MAX_OTLP_ATTRIBUTES, MAX_OTLP_RESOURCES};
+use crate::otlp_walk::ScalarRef;
 use crate::{RawReading, Reason, Rejection};
 use prost::bytes::Bytes;
 
@@ -156,12 +157,13 @@ pub struct OtlpMapping {
 impl Scalar {
     /// The value as text; `None` for a string that is not UTF-8.
     fn text(&self) -> Option<String> {
-        Some(match self {
-            Scalar::String(s) => std::str::from_utf8(s).ok()?.to_string(),
-            Scalar::Bool(b) => b.to_string(),
-            Scalar::Int(i) => i.to_string(),
-            Scalar::Double(d) => d.to_string(),
-        })
+        match self {
+            Scalar::String(s) => ScalarRef::Str(s),
+            Scalar::Bool(b) => ScalarRef::Bool(*b),
+            Scalar::Int(i) => ScalarRef::Int(*i),
+            Scalar::Double(d) => ScalarRef::Double(*d),
+        }
+        .text()
     }
 }
 
