@@ -304,16 +304,13 @@ impl Decoder {
                     )
                 })?
             }
-            _ => {
-                let req = otlp_json::parse(payload).map_err(|e| {
-                    Rejection::new(
-                        Reason::Undecodable,
-                        format!("OTLP/JSON: {}", json_error(&e)),
-                    )
-                })?;
-                otlp_scan::check_decoded(&req)?;
-                req
-            }
+            _ => otlp_json::parse(payload).map_err(|f| match f {
+                otlp_json::Failure::Over(r) => r,
+                otlp_json::Failure::Json(e) => Rejection::new(
+                    Reason::Undecodable,
+                    format!("OTLP/JSON: {}", json_error(&e)),
+                ),
+            })?,
         };
         m.readings(&req)
     }

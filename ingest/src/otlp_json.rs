@@ -3,20 +3,29 @@
 //! numbers) read into the types `otlp.rs` decodes Protobuf into, so one
 //! walk maps both. Snake-case names, integers as numbers and enum names
 //! are accepted too, as protobuf's JSON readers accept them. Fields FleetDP
-//! does not read are ignored.
+//! does not read are skipped without being built. The bounds of
+//! `otlp_scan.rs` are counted while the request is parsed
+//! (`otlp_json/bounded.rs`): a request over one stops at the first part
+//! past it.
 
 use crate::otlp::{
     AnyValue, Data, ExportRequest, KeyValue, Metric, Number, NumberDataPoint, Points, Resource,
     ResourceMetrics, Scalar, ScopeMetrics, Sum, Unread, DELTA,
 };
+use crate::Rejection;
+use bounded::{
+    Counted, JsonScalar, METRICS, POINTS, POINT_ATTRIBUTES, RESOURCES, RESOURCE_ATTRIBUTES, SCOPES,
+};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
-use serde_json::Value;
+
+mod bounded;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Request {
     #[serde(default, alias = "resource_metrics")]
-    resource_metrics: Vec<JsonResourceMetrics>,
+    resource_metrics: Counted<JsonResourceMetrics, RESOURCES>,
 }
 
 #[derive(Deserialize)]
@@ -25,19 +34,19 @@ struct JsonResourceMetrics {
     #[serde(default)]
     resource: Option<JsonResource>,
     #[serde(default, alias = "scope_metrics")]
-    scope_metrics: Vec<JsonScopeMetrics>,
+    scope_metrics: Counted<JsonScopeMetrics, SCOPES>,
 }
 
 #[derive(Deserialize)]
 struct JsonResource {
     #[serde(default)]
-    attributes: Vec<JsonKeyValue>,
+    attributes: Counted<JsonKeyValue, RESOURCE_ATTRIBUTES>,
 }
 
 #[derive(Deserialize)]
 struct JsonScopeMetrics {
     #[serde(default)]
-    metrics: Vec<JsonMetric>,
+    metrics: Counted<JsonMetric, METRICS>,
 }
 
 #[derive(Deserialize)]
@@ -50,33 +59,33 @@ struct JsonMetric {
     #[serde(default)]
     sum: Option<JsonPoints>,
     #[serde(default)]
-    histogram: Option<Value>,
+    histogram: Option<IgnoredAny>,
     #[serde(default, alias = "exponential_histogram")]
-    exponential_histogram: Option<Value>,
+    exponential_histogram: Option<IgnoredAny>,
     #[serde(default)]
-    summary: Option<Value>,
+    summary: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonPoints {
     #[serde(default, alias = "data_points")]
-    data_points: Vec<JsonPoint>,
+    data_points: Counted<JsonPoint, POINTS>,
     #[serde(default, alias = "aggregation_temporality")]
-    aggregation_temporality: Option<Value>,
+    aggregation_temporality: Option<JsonScalar>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct JsonPoint {
     #[serde(default)]
-    attributes: Vec<JsonKeyValue>,
+    attributes: Counted<JsonKeyValue, POINT_ATTRIBUTES>,
     #[serde(default, alias = "time_unix_nano")]
-    time_unix_nano: Option<Value>,
+    time_unix_nano: Option<JsonScalar>,
     #[serde(default, alias = "as_double")]
-    as_double: Option<Value>,
+    as_double: Option<JsonScalar>,
     #[serde(default, alias = "as_int")]
-    as_int: Option<Value>,
+    as_int: Option<JsonScalar>,
 }
 
 #[derive(Deserialize)]
@@ -95,36 +104,34 @@ struct JsonAnyValue {
     #[serde(default, alias = "bool_value")]
     bool_value: Option<bool>,
     #[serde(default, alias = "int_value")]
-    int_value: Option<Value>,
+    int_value: Option<JsonScalar>,
     #[serde(default, alias = "double_value")]
-    double_value: Option<Value>,
+    double_value: Option<JsonScalar>,
 }
 
 /// A 64-bit integer written as a string or a number.
-fn int(v: &Value) -> Option<i64> {
+fn int(v: &JsonScalar) -> Option<i64> {
     match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
+        JsonScalar::Number(n) => n.as_i64(),
+        JsonScalar::String(s) => s.parse().ok(),
     }
 }
 
 /// A double as a number or, for NaN and the infinities, a string.
-fn double(v: &Value) -> Option<f64> {
+fn double(v: &JsonScalar) -> Option<f64> {
     match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => match s.as_str() {
+        JsonScalar::Number(n) => n.as_f64(),
+        JsonScalar::String(s) => match s.as_str() {
             "NaN" => Some(f64::NAN),
             "Infinity" => Some(f64::INFINITY),
             "-Infinity" => Some(f64::NEG_INFINITY),
             other => other.parse().ok(),
         },
-        _ => None,
     }
 }
 
-fn attributes(a: Vec<JsonKeyValue>) -> Vec<KeyValue> {
-    a.into_iter()
+fn attributes<const K: usize>(a: Counted<JsonKeyValue, K>) -> Vec<KeyValue> {
+    a.0.into_iter()
         .map(|kv| KeyValue {
             key: kv.key.into(),
             value: kv.value.map(|v| AnyValue {
@@ -139,17 +146,16 @@ fn attributes(a: Vec<JsonKeyValue>) -> Vec<KeyValue> {
         .collect()
 }
 
-fn points(p: Vec<JsonPoint>) -> Vec<NumberDataPoint> {
-    p.into_iter()
+fn points(p: Counted<JsonPoint, POINTS>) -> Vec<NumberDataPoint> {
+    p.0.into_iter()
         .map(|p| NumberDataPoint {
             attributes: attributes(p.attributes),
             time_unix_nano: p
                 .time_unix_nano
                 .as_ref()
                 .and_then(|v| match v {
-                    Value::Number(n) => n.as_u64(),
-                    Value::String(s) => s.parse().ok(),
-                    _ => None,
+                    JsonScalar::Number(n) => n.as_u64(),
+                    JsonScalar::String(s) => s.parse().ok(),
                 })
                 .unwrap_or(0),
             value: match (
@@ -165,11 +171,11 @@ fn points(p: Vec<JsonPoint>) -> Vec<NumberDataPoint> {
 }
 
 /// `aggregationTemporality` as a number or an enum name.
-fn temporality(v: Option<&Value>) -> i32 {
+fn temporality(v: Option<&JsonScalar>) -> i32 {
     match v {
-        Some(Value::Number(n)) => n.as_i64().unwrap_or(0) as i32,
-        Some(Value::String(s)) if s == "AGGREGATION_TEMPORALITY_DELTA" => DELTA,
-        Some(Value::String(s)) if s == "AGGREGATION_TEMPORALITY_CUMULATIVE" => 2,
+        Some(JsonScalar::Number(n)) => n.as_i64().unwrap_or(0) as i32,
+        Some(JsonScalar::String(s)) if s == "AGGREGATION_TEMPORALITY_DELTA" => DELTA,
+        Some(JsonScalar::String(s)) if s == "AGGREGATION_TEMPORALITY_CUMULATIVE" => 2,
         _ => 0,
     }
 }
@@ -197,12 +203,22 @@ fn metric(m: JsonMetric) -> Metric {
     }
 }
 
-/// Parse an OTLP/JSON `ExportMetricsServiceRequest`.
-pub(crate) fn parse(payload: &[u8]) -> Result<ExportRequest, serde_json::Error> {
-    let r: Request = serde_json::from_slice(payload)?;
+/// Why an OTLP/JSON request was not read.
+pub(crate) enum Failure {
+    Json(serde_json::Error),
+    /// Over one of the bounds, named.
+    Over(Rejection),
+}
+
+/// Parse an OTLP/JSON `ExportMetricsServiceRequest`, its parts counted.
+pub(crate) fn parse(payload: &[u8]) -> Result<ExportRequest, Failure> {
+    bounded::start();
+    let r: Request = serde_json::from_slice(payload)
+        .map_err(|e| bounded::stopped().map_or(Failure::Json(e), Failure::Over))?;
     Ok(ExportRequest {
         resource_metrics: r
             .resource_metrics
+            .0
             .into_iter()
             .map(|rm| ResourceMetrics {
                 resource: rm.resource.map(|r| Resource {
@@ -210,9 +226,10 @@ pub(crate) fn parse(payload: &[u8]) -> Result<ExportRequest, serde_json::Error> 
                 }),
                 scope_metrics: rm
                     .scope_metrics
+                    .0
                     .into_iter()
                     .map(|sm| ScopeMetrics {
-                        metrics: sm.metrics.into_iter().map(metric).collect(),
+                        metrics: sm.metrics.0.into_iter().map(metric).collect(),
                     })
                     .collect(),
             })

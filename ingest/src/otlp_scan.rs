@@ -96,7 +96,7 @@ struct Counts {
     points: usize,
 }
 
-fn over(what: &str, max: usize) -> Rejection {
+pub(crate) fn over(what: &str, max: usize) -> Rejection {
     Rejection::new(
         Reason::BatchSize,
         format!("OTLP request: more than {max} {what}"),
@@ -147,42 +147,6 @@ pub(crate) fn check(payload: &[u8]) -> Result<(), Rejection> {
                 }
             }
         }
-    }
-    Ok(())
-}
-
-/// The same bounds on a request already parsed (OTLP/JSON: parsed whole,
-/// within `limits.max_message_bytes`, then counted).
-pub(crate) fn check_decoded(req: &crate::otlp::ExportRequest) -> Result<(), Rejection> {
-    use crate::otlp::Data;
-    let rms = &req.resource_metrics;
-    let scopes = rms.iter().flat_map(|r| &r.scope_metrics);
-    let metrics = || scopes.clone().flat_map(|s| &s.metrics);
-    let points = || {
-        metrics().flat_map(|m| match &m.data {
-            Some(Data::Gauge(g)) => &g.data_points[..],
-            Some(Data::Sum(s)) => &s.data_points[..],
-            _ => &[],
-        })
-    };
-    let counts = [
-        ("resources", rms.len(), MAX_OTLP_RESOURCES),
-        ("scopes", scopes.clone().count(), MAX_OTLP_SCOPES),
-        ("metrics", metrics().count(), MAX_OTLP_METRICS),
-        ("data points", points().count(), MAX_OTLP_POINTS),
-    ];
-    if let Some((what, _, max)) = counts.into_iter().find(|(_, n, max)| n > max) {
-        return Err(over(what, max));
-    }
-    let resource_attrs = rms
-        .iter()
-        .filter_map(|r| r.resource.as_ref())
-        .map(|r| r.attributes.len());
-    if resource_attrs.max().unwrap_or(0) > MAX_OTLP_ATTRIBUTES {
-        return Err(over("attributes on one resource", MAX_OTLP_ATTRIBUTES));
-    }
-    if points().map(|p| p.attributes.len()).max().unwrap_or(0) > MAX_OTLP_ATTRIBUTES {
-        return Err(over("attributes on one data point", MAX_OTLP_ATTRIBUTES));
     }
     Ok(())
 }
