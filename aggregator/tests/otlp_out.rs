@@ -43,13 +43,13 @@ fn attrs(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A native statistic's points: values, and bounds where it has a
-/// half-width.
+/// A native statistic's points: values, bounds where it has a
+/// half-width, and its rank interval where it has one.
 fn figure_points(
     name: &str,
     values: &[f64],
     level: Option<f64>,
-    half_width: Option<f64>,
+    (half_width, rank_half_width): (Option<f64>, Option<f64>),
     out: &mut Vec<Point>,
 ) {
     let unit = match name {
@@ -78,6 +78,14 @@ fn figure_points(
                 unit.into(),
                 a.clone(),
                 v + h,
+            ));
+        }
+        if let Some(r) = rank_half_width {
+            out.push((
+                format!("fleetdp.{name}.rank_half_width"),
+                "{reading}".into(),
+                a.clone(),
+                r,
             ));
         }
     }
@@ -244,7 +252,8 @@ fn every_release_is_its_otlp_request(encoding: &str) {
                 fleets += 1;
                 let f = fleetdp::fleet::decode_fleet(&r.payload, None).unwrap();
                 for s in &f.statistics {
-                    figure_points(&s.name, &s.values, s.level, s.half_width, &mut expected);
+                    let intervals = (s.half_width, None);
+                    figure_points(&s.name, &s.values, s.level, intervals, &mut expected);
                 }
                 running_points(&f.running, &mut expected);
                 let common = attrs(&[
@@ -260,7 +269,8 @@ fn every_release_is_its_otlp_request(encoding: &str) {
                 let ct = r.headers.get("content-type").map(String::as_str);
                 let w = fleetdp::kafka::decode_release(&r.payload, ct).unwrap();
                 for s in &w.statistics {
-                    figure_points(&s.name, &s.values, s.level, s.half_width, &mut expected);
+                    let intervals = (s.half_width, s.rank_half_width);
+                    figure_points(&s.name, &s.values, s.level, intervals, &mut expected);
                 }
                 running_points(&w.running, &mut expected);
                 let common = attrs(&[

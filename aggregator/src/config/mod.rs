@@ -567,7 +567,8 @@ impl Config {
             .map(|s| s.grouping(&self.dimensions))
             .collect::<Result<Vec<_>>>()?;
         if let Some(r) = &self.registry {
-            r.validate(&topics.each_ref(), groupings.iter().any(Option::is_some))?;
+            let others: Vec<&String> = topics.iter().chain(&self.kafka.otlp_topic).collect();
+            r.validate(&others, groupings.iter().any(Option::is_some))?;
         }
         dimensions::check_private_timing(
             &groupings,

@@ -416,6 +416,14 @@ fn groups_are_validated_and_planned() {
             "registry.topic",
         ),
         (
+            grouped.replacen("[[stream]]\n", registry, 1).replacen(
+                "input_topic",
+                "otlp_topic = \"devices\"\ninput_topic",
+                1,
+            ),
+            "registry.topic",
+        ),
+        (
             grouped.replacen(
                 "[[stream]]\n",
                 &registry.replace("topic = \"devices\"", "topic = \"d\"\nmax_devices = 0"),

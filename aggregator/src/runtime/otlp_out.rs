@@ -5,7 +5,8 @@
 //! `otlp_json`). Every released figure is a gauge point whose attributes
 //! name the stream, statistic, partition or fleet, group, seq and window;
 //! a figure with an interval has its bounds as the gauges
-//! `<metric>.lower` and `<metric>.upper`.
+//! `<metric>.lower` and `<metric>.upper`, a quantile's rank interval
+//! (readings either side) as `<metric>.rank_half_width`.
 //!
 //! Privacy: the request is a function of the native record alone (its
 //! released values, half-widths, public fields and release time) and of
@@ -175,13 +176,15 @@ struct Builder {
 }
 
 /// One released figure: its statistic, values, per-value attributes (a
-/// quantile's level, a histogram's bins) and half-width.
+/// quantile's level, a histogram's bins), half-width and a quantile's
+/// rank interval (window releases only).
 struct Figure<'a> {
     name: &'a str,
     values: &'a [f64],
     level: Option<f64>,
     bin_edges: &'a [f64],
     half_width: Option<f64>,
+    rank_half_width: Option<f64>,
 }
 
 impl<'a> Figure<'a> {
@@ -198,6 +201,7 @@ impl<'a> Figure<'a> {
             level,
             bin_edges,
             half_width,
+            rank_half_width: None,
         }
     }
 }
@@ -273,6 +277,12 @@ impl Builder {
             self.gauge(format!("{metric}.lower"), &unit, points(-h));
             self.gauge(format!("{metric}.upper"), &unit, points(h));
         }
+        if let Some(r) = f.rank_half_width.filter(|r| r.is_finite()) {
+            let ranks = (0..f.values.len())
+                .map(|i| (r, Self::per_value(&f, i)))
+                .collect();
+            self.gauge(format!("{metric}.rank_half_width"), "{reading}", ranks);
+        }
     }
 
     fn running(&mut self, totals: &[proto::v1::RunningTotal]) {
@@ -347,13 +357,10 @@ pub fn window_request(r: &proto::WindowRelease, unit: String) -> ExportMetricsSe
     common.push(int("fleetdp.partition", i64::from(r.partition)));
     let mut b = Builder::new(common, r.first_event_time_ms, r.released_at_ms, unit);
     for s in &r.statistics {
-        b.figure(Figure::of(
-            &s.name,
-            &s.values,
-            s.level,
-            &s.bin_edges,
-            s.half_width,
-        ));
+        b.figure(Figure {
+            rank_half_width: s.rank_half_width,
+            ..Figure::of(&s.name, &s.values, s.level, &s.bin_edges, s.half_width)
+        });
     }
     b.running(&r.running);
     b.request()

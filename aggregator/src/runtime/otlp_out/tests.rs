@@ -29,6 +29,7 @@ fn release() -> proto::WindowRelease {
                 name: "quantile".into(),
                 values: vec![22.0],
                 level: Some(0.5),
+                rank_half_width: Some(4.0),
                 ..Default::default()
             },
             Statistic {
@@ -92,6 +93,7 @@ fn a_window_release_is_one_request_of_its_figures() {
             ("fleetdp.histogram.lower", "{reading}", 3),
             ("fleetdp.histogram.upper", "{reading}", 3),
             ("fleetdp.quantile", "Cel", 1),
+            ("fleetdp.quantile.rank_half_width", "{reading}", 1),
             ("fleetdp.variance", "Cel2", 1),
             ("fleetdp.running.sum", "Cel", 1),
             ("fleetdp.running.sum.std", "Cel", 1),
@@ -117,6 +119,12 @@ fn a_window_release_is_one_request_of_its_figures() {
     let q = &points(&m[6])[0];
     assert_eq!(
         attr(q, "fleetdp.quantile.level"),
+        Some(&any_value::Value::DoubleValue(0.5))
+    );
+    let rank = &points(&m[7])[0];
+    assert_eq!(value(rank), 4.0);
+    assert_eq!(
+        attr(rank, "fleetdp.quantile.level"),
         Some(&any_value::Value::DoubleValue(0.5))
     );
     for m in metrics(&req) {
@@ -158,6 +166,7 @@ fn a_request_carries_only_the_release_numbers() {
                 allowed.extend([v - h, v + h]);
             }
         }
+        allowed.extend(s.rank_half_width);
         allowed.extend(&s.bin_edges);
         allowed.extend(s.level);
     }
