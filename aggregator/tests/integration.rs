@@ -13,6 +13,7 @@ mod build_deps;
 mod compression;
 mod config_files;
 mod config_property;
+mod coverage_fleet_e2e;
 mod crash;
 mod demo;
 mod demo_documents;
