@@ -18,7 +18,6 @@
 use crate::labels::Labels;
 #[cfg(test)]
 use crate::otlp_scan::{MAX_OTLP_ATTRIBUTES, MAX_OTLP_RESOURCES};
-use crate::otlp_walk::ScalarRef;
 use crate::{RawReading, Reason, Rejection};
 use prost::bytes::Bytes;
 
@@ -152,6 +151,27 @@ pub struct OtlpMapping {
     /// Dimension name → the attribute holding its value (the point's,
     /// else the resource's).
     pub labels: Vec<(String, String)>,
+}
+
+/// An attribute's scalar value, borrowed from the request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum ScalarRef<'a> {
+    Str(&'a [u8]),
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+}
+
+impl ScalarRef<'_> {
+    /// The value as text; `None` for a string that is not UTF-8.
+    pub(crate) fn text(self) -> Option<String> {
+        Some(match self {
+            ScalarRef::Str(s) => std::str::from_utf8(s).ok()?.to_string(),
+            ScalarRef::Bool(b) => b.to_string(),
+            ScalarRef::Int(i) => i.to_string(),
+            ScalarRef::Double(d) => d.to_string(),
+        })
+    }
 }
 
 impl Scalar {

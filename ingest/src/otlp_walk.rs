@@ -14,32 +14,11 @@
 //! The walk only decides where fields are: no sensitivity depends on it.
 
 use crate::labels::Labels;
-use crate::otlp::{OtlpMapping, DELTA};
+use crate::otlp::{OtlpMapping, ScalarRef, DELTA};
 use crate::otlp_scan::{
     MAX_OTLP_ATTRIBUTES, MAX_OTLP_METRICS, MAX_OTLP_POINTS, MAX_OTLP_RESOURCES, MAX_OTLP_SCOPES,
 };
 use crate::{RawReading, MAX_LABELS};
-
-/// An attribute's scalar value, borrowed from the request.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum ScalarRef<'a> {
-    Str(&'a [u8]),
-    Bool(bool),
-    Int(i64),
-    Double(f64),
-}
-
-impl ScalarRef<'_> {
-    /// The value as text; `None` for a string that is not UTF-8.
-    pub(crate) fn text(self) -> Option<String> {
-        Some(match self {
-            ScalarRef::Str(s) => std::str::from_utf8(s).ok()?.to_string(),
-            ScalarRef::Bool(b) => b.to_string(),
-            ScalarRef::Int(i) => i.to_string(),
-            ScalarRef::Double(d) => d.to_string(),
-        })
-    }
-}
 
 /// One field's payload by wire type.
 #[derive(Clone, Copy)]
