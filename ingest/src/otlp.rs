@@ -11,8 +11,9 @@
 //! mapped metric of another kind (a cumulative sum, a histogram, an
 //! exponential histogram, a summary) rejects the message naming the kind
 //! and the metric. Metrics the mapping does not name are passed over.
-//! Bounds on the message's parts are checked on its wire form before
-//! anything is decoded (`otlp_scan.rs`). The decoding only decides where
+//! Requests in encoders' form are read without these types, in one walk
+//! (`otlp_walk.rs`); the rest are bounded on their wire form
+//! (`otlp_scan.rs`), then decoded here. The decoding only decides where
 //! fields are: no sensitivity depends on it.
 
 use crate::labels::Labels;

@@ -1,7 +1,8 @@
 //! The parts of an OTLP metrics request counted on its wire form, before
-//! anything is decoded, against the bounds below: a 1 MiB request of empty
-//! attributes or points (2 bytes each) would otherwise be materialised as
-//! half a million of them before any bound is checked. Only the framing
+//! prost decodes it, against the bounds below (`otlp_walk.rs` counts the
+//! same parts as it walks, `otlp_json/bounded.rs` as it parses): a 1 MiB
+//! request of empty attributes or points (2 bytes each) would otherwise be
+//! materialised as half a million of them before any bound is checked. Only the framing
 //! is read (field keys and lengths), along the paths `otlp.rs` decodes.
 
 use crate::scan::varint;

@@ -141,21 +141,20 @@ fn key_value<'a>(
     Some(())
 }
 
-/// Attributes (field `number` of `body`) into `slots`, which start empty.
-fn attributes<'a>(
+/// A resource's attributes (its field 1) into `slots`, which start empty.
+fn resource_attributes<'a>(
     body: &'a [u8],
-    number: u32,
     keys: &[&[u8]],
     slots: &mut [Option<ScalarRef<'a>>],
 ) -> Option<()> {
     slots.fill(None);
     let mut count = 0;
     each(body, |n, w| match (n, w) {
-        (n, Wire::Bytes(kv)) if n == number => {
+        (1, Wire::Bytes(kv)) => {
             bounded(&mut count, MAX_OTLP_ATTRIBUTES)?;
             key_value(kv, keys, slots)
         }
-        (n, _) if n == number => None,
+        (1, _) => None,
         _ => Some(()),
     })
 }
@@ -214,12 +213,7 @@ impl<'m, 'a> Walk<'m, 'a> {
             (1 | 2, _) => None,
             _ => Some(()),
         })?;
-        attributes(
-            resource.unwrap_or_default(),
-            1,
-            self.keys,
-            &mut self.resource,
-        )?;
+        resource_attributes(resource.unwrap_or_default(), self.keys, &mut self.resource)?;
         each(body, |n, w| match (n, w) {
             (2, Wire::Bytes(sm)) => {
                 bounded(&mut self.counts[1], MAX_OTLP_SCOPES)?;

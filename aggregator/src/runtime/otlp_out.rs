@@ -53,25 +53,29 @@ fn declared_unit<'a>(v: &'a Validated, stream: &str) -> Option<&'a str> {
     s.unit.as_deref()
 }
 
-/// A window release's OTLP record (payload, content type), where
-/// `kafka.otlp_topic` asks for one.
-pub fn window_record(v: &Validated, r: &proto::WindowRelease) -> Option<(Vec<u8>, &'static str)> {
+/// A release's OTLP record (payload, content type), where
+/// `kafka.otlp_topic` asks for one; `request` maps it in the stream's unit.
+fn record(
+    v: &Validated,
+    stream: &str,
+    request: impl FnOnce(String) -> ExportMetricsServiceRequest,
+) -> Option<(Vec<u8>, &'static str)> {
     v.config.kafka.otlp_topic.as_ref()?;
-    let req = window_request(r, ucum(declared_unit(v, &r.stream)));
+    let req = request(ucum(declared_unit(v, stream)));
     Some(encode(
         &req,
         v.config.kafka.otlp_encoding.unwrap_or_default(),
     ))
 }
 
+/// A window release's OTLP record, where one is asked for.
+pub fn window_record(v: &Validated, r: &proto::WindowRelease) -> Option<(Vec<u8>, &'static str)> {
+    record(v, &r.stream, |unit| window_request(r, unit))
+}
+
 /// A fleet release's OTLP record, where one is asked for.
 pub fn fleet_record(v: &Validated, f: &proto::FleetRelease) -> Option<(Vec<u8>, &'static str)> {
-    v.config.kafka.otlp_topic.as_ref()?;
-    let req = fleet_request(f, ucum(declared_unit(v, &f.stream)));
-    Some(encode(
-        &req,
-        v.config.kafka.otlp_encoding.unwrap_or_default(),
-    ))
+    record(v, &f.stream, |unit| fleet_request(f, unit))
 }
 
 /// Write an OTLP record under its release's key, stamped as the release
