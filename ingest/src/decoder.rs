@@ -86,6 +86,40 @@ impl Decoder {
         payload: &[u8],
         content_type: Option<&str>,
     ) -> Result<Vec<Reading>, Rejection> {
+        Ok(match self.decode_any(payload, content_type)? {
+            Decoded::One(r) => vec![r.into_owned()],
+            Decoded::Many(v) => v,
+        })
+    }
+
+    /// [`Decoder::decode`], each reading handed to `f` in order, borrowed
+    /// (a message of one plain `DeviceReading` is read in place, nothing
+    /// allocated). The verdict is decode's: a refused message reaches `f`
+    /// with nothing; `f`'s own refusal stops the visit and is returned.
+    /// Returns how many readings `f` took.
+    pub fn visit(
+        &self,
+        payload: &[u8],
+        content_type: Option<&str>,
+        mut f: impl FnMut(usize, ReadingRef<'_>) -> Result<(), Rejection>,
+    ) -> Result<usize, Rejection> {
+        match self.decode_any(payload, content_type)? {
+            Decoded::One(r) => f(0, r).map(|()| 1),
+            Decoded::Many(v) => {
+                for (i, r) in v.iter().enumerate() {
+                    f(i, r.borrowed())?;
+                }
+                Ok(v.len())
+            }
+        }
+    }
+
+    /// Decode a payload, its one reading borrowed where it can be.
+    fn decode_any<'a>(
+        &'a self,
+        payload: &'a [u8],
+        content_type: Option<&str>,
+    ) -> Result<Decoded<'a>, Rejection> {
         if payload.len() > self.limits.max_message_bytes {
             return Err(Rejection::new(
                 Reason::Oversize,
@@ -112,12 +146,18 @@ impl Decoder {
                 raw
             }
             Format::Protobuf => {
-                // The common case: one reading, validated without a batch.
+                // The common case: one reading, validated without a batch,
+                // read in place when it has no labels.
+                if let Some(w) = wire::borrowed(payload) {
+                    self.check_count(1)?;
+                    let raw = (Some(w.device_id), Some(w.stream), w.value, w.event_time_ms);
+                    return Ok(Decoded::One(self.validate_ref(0, raw, &NO_LABELS)?));
+                }
                 let r = wire::WireReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
                 })?;
                 self.check_count(1)?;
-                return Ok(vec![self.validate(0, r.into())?]);
+                return Ok(Decoded::Many(vec![self.validate(0, r.into())?]));
             }
             Format::ProtobufBatch => {
                 // Counted from the framing first: nothing is materialised
@@ -154,7 +194,8 @@ impl Decoder {
         raw.into_iter()
             .enumerate()
             .map(|(i, r)| self.validate(i, r))
-            .collect()
+            .collect::<Result<_, _>>()
+            .map(Decoded::Many)
     }
 
     /// The payload inside its framing, the format it is read as (a
@@ -331,13 +372,32 @@ impl Decoder {
 
     /// Check one decoded reading (the `i`th of its message).
     fn validate(&self, i: usize, raw: RawReading) -> Result<Reading, Rejection> {
-        let RawReading {
-            device_id,
-            stream,
+        let parts = (
+            raw.device_id.as_deref(),
+            raw.stream.as_deref(),
+            raw.value,
+            raw.event_time_ms,
+        );
+        let r = self.validate_ref(i, parts, &raw.labels)?;
+        let (stream_index, value, event_time_ms) = (r.stream_index, r.value, r.event_time_ms);
+        Ok(Reading {
+            device_id: raw.device_id.expect("validated"),
+            stream: raw.stream.expect("validated"),
+            stream_index,
             value,
             event_time_ms,
-            labels,
-        } = raw;
+            labels: raw.labels,
+        })
+    }
+
+    /// Check one decoded reading's parts — device id, stream, value, event
+    /// time — and labels (the `i`th of its message).
+    fn validate_ref<'a>(
+        &self,
+        i: usize,
+        (device_id, stream, value, event_time_ms): RawParts<'a>,
+        labels: &'a Labels,
+    ) -> Result<ReadingRef<'a>, Rejection> {
         let device_id = device_id
             .filter(|d| !d.is_empty())
             .ok_or_else(|| missing("device_id", i))?;
@@ -361,18 +421,18 @@ impl Decoder {
                 format!("reading {i}: value is NaN or infinite"),
             ));
         }
-        let Some(&stream_index) = self.streams.get(&stream) else {
+        let Some(&stream_index) = self.streams.get(stream) else {
             // The stream name is operator metadata, not a private value.
             return Err(Rejection::new(
                 Reason::UnknownStream,
                 format!(
                     "reading {i}: stream {:?} is not declared",
-                    truncate(&stream, 64)
+                    truncate(stream, 64)
                 ),
             ));
         };
-        check_labels(i, &labels)?;
-        Ok(Reading {
+        check_labels(i, labels)?;
+        Ok(ReadingRef {
             device_id,
             stream,
             stream_index,
@@ -382,6 +442,18 @@ impl Decoder {
         })
     }
 }
+
+/// A reading's device id, stream, value and event time, as decoded.
+type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>);
+
+/// What a message decodes to: one reading read in place, or readings.
+enum Decoded<'a> {
+    One(ReadingRef<'a>),
+    Many(Vec<Reading>),
+}
+
+/// The labels of a reading that has none.
+static NO_LABELS: Labels = Labels::new();
 
 /// Schemas from a Schema Registry, held by the decoder (the caller fetches
 /// them: `aggregator/src/clients/schemas.rs`).

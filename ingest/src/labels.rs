@@ -15,8 +15,11 @@ pub struct Labels {
 }
 
 impl Labels {
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self {
+            text: String::new(),
+            spans: Vec::new(),
+        }
     }
 
     #[inline]

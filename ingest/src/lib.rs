@@ -221,6 +221,48 @@ pub struct Reading {
     pub labels: Labels,
 }
 
+impl Reading {
+    /// The reading, borrowed.
+    pub fn borrowed(&self) -> ReadingRef<'_> {
+        ReadingRef {
+            device_id: &self.device_id,
+            stream: &self.stream,
+            stream_index: self.stream_index,
+            value: self.value,
+            event_time_ms: self.event_time_ms,
+            labels: &self.labels,
+        }
+    }
+}
+
+/// A decoded, validated reading borrowed from its message, or from a
+/// [`Reading`] ([`Decoder::visit`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReadingRef<'a> {
+    pub device_id: &'a str,
+    pub stream: &'a str,
+    /// Position of `stream` in the list the decoder was built with.
+    pub stream_index: usize,
+    pub value: f64,
+    pub event_time_ms: i64,
+    /// Dimension values sent with the reading (name, value), sorted by name.
+    pub labels: &'a Labels,
+}
+
+impl ReadingRef<'_> {
+    /// The reading, owned.
+    pub fn into_owned(self) -> Reading {
+        Reading {
+            device_id: self.device_id.to_owned(),
+            stream: self.stream.to_owned(),
+            stream_index: self.stream_index,
+            value: self.value,
+            event_time_ms: self.event_time_ms,
+            labels: self.labels.clone(),
+        }
+    }
+}
+
 /// Most labels one reading may carry.
 pub const MAX_LABELS: usize = 16;
 /// Longest label name or value (bytes).

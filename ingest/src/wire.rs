@@ -14,6 +14,8 @@
 //! straight in, and a label entry in the form encoders write (key then
 //! value, one length byte each, UTF-8, nothing else) is read in one step.
 //! A label name given twice keeps its last value, as the map did.
+//! A message of one reading without labels, in the form encoders write,
+//! is read in place instead ([`borrowed`]): nothing is allocated.
 //! `tests/wire.rs` decodes random and damaged messages both ways and
 //! requires the same verdicts and readings.
 
@@ -59,6 +61,51 @@ impl From<WireReading> for RawReading {
             labels,
         }
     }
+}
+
+/// A `DeviceReading` read in place by [`borrowed`].
+#[derive(Debug, Default)]
+pub(crate) struct BorrowedReading<'p> {
+    pub(crate) device_id: &'p str,
+    pub(crate) stream: &'p str,
+    pub(crate) value: Option<f64>,
+    pub(crate) event_time_ms: Option<i64>,
+}
+
+/// A `DeviceReading` without labels, read in place: its strings are slices
+/// of the payload, nothing is allocated. Only a message in the form
+/// encoders write is taken — single-byte keys of the four scalar fields
+/// with their own wire types, each length within the payload, strings
+/// UTF-8 — with prost's reading of it (a field given twice keeps its last
+/// value, varints decoded by prost's `decode_varint`); anything else
+/// (labels, unknown fields, a wrong wire type, damage) is `None`, and the
+/// caller decodes it in full, which gives the verdict.
+pub(crate) fn borrowed(payload: &[u8]) -> Option<BorrowedReading<'_>> {
+    let mut r = BorrowedReading::default();
+    let mut rest = payload;
+    while let Some((&key, tail)) = rest.split_first() {
+        rest = tail;
+        match key {
+            0x0A | 0x12 => {
+                let len = usize::try_from(enc::decode_varint(&mut rest).ok()?).ok()?;
+                let text = std::str::from_utf8(rest.get(..len)?).ok()?;
+                rest = &rest[len..];
+                if key == 0x0A {
+                    r.device_id = text;
+                } else {
+                    r.stream = text;
+                }
+            }
+            0x19 => {
+                let (bytes, tail) = rest.split_first_chunk::<8>()?;
+                r.value = Some(f64::from_le_bytes(*bytes));
+                rest = tail;
+            }
+            0x20 => r.event_time_ms = Some(enc::decode_varint(&mut rest).ok()? as i64),
+            _ => return None,
+        }
+    }
+    Some(r)
 }
 
 /// One `ReadingBatch` as it decodes.

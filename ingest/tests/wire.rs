@@ -194,6 +194,24 @@ fn agree(payload: &[u8], batch: bool) -> Result<(), TestCaseError> {
         "application/vnd.fleetdp.reading+protobuf"
     };
     let got = decoder().decode(payload, Some(ct));
+    // Visiting gives decode's verdict and readings, whichever way a
+    // reading is read (in place or decoded).
+    let mut visited = Vec::new();
+    let count = decoder().visit(payload, Some(ct), |i, r| {
+        assert_eq!(i, visited.len());
+        visited.push(r.into_owned());
+        Ok(())
+    });
+    match &got {
+        Ok(rs) => {
+            prop_assert_eq!(count, Ok(rs.len()));
+            prop_assert_eq!(&visited, rs);
+        }
+        Err(e) => {
+            prop_assert_eq!(count.map_err(|e| e.reason), Err(e.reason));
+            prop_assert!(visited.is_empty());
+        }
+    }
     let prost: Result<Vec<proto::DeviceReading>, _> = if batch {
         proto::ReadingBatch::decode(payload).map(|b| b.readings)
     } else {
@@ -276,6 +294,74 @@ proptest! {
         payload.extend(junk.unwrap_or_default());
         agree(&damage(payload, how, at, byte), true)?;
     }
+}
+
+/// A reading without labels, as encoders write it, is read in place (its
+/// device id and stream are slices of the payload); one with labels is
+/// decoded. Both visit as they decode.
+#[test]
+fn a_plain_reading_is_read_in_place() {
+    let mut r = proto::DeviceReading {
+        device_id: "dev-1".into(),
+        stream: "speed".into(),
+        value: Some(1.5),
+        event_time_ms: Some(7),
+        labels: Default::default(),
+    };
+    for labelled in [false, true] {
+        if labelled {
+            r.labels.insert("model".into(), "a".into());
+        }
+        let payload = r.encode_to_vec();
+        let within = payload.as_ptr_range();
+        let n = decoder()
+            .visit(&payload, None, |i, got| {
+                assert_eq!(i, 0);
+                let d = got.device_id.as_ptr();
+                let s = got.stream.as_ptr();
+                assert_eq!(within.contains(&d), !labelled, "{labelled}");
+                assert_eq!(within.contains(&s), !labelled, "{labelled}");
+                assert_eq!(
+                    got.into_owned(),
+                    decoder().decode(&payload, None).unwrap()[0]
+                );
+                assert_eq!((got.device_id, got.stream_index), ("dev-1", 1));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}
+
+/// The visitor's own refusal stops the visit and is the verdict.
+#[test]
+fn a_visitor_refusal_is_returned() {
+    let batch = proto::ReadingBatch {
+        readings: (0..3)
+            .map(|i| proto::DeviceReading {
+                device_id: format!("d{i}"),
+                stream: "temp".into(),
+                value: Some(1.0),
+                event_time_ms: Some(1),
+                labels: Default::default(),
+            })
+            .collect(),
+    }
+    .encode_to_vec();
+    let mut seen = 0;
+    let r = decoder().visit(
+        &batch,
+        Some("application/vnd.fleetdp.batch+protobuf"),
+        |i, _| {
+            seen += 1;
+            if i == 1 {
+                return Err(fleetdp_ingest::Rejection::new(Reason::Future, "reading 1"));
+            }
+            Ok(())
+        },
+    );
+    assert_eq!(r.map_err(|e| e.reason), Err(Reason::Future));
+    assert_eq!(seen, 2);
 }
 
 /// The generator reaches what it is for: accepted messages with several

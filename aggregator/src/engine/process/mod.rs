@@ -133,6 +133,81 @@ pub fn decoder(v: &Validated) -> Decoder {
     }
 }
 
+/// Staging one message's readings (the caller drops what was staged if
+/// one is refused). Format and value faults are found here, lateness only
+/// in [`Processor::apply`]: a batch with both is dead-lettered for the
+/// former.
+struct Stage<'p> {
+    router: &'p mut Router,
+    windower: &'p mut Windower,
+    staged: &'p mut VecDeque<Staged>,
+    messages: &'p VecDeque<(i32, i64, usize)>,
+    coders: &'p [TopCoder],
+    partitioner: Partitioner,
+    input_partitions: Option<i32>,
+    skew_ms: i64,
+    partition: i32,
+    timestamp_ms: Option<i64>,
+}
+
+impl Stage<'_> {
+    /// Check and stage reading `i` of the message.
+    fn reading(&mut self, i: usize, r: ingest::ReadingRef<'_>) -> Result<(), Rejection> {
+        if i == 0 {
+            self.router
+                .begin_message(self.staged, self.messages, self.windower);
+        }
+        let partition = self.partition;
+        let device = device_key(r.device_id);
+        // A wrong clock must not move any lane: judged against the
+        // message's own timestamp, stored with it (the same on replay).
+        let stamp = self.timestamp_ms.unwrap_or(r.event_time_ms);
+        if r.event_time_ms < 0 || r.event_time_ms > stamp.saturating_add(self.skew_ms) {
+            return Err(Rejection::new(
+                Reason::Future,
+                format!(
+                    "reading {i}: event_time_ms is before 1970 or more than limits.max_clock_skew ahead of the message timestamp"
+                ),
+            ));
+        }
+        let placed = self
+            .router
+            .place(r, partition, (device, stamp), self.windower);
+        let Ok(t) = self.coders[placed.coder].top_code(r.value) else {
+            return Err(Rejection::new(
+                Reason::NotFinite,
+                format!("reading {i}: value is NaN or infinite"),
+            ));
+        };
+        if let Some(n) = self.input_partitions {
+            match self.partitioner.partition(r.device_id.as_bytes(), n) {
+                Some(p) if p != partition => {
+                    return Err(Rejection::new(
+                        Reason::WrongPartition,
+                        format!(
+                            "reading {i}: its device belongs on partition {p}, not {partition}"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let s = placed.stream;
+        self.router
+            .prefetch(r.stream_index, (s, partition, device), self.windower);
+        self.staged.push_back(Staged {
+            stream: s,
+            declared: r.stream_index as u32,
+            index: u32::try_from(i).unwrap_or(u32::MAX),
+            device,
+            units: t.units,
+            event_ms: r.event_time_ms,
+            msg_ms: stamp,
+        });
+        Ok(())
+    }
+}
+
 /// Message-by-message processing state.
 pub struct Processor {
     decoder: Decoder,
@@ -324,81 +399,36 @@ impl Processor {
     ) -> Result<(), Rejection> {
         self.message_metrics.pending_messages += 1;
         self.message_metrics.pending_bytes += payload.len() as u64;
-        let readings = self.decoder.decode(payload, content_type)?;
         let start = self.staged.len();
-        if let Err(e) = self.stage(partition, &readings, timestamp_ms) {
-            self.staged.truncate(start);
-            return Err(e);
-        }
-        self.messages_staged
-            .push_back((partition, offset, readings.len()));
-        Ok(())
-    }
-
-    /// Check and stage the readings of one message (the caller drops what
-    /// was staged if one is refused). Format and value faults are found
-    /// here, lateness only in [`Processor::apply`]: a batch with both is
-    /// dead-lettered for the former.
-    fn stage(
-        &mut self,
-        partition: i32,
-        readings: &[ingest::Reading],
-        timestamp_ms: Option<i64>,
-    ) -> Result<(), Rejection> {
-        let (staged, messages) = (&mut self.staged, &self.messages_staged);
-        self.router
-            .begin_message(staged, messages, &mut self.windower);
-        for (i, r) in readings.iter().enumerate() {
-            let device = device_key(&r.device_id);
-            // A wrong clock must not move any lane: judged against the
-            // message's own timestamp, stored with it (the same on replay).
-            let stamp = timestamp_ms.unwrap_or(r.event_time_ms);
-            if r.event_time_ms < 0 || r.event_time_ms > stamp.saturating_add(self.skew_ms) {
-                return Err(Rejection::new(
-                    Reason::Future,
-                    format!(
-                        "reading {i}: event_time_ms is before 1970 or more than limits.max_clock_skew ahead of the message timestamp"
-                    ),
-                ));
+        let mut stage = Stage {
+            router: &mut self.router,
+            windower: &mut self.windower,
+            staged: &mut self.staged,
+            messages: &self.messages_staged,
+            coders: &self.coders,
+            partitioner: self.partitioner,
+            input_partitions: self.input_partitions,
+            skew_ms: self.skew_ms,
+            partition,
+            timestamp_ms,
+        };
+        // Each reading staged as it is handed over: decoding has already
+        // accepted the message whole (module `ingest`'s `Decoder::visit`).
+        match self
+            .decoder
+            .visit(payload, content_type, |i, r| stage.reading(i, r))
+        {
+            Ok(n) => {
+                // The message is accepted whole: its private values count.
+                self.router.count_accepted(partition);
+                self.messages_staged.push_back((partition, offset, n));
+                Ok(())
             }
-            let placed = self
-                .router
-                .place(r, partition, (device, stamp), &mut self.windower);
-            let Ok(t) = self.coders[placed.coder].top_code(r.value) else {
-                return Err(Rejection::new(
-                    Reason::NotFinite,
-                    format!("reading {i}: value is NaN or infinite"),
-                ));
-            };
-            if let Some(n) = self.input_partitions {
-                match self.partitioner.partition(r.device_id.as_bytes(), n) {
-                    Some(p) if p != partition => {
-                        return Err(Rejection::new(
-                            Reason::WrongPartition,
-                            format!(
-                                "reading {i}: its device belongs on partition {p}, not {partition}"
-                            ),
-                        ));
-                    }
-                    _ => {}
-                }
+            Err(e) => {
+                self.staged.truncate(start);
+                Err(e)
             }
-            let s = placed.stream;
-            let at = (s, partition, device);
-            self.router.prefetch(r.stream_index, at, &self.windower);
-            self.staged.push_back(Staged {
-                stream: s,
-                declared: r.stream_index as u32,
-                index: u32::try_from(i).unwrap_or(u32::MAX),
-                device,
-                units: t.units,
-                event_ms: r.event_time_ms,
-                msg_ms: timestamp_ms.unwrap_or(r.event_time_ms),
-            });
         }
-        // The message is accepted whole: its private values count.
-        self.router.count_accepted(partition);
-        Ok(())
     }
 
     /// Apply the oldest prepared message: refuse it whole if a reading is

@@ -185,7 +185,7 @@ impl PrivateKeys {
         &mut self,
         (declared, windower): (&[Declared], &mut Windower),
         (d, partition): (usize, i32),
-        r: &ingest::Reading,
+        r: ingest::ReadingRef<'_>,
         (device, stamp): (u64, i64),
         value: Option<Arc<str>>,
     ) -> Option<usize> {

@@ -147,7 +147,7 @@ impl Router {
     /// alone routes it and a replica slot is to be read first.
     pub(super) fn place(
         &mut self,
-        r: &ingest::Reading,
+        r: ingest::ReadingRef<'_>,
         partition: i32,
         (device, stamp): (u64, i64),
         windower: &mut Windower,
@@ -220,7 +220,7 @@ impl Router {
     fn group_index(
         &self,
         d: usize,
-        r: &ingest::Reading,
+        r: ingest::ReadingRef<'_>,
         device: u64,
         private: Option<usize>,
     ) -> u32 {
@@ -232,13 +232,11 @@ impl Router {
         // Without private keys, one pass of the stream's route; with them
         // (or a registry too wide for a replica), the general lookup.
         match (&decl.route, &self.replica, &self.registry) {
-            (Some(route), Some(rep), _) => route.index_labelled(&r.labels, || rep.packed(device)),
-            (Some(route), None, None) => route.index_labelled(&r.labels, || NO_ROW),
-            (_, Some(rep), _) => {
-                rep.with_row(device, |row| group_in(g, p, row, &r.labels, private))
-            }
-            (_, None, Some(reg)) => reg.group_of(g, p, device, &r.labels, private),
-            (_, None, None) => group_in(g, p, None, &r.labels, private),
+            (Some(route), Some(rep), _) => route.index_labelled(r.labels, || rep.packed(device)),
+            (Some(route), None, None) => route.index_labelled(r.labels, || NO_ROW),
+            (_, Some(rep), _) => rep.with_row(device, |row| group_in(g, p, row, r.labels, private)),
+            (_, None, Some(reg)) => reg.group_of(g, p, device, r.labels, private),
+            (_, None, None) => group_in(g, p, None, r.labels, private),
         }
     }
 
@@ -247,7 +245,7 @@ impl Router {
     /// from its labels, else from the registry.
     fn private_slot(
         &mut self,
-        r: &ingest::Reading,
+        r: ingest::ReadingRef<'_>,
         partition: i32,
         (device, stamp): (u64, i64),
         windower: &mut Windower,
