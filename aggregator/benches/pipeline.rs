@@ -14,7 +14,8 @@
 //! skips the in-process part, FLEETDP_BENCH_IN_PROCESS_ONLY=1 runs only
 //! the DP overhead, FLEETDP_BENCH_SHAPES_ONLY=1 runs only the
 //! input shapes (protobuf readings, mapped JSON, framed Avro), FLEETDP_BENCH_READ_CONTENT_TYPE=true|false
-//! measures one way of reading the input only). The broker is
+//! measures one way of reading the input only, FLEETDP_BENCH_E2E_PLAIN=1
+//! leaves out the grouped and security runs, to profile the rest). The broker is
 //! FLEETDP_BENCH_BROKERS or KAFKA_BROKERS (e.g. the tansu that tests/run.sh
 //! installs), else the in-process mock cluster with a smaller data set.
 //! Targets, each printed as a `TARGET` line with this run's verdict: ≥ 6 M
@@ -616,7 +617,7 @@ fn end_to_end() {
                 );
                 f.1.push(r);
                 f.3.push(cpu);
-                if read_content_type != ways[0] {
+                if read_content_type != ways[0] || plain_only() {
                     continue;
                 }
                 // The grouped stream beside the same stream ungrouped with
@@ -663,6 +664,9 @@ fn end_to_end() {
                 cpu <= 1.10,
             );
         }
+        if plain_only() {
+            return;
+        }
         let ratio = best(&grouped[1]) / best(&grouped[0]);
         println!(
             "end to end, windows of 200, 48 groups / single group: {ratio:.3} (best of {ROUNDS} each)"
@@ -674,10 +678,16 @@ fn end_to_end() {
             ratio >= 0.9,
         );
     });
-    if mock.is_none() {
+    if mock.is_none() && !plain_only() {
         security::run(&rt);
     }
     drop(mock);
+}
+
+/// FLEETDP_BENCH_E2E_PLAIN=1: the end-to-end rounds only the null
+/// consumer and the ungrouped pipeline (to profile them: `perf record`).
+fn plain_only() -> bool {
+    std::env::var("FLEETDP_BENCH_E2E_PLAIN").is_ok()
 }
 
 fn runtime() -> tokio::runtime::Runtime {

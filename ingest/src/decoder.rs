@@ -89,6 +89,7 @@ impl Decoder {
         Ok(match self.decode_any(payload, content_type)? {
             Decoded::One(r) => vec![r.into_owned()],
             Decoded::Many(v) => v,
+            Decoded::Walked(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
         })
     }
 
@@ -108,6 +109,12 @@ impl Decoder {
             Decoded::Many(v) => {
                 for (i, r) in v.iter().enumerate() {
                     f(i, r.borrowed())?;
+                }
+                Ok(v.len())
+            }
+            Decoded::Walked(v) => {
+                for (i, w) in v.iter().enumerate() {
+                    f(i, w.borrowed())?;
                 }
                 Ok(v.len())
             }
@@ -183,7 +190,22 @@ impl Decoder {
                 self.check_count(raw.len())?;
                 raw
             }
-            Format::OtlpProto | Format::OtlpJson => self.otlp_readings(payload, format)?,
+            Format::OtlpProto => match self.otlp.as_ref().and_then(|m| otlp_walk::walk(payload, m))
+            {
+                // The request as encoders write it and within the bounds,
+                // read in one walk, its device ids borrowed; anything else
+                // is bounded, then decoded whole.
+                Some(mut walked) => {
+                    self.check_count(walked.len())?;
+                    for (i, w) in walked.iter_mut().enumerate() {
+                        let parts = (Some(&*w.device), Some(w.stream), w.value, w.event_time_ms);
+                        w.stream_index = self.validate_ref(i, parts, &w.labels)?.stream_index;
+                    }
+                    return Ok(Decoded::Walked(walked));
+                }
+                None => self.otlp_readings(payload, format)?,
+            },
+            Format::OtlpJson => self.otlp_readings(payload, format)?,
             Format::Json if self.mapping.is_some() => {
                 let m = self.mapping.as_ref().expect("matched");
                 m.readings(payload, self.limits.max_readings_per_message)?
@@ -329,12 +351,7 @@ impl Decoder {
         })?;
         let req = match format {
             Format::OtlpProto => {
-                // The request as encoders write it and within the bounds,
-                // read in one walk; anything else is bounded, then decoded
-                // whole, below.
-                if let Some(readings) = otlp_walk::readings(payload, m) {
-                    return Ok(readings);
-                }
+                // Not for the walk (`decode_any`): bounded, then decoded whole.
                 otlp_scan::check(payload)?;
                 // One copy of the request; its strings are slices of it.
                 let buf = prost::bytes::Bytes::copy_from_slice(payload);
@@ -446,10 +463,12 @@ impl Decoder {
 /// A reading's device id, stream, value and event time, as decoded.
 type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>);
 
-/// What a message decodes to: one reading read in place, or readings.
+/// What a message decodes to, validated: one reading read in place,
+/// readings, or an OTLP request's readings as its walk found them.
 enum Decoded<'a> {
     One(ReadingRef<'a>),
     Many(Vec<Reading>),
+    Walked(Vec<otlp_walk::Walked<'a>>),
 }
 
 /// The labels of a reading that has none.

@@ -166,11 +166,18 @@ pub(crate) enum ScalarRef<'a> {
 impl ScalarRef<'_> {
     /// The value as text; `None` for a string that is not UTF-8.
     pub(crate) fn text(self) -> Option<String> {
+        self.text_ref().map(std::borrow::Cow::into_owned)
+    }
+}
+
+impl<'a> ScalarRef<'a> {
+    /// [`ScalarRef::text`], a string borrowed.
+    pub(crate) fn text_ref(self) -> Option<std::borrow::Cow<'a, str>> {
         Some(match self {
-            ScalarRef::Str(s) => std::str::from_utf8(s).ok()?.to_string(),
-            ScalarRef::Bool(b) => b.to_string(),
-            ScalarRef::Int(i) => i.to_string(),
-            ScalarRef::Double(d) => d.to_string(),
+            ScalarRef::Str(s) => std::str::from_utf8(s).ok()?.into(),
+            ScalarRef::Bool(b) => b.to_string().into(),
+            ScalarRef::Int(i) => i.to_string().into(),
+            ScalarRef::Double(d) => d.to_string().into(),
         })
     }
 }

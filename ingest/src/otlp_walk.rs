@@ -18,7 +18,8 @@ use crate::otlp::{OtlpMapping, ScalarRef, DELTA};
 use crate::otlp_scan::{
     MAX_OTLP_ATTRIBUTES, MAX_OTLP_METRICS, MAX_OTLP_POINTS, MAX_OTLP_RESOURCES, MAX_OTLP_SCOPES,
 };
-use crate::{RawReading, MAX_LABELS};
+use crate::{ReadingRef, MAX_LABELS};
+use std::borrow::Cow;
 
 /// One field's payload by wire type.
 #[derive(Clone, Copy)]
@@ -191,16 +192,55 @@ const SLOTS: usize = MAX_LABELS + 1;
 
 /// The walk's state for one request.
 struct Walk<'m, 'a> {
-    mapping: &'m OtlpMapping,
+    mapping: &'a OtlpMapping,
     /// The device attribute, then each dimension's attribute.
-    keys: &'m [&'m [u8]],
+    keys: &'m [&'a [u8]],
     /// Their values on the resource and on the point at hand (the first
     /// `keys.len()` slots).
     resource: [Option<ScalarRef<'a>>; SLOTS],
     point: [Option<ScalarRef<'a>>; SLOTS],
     /// Resources, scopes, metrics and points so far.
     counts: [usize; 4],
-    out: Vec<RawReading>,
+    out: Vec<Walked<'a>>,
+}
+
+/// A reading as the walk finds it: its device id borrowed from the
+/// request when it is a string attribute, its stream's name from the
+/// mapping; `stream_index` is set when it is validated.
+#[derive(Debug)]
+pub(crate) struct Walked<'a> {
+    pub(crate) device: Cow<'a, str>,
+    pub(crate) stream: &'a str,
+    pub(crate) stream_index: usize,
+    pub(crate) value: Option<f64>,
+    pub(crate) event_time_ms: Option<i64>,
+    pub(crate) labels: Labels,
+}
+
+impl Walked<'_> {
+    /// The reading, borrowed; only once validated (its value and event
+    /// time present, its stream's index set).
+    pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
+        ReadingRef {
+            device_id: &self.device,
+            stream: self.stream,
+            stream_index: self.stream_index,
+            value: self.value.expect("validated"),
+            event_time_ms: self.event_time_ms.expect("validated"),
+            labels: &self.labels,
+        }
+    }
+
+    #[cfg(test)]
+    fn into_raw(self) -> crate::RawReading {
+        crate::RawReading {
+            device_id: Some(self.device.into_owned()),
+            stream: Some(self.stream.to_string()),
+            value: self.value,
+            event_time_ms: self.event_time_ms,
+            labels: self.labels,
+        }
+    }
 }
 
 impl<'m, 'a> Walk<'m, 'a> {
@@ -267,7 +307,7 @@ impl<'m, 'a> Walk<'m, 'a> {
 
     /// The points (field 1) of a gauge or sum, read into readings of
     /// `stream` when it is mapped.
-    fn points(&mut self, body: &'a [u8], stream: Option<&str>) -> Option<()> {
+    fn points(&mut self, body: &'a [u8], stream: Option<&'a str>) -> Option<()> {
         each(body, |n, w| match (n, w) {
             (1, Wire::Bytes(p)) => {
                 bounded(&mut self.counts[3], MAX_OTLP_POINTS)?;
@@ -282,10 +322,10 @@ impl<'m, 'a> Walk<'m, 'a> {
         })
     }
 
-    fn reading(&mut self, stream: &str, p: Point) -> Option<()> {
+    fn reading(&mut self, stream: &'a str, p: Point) -> Option<()> {
         let find = |i: usize| self.point[i].or(self.resource[i]);
         // No device, or one that is not UTF-8: the full decoder says why.
-        let device = find(0)?.text()?;
+        let device = find(0)?.text_ref()?;
         let mut labels = Labels::default();
         for (i, (name, _)) in self.mapping.labels.iter().enumerate() {
             if let Some(v) = find(i + 1).and_then(ScalarRef::text) {
@@ -295,9 +335,10 @@ impl<'m, 'a> Walk<'m, 'a> {
         }
         labels.sort();
         let t = p.time_unix_nano;
-        self.out.push(RawReading {
-            device_id: Some(device),
-            stream: Some(stream.to_string()),
+        self.out.push(Walked {
+            device,
+            stream,
+            stream_index: 0,
             value: p.value,
             event_time_ms: (t > 0).then_some((t / 1_000_000) as i64),
             labels,
@@ -308,7 +349,7 @@ impl<'m, 'a> Walk<'m, 'a> {
 
 /// The readings of an OTLP metrics request in Protobuf, in the full
 /// decoder's order; `None` where the full decoder must decide.
-pub(crate) fn readings(payload: &[u8], mapping: &OtlpMapping) -> Option<Vec<RawReading>> {
+pub(crate) fn walk<'a>(payload: &'a [u8], mapping: &'a OtlpMapping) -> Option<Vec<Walked<'a>>> {
     let mut keys = [&[][..]; SLOTS];
     let names =
         std::iter::once(&mapping.device_attribute).chain(mapping.labels.iter().map(|(_, k)| k));
@@ -331,6 +372,12 @@ pub(crate) fn readings(payload: &[u8], mapping: &OtlpMapping) -> Option<Vec<RawR
         _ => Some(()),
     })?;
     Some(walk.out)
+}
+
+/// [`walk`]'s readings, owned.
+#[cfg(test)]
+pub(crate) fn readings(payload: &[u8], mapping: &OtlpMapping) -> Option<Vec<crate::RawReading>> {
+    walk(payload, mapping).map(|w| w.into_iter().map(Walked::into_raw).collect())
 }
 
 #[cfg(test)]

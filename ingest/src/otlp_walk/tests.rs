@@ -172,6 +172,33 @@ proptest! {
             prop_assert!(walked.is_some(), "an SDK-shaped request the full decoder reads");
         }
     }
+
+    /// The decoder hands the same readings to a visitor (each borrowed
+    /// from the walk, or from the full decoder's) as it decodes, or the
+    /// same refusal.
+    #[test]
+    fn visiting_a_request_gives_what_decoding_gives(req in request(), d in damage()) {
+        let bytes = apply(req.encode_to_vec(), &d);
+        let streams = ["cabin".to_string(), "engine".to_string()];
+        let decoder = crate::Decoder::new(streams, crate::Format::OtlpProto, crate::Limits::default())
+            .with_otlp(mapping());
+        let decoded = decoder.decode(&bytes, None);
+        let mut seen = Vec::new();
+        let n = decoder.visit(&bytes, None, |_, r| {
+            seen.push(r.into_owned());
+            Ok(())
+        });
+        match decoded {
+            Ok(rs) => {
+                prop_assert_eq!(n, Ok(rs.len()));
+                prop_assert_eq!(format!("{seen:?}"), format!("{rs:?}"));
+            }
+            Err(e) => {
+                prop_assert_eq!(n, Err(e));
+                prop_assert!(seen.is_empty());
+            }
+        }
+    }
 }
 
 /// Fields in an order encoders do not use, and fields the full decoder
