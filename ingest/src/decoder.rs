@@ -87,7 +87,7 @@ impl Decoder {
         content_type: Option<&str>,
     ) -> Result<Vec<Reading>, Rejection> {
         Ok(match self.decode_any(payload, content_type)? {
-            Decoded::One(r) => vec![r.into_owned()],
+            Decoded::One(w) => vec![w.borrowed().into_owned()],
             Decoded::Many(v) => v,
             Decoded::Walked(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
         })
@@ -105,7 +105,7 @@ impl Decoder {
         mut f: impl FnMut(usize, ReadingRef<'_>) -> Result<(), Rejection>,
     ) -> Result<usize, Rejection> {
         match self.decode_any(payload, content_type)? {
-            Decoded::One(r) => f(0, r).map(|()| 1),
+            Decoded::One(w) => f(0, w.borrowed()).map(|()| 1),
             Decoded::Many(v) => {
                 for (i, r) in v.iter().enumerate() {
                     f(i, r.borrowed())?;
@@ -154,11 +154,12 @@ impl Decoder {
             }
             Format::Protobuf => {
                 // The common case: one reading, validated without a batch,
-                // read in place when it has no labels.
-                if let Some(w) = wire::borrowed(payload) {
+                // read in place when it is in the form encoders write.
+                if let Some(mut w) = wire::borrowed(payload) {
                     self.check_count(1)?;
                     let raw = (Some(w.device_id), Some(w.stream), w.value, w.event_time_ms);
-                    return Ok(Decoded::One(self.validate_ref(0, raw, &NO_LABELS)?));
+                    w.stream_index = self.validate_ref(0, raw, &w.labels)?.stream_index;
+                    return Ok(Decoded::One(w));
                 }
                 let r = wire::WireReading::decode(payload).map_err(|e| {
                     Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
@@ -466,13 +467,10 @@ type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>)
 /// What a message decodes to, validated: one reading read in place,
 /// readings, or an OTLP request's readings as its walk found them.
 enum Decoded<'a> {
-    One(ReadingRef<'a>),
+    One(wire::BorrowedReading<'a>),
     Many(Vec<Reading>),
     Walked(Vec<otlp_walk::Walked<'a>>),
 }
-
-/// The labels of a reading that has none.
-static NO_LABELS: Labels = Labels::new();
 
 /// Schemas from a Schema Registry, held by the decoder (the caller fetches
 /// them: `aggregator/src/clients/schemas.rs`).

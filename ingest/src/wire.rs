@@ -14,13 +14,13 @@
 //! straight in, and a label entry in the form encoders write (key then
 //! value, one length byte each, UTF-8, nothing else) is read in one step.
 //! A label name given twice keeps its last value, as the map did.
-//! A message of one reading without labels, in the form encoders write,
-//! is read in place instead ([`borrowed`]): nothing is allocated.
+//! A message of one reading in the form encoders write is read in place
+//! instead ([`borrowed`]): its strings are not copied.
 //! `tests/wire.rs` decodes random and damaged messages both ways and
 //! requires the same verdicts and readings.
 
 use crate::labels::Labels;
-use crate::RawReading;
+use crate::{RawReading, ReadingRef};
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self as enc, DecodeContext, WireType};
 use prost::DecodeError;
@@ -63,23 +63,43 @@ impl From<WireReading> for RawReading {
     }
 }
 
-/// A `DeviceReading` read in place by [`borrowed`].
+/// A `DeviceReading` read in place by [`borrowed`]; `stream_index` is
+/// set when it is validated.
 #[derive(Debug, Default)]
 pub(crate) struct BorrowedReading<'p> {
     pub(crate) device_id: &'p str,
     pub(crate) stream: &'p str,
+    pub(crate) stream_index: usize,
     pub(crate) value: Option<f64>,
     pub(crate) event_time_ms: Option<i64>,
+    pub(crate) labels: Labels,
 }
 
-/// A `DeviceReading` without labels, read in place: its strings are slices
-/// of the payload, nothing is allocated. Only a message in the form
-/// encoders write is taken — single-byte keys of the four scalar fields
+impl BorrowedReading<'_> {
+    /// The reading, borrowed; only once validated (its value and event
+    /// time present, its stream's index set).
+    pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
+        ReadingRef {
+            device_id: self.device_id,
+            stream: self.stream,
+            stream_index: self.stream_index,
+            value: self.value.expect("validated"),
+            event_time_ms: self.event_time_ms.expect("validated"),
+            labels: &self.labels,
+        }
+    }
+}
+
+/// A `DeviceReading` read in place: its strings are slices of the
+/// payload, its labels (if any) copied into one buffer. Only a message in
+/// the form encoders write is taken — single-byte keys of the five fields
 /// with their own wire types, each length within the payload, strings
-/// UTF-8 — with prost's reading of it (a field given twice keeps its last
-/// value, varints decoded by prost's `decode_varint`); anything else
-/// (labels, unknown fields, a wrong wire type, damage) is `None`, and the
-/// caller decodes it in full, which gives the verdict.
+/// UTF-8, label entries as [`canonical_entry`] takes them — with prost's
+/// reading of it (a field given twice keeps its last value, a label name
+/// given twice its last value, varints decoded by prost's
+/// `decode_varint`); anything else (unknown fields, a wrong wire type,
+/// another form of label entry, damage) is `None`, and the caller decodes
+/// it in full, which gives the verdict.
 pub(crate) fn borrowed(payload: &[u8]) -> Option<BorrowedReading<'_>> {
     let mut r = BorrowedReading::default();
     let mut rest = payload;
@@ -102,9 +122,16 @@ pub(crate) fn borrowed(payload: &[u8]) -> Option<BorrowedReading<'_>> {
                 rest = tail;
             }
             0x20 => r.event_time_ms = Some(enc::decode_varint(&mut rest).ok()? as i64),
+            0x2A => {
+                let (key, value, used) = canonical_entry(rest)?;
+                let (key, value) = (r.labels.append(key), r.labels.append(value));
+                r.labels.push_spans(key, value);
+                rest = &rest[used..];
+            }
             _ => return None,
         }
     }
+    r.labels.sort();
     Some(r)
 }
 
@@ -191,38 +218,39 @@ impl WireReading {
         if b.len() != buf.remaining() {
             return false;
         }
-        // Entry length, then 0x0A klen key 0x12 vlen value, all of it.
-        let Some((&n, rest)) = b.split_first() else {
+        let Some((key, value, used)) = canonical_entry(b) else {
             return false;
         };
-        let n = usize::from(n);
-        if n >= 0x80 || rest.len() < n {
-            return false;
-        }
-        let e = &rest[..n];
-        let field = |at: usize, tag: u8| -> Option<(&str, usize)> {
-            let (&t, &len) = (e.get(at)?, e.get(at + 1)?);
-            let end = (at + 2).checked_add(usize::from(len))?;
-            if t != tag || len >= 0x80 {
-                return None;
-            }
-            Some((std::str::from_utf8(e.get(at + 2..end)?).ok()?, end))
-        };
-        let Some((key, at)) = field(0, 0x0A) else {
-            return false;
-        };
-        let Some((value, end)) = field(at, 0x12) else {
-            return false;
-        };
-        if end != n {
-            return false;
-        }
         let key = self.labels.append(key);
         let value = self.labels.append(value);
         self.labels.push_spans(key, value);
-        buf.advance(1 + n);
+        buf.advance(used);
         true
     }
+}
+
+/// A label entry in the form encoders write at the start of `b` (just past
+/// the field's key): its length, then its key (field 1) and value (field
+/// 2), each one length byte and UTF-8, nothing else. Returns the key, the
+/// value and the bytes the entry took.
+fn canonical_entry(b: &[u8]) -> Option<(&str, &str, usize)> {
+    let (&n, rest) = b.split_first()?;
+    let n = usize::from(n);
+    if n >= 0x80 || rest.len() < n {
+        return None;
+    }
+    let e = &rest[..n];
+    let field = |at: usize, tag: u8| -> Option<(&str, usize)> {
+        let (&t, &len) = (e.get(at)?, e.get(at + 1)?);
+        let end = (at + 2).checked_add(usize::from(len))?;
+        if t != tag || len >= 0x80 {
+            return None;
+        }
+        Some((std::str::from_utf8(e.get(at + 2..end)?).ok()?, end))
+    };
+    let (key, at) = field(0, 0x0A)?;
+    let (value, end) = field(at, 0x12)?;
+    (end == n).then_some((key, value, 1 + n))
 }
 
 impl prost::Message for WireReading {

@@ -296,31 +296,45 @@ proptest! {
     }
 }
 
-/// A reading without labels, as encoders write it, is read in place (its
-/// device id and stream are slices of the payload); one with labels is
-/// decoded. Both visit as they decode.
+/// A reading as encoders write it, with or without labels, is read in
+/// place (its device id and stream are slices of the payload); one with a
+/// label entry in another form (its value before its key) is decoded.
+/// Each visits as it decodes.
 #[test]
-fn a_plain_reading_is_read_in_place() {
-    let mut r = proto::DeviceReading {
+fn a_reading_as_encoders_write_it_is_read_in_place() {
+    let r = proto::DeviceReading {
         device_id: "dev-1".into(),
         stream: "speed".into(),
         value: Some(1.5),
         event_time_ms: Some(7),
-        labels: Default::default(),
+        labels: [("model".into(), "a".into()), ("region".into(), "eu".into())].into(),
     };
-    for labelled in [false, true] {
-        if labelled {
-            r.labels.insert("model".into(), "a".into());
-        }
-        let payload = r.encode_to_vec();
+    let plain = proto::DeviceReading {
+        labels: Default::default(),
+        ..r.clone()
+    };
+    // The same labels, one entry written value first.
+    let mut swapped = plain.encode_to_vec();
+    let mut body = Vec::new();
+    delimited(2, b"a", &mut body);
+    delimited(1, b"model", &mut body);
+    delimited(5, &body, &mut swapped);
+    let mut entry = Vec::new();
+    delimited(1, b"region", &mut entry);
+    delimited(2, b"eu", &mut entry);
+    delimited(5, &entry, &mut swapped);
+    let cases = [
+        (plain.encode_to_vec(), true),
+        (r.encode_to_vec(), true),
+        (swapped, false),
+    ];
+    for (payload, in_place) in cases {
         let within = payload.as_ptr_range();
         let n = decoder()
             .visit(&payload, None, |i, got| {
                 assert_eq!(i, 0);
-                let d = got.device_id.as_ptr();
-                let s = got.stream.as_ptr();
-                assert_eq!(within.contains(&d), !labelled, "{labelled}");
-                assert_eq!(within.contains(&s), !labelled, "{labelled}");
+                assert_eq!(within.contains(&got.device_id.as_ptr()), in_place);
+                assert_eq!(within.contains(&got.stream.as_ptr()), in_place);
                 assert_eq!(
                     got.into_owned(),
                     decoder().decode(&payload, None).unwrap()[0]
@@ -331,6 +345,9 @@ fn a_plain_reading_is_read_in_place() {
             .unwrap();
         assert_eq!(n, 1);
     }
+    let labelled = decoder().decode(&r.encode_to_vec(), None).unwrap();
+    let labels: Vec<_> = labelled[0].labels.iter().collect();
+    assert_eq!(labels, [("model", "a"), ("region", "eu")]);
 }
 
 /// The visitor's own refusal stops the visit and is the verdict.
