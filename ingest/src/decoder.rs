@@ -152,21 +152,7 @@ impl Decoder {
                 self.check_count(raw.len())?;
                 raw
             }
-            Format::Protobuf => {
-                // The common case: one reading, validated without a batch,
-                // read in place when it is in the form encoders write.
-                if let Some(mut w) = wire::borrowed(payload) {
-                    self.check_count(1)?;
-                    let raw = (Some(w.device_id), Some(w.stream), w.value, w.event_time_ms);
-                    w.stream_index = self.validate_ref(0, raw, &w.labels)?.stream_index;
-                    return Ok(Decoded::One(w));
-                }
-                let r = wire::WireReading::decode(payload).map_err(|e| {
-                    Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}"))
-                })?;
-                self.check_count(1)?;
-                return Ok(Decoded::Many(vec![self.validate(0, r.into())?]));
-            }
+            Format::Protobuf => return self.one_reading(payload),
             Format::ProtobufBatch => {
                 // Counted from the framing first: nothing is materialised
                 // for a batch over the limit.
@@ -196,14 +182,7 @@ impl Decoder {
                 // The request as encoders write it and within the bounds,
                 // read in one walk, its device ids borrowed; anything else
                 // is bounded, then decoded whole.
-                Some(mut walked) => {
-                    self.check_count(walked.len())?;
-                    for (i, w) in walked.iter_mut().enumerate() {
-                        let parts = (Some(&*w.device), Some(w.stream), w.value, w.event_time_ms);
-                        w.stream_index = self.validate_ref(i, parts, &w.labels)?.stream_index;
-                    }
-                    return Ok(Decoded::Walked(walked));
-                }
+                Some(walked) => return self.validate_walked(walked),
                 None => self.otlp_readings(payload, format)?,
             },
             Format::OtlpJson => self.otlp_readings(payload, format)?,
@@ -219,6 +198,35 @@ impl Decoder {
             .map(|(i, r)| self.validate(i, r))
             .collect::<Result<_, _>>()
             .map(Decoded::Many)
+    }
+
+    /// One `DeviceReading`, validated without a batch: the common case,
+    /// read in place when it is in the form encoders write.
+    fn one_reading<'a>(&self, payload: &'a [u8]) -> Result<Decoded<'a>, Rejection> {
+        if let Some(mut w) = wire::borrowed(payload) {
+            self.check_count(1)?;
+            let raw = (Some(w.device_id), Some(w.stream), w.value, w.event_time_ms);
+            w.stream_index = self.validate_ref(0, raw, &w.labels)?.stream_index;
+            return Ok(Decoded::One(w));
+        }
+        let r = wire::WireReading::decode(payload)
+            .map_err(|e| Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}")))?;
+        self.check_count(1)?;
+        Ok(Decoded::Many(vec![self.validate(0, r.into())?]))
+    }
+
+    /// An OTLP request's walked readings, counted and each validated
+    /// before any is handed over.
+    fn validate_walked<'a>(
+        &self,
+        mut walked: Vec<otlp_walk::Walked<'a>>,
+    ) -> Result<Decoded<'a>, Rejection> {
+        self.check_count(walked.len())?;
+        for (i, w) in walked.iter_mut().enumerate() {
+            let parts = (Some(&*w.device), Some(w.stream), w.value, w.event_time_ms);
+            w.stream_index = self.validate_ref(i, parts, &w.labels)?.stream_index;
+        }
+        Ok(Decoded::Walked(walked))
     }
 
     /// The payload inside its framing, the format it is read as (a
