@@ -265,11 +265,11 @@ impl Decoder {
                 } else if let (Format::Avro, Some(a)) = (format, &self.avro) {
                     a.check_id(f.schema_id)?;
                 } else if let (true, Some(d)) = (protobuf, &self.described) {
-                    d.check_indexes(&f.indexes)?;
+                    d.check_indexes(f.indexes())?;
                     format = Format::Protobuf;
                 } else if protobuf {
                     // The message index names the message in fleetdp.proto.
-                    format = match f.indexes.as_slice() {
+                    format = match f.indexes() {
                         [0] => Format::Protobuf,
                         [1] => Format::ProtobufBatch,
                         other => {

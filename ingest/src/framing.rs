@@ -31,9 +31,18 @@ const MAX_INDEXES: u64 = 16;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Frame<'a> {
     pub schema_id: u32,
-    /// Protobuf only: the message indexes.
-    pub indexes: Vec<i64>,
+    /// Protobuf only: the message indexes, the first `count` (kept in
+    /// place: no allocation per message).
+    slots: [i64; MAX_INDEXES as usize],
+    count: usize,
     pub body: &'a [u8],
+}
+
+impl Frame<'_> {
+    /// Protobuf only: the message indexes.
+    pub(crate) fn indexes(&self) -> &[i64] {
+        &self.slots[..self.count]
+    }
 }
 
 fn bad(what: &str) -> Rejection {
@@ -57,7 +66,8 @@ pub(crate) fn unframe(payload: &[u8], protobuf: bool) -> Result<Frame<'_>, Rejec
     if !protobuf {
         return Ok(Frame {
             schema_id,
-            indexes: vec![],
+            slots: [0; MAX_INDEXES as usize],
+            count: 0,
             body: rest,
         });
     }
@@ -68,16 +78,15 @@ pub(crate) fn unframe(payload: &[u8], protobuf: bool) -> Result<Frame<'_>, Rejec
             "{count} message indexes (allowed 0 to {MAX_INDEXES})"
         )));
     }
-    let indexes = if count == 0 {
-        vec![0]
-    } else {
-        (0..count)
-            .map(|_| zigzag(&mut at).ok_or_else(|| bad("message index is not a varint")))
-            .collect::<Result<Vec<_>, _>>()?
-    };
+    // A count of 0 is the common shorthand for `[0]`.
+    let mut slots = [0; MAX_INDEXES as usize];
+    for slot in slots.iter_mut().take(count as usize) {
+        *slot = zigzag(&mut at).ok_or_else(|| bad("message index is not a varint"))?;
+    }
     Ok(Frame {
         schema_id,
-        indexes,
+        slots,
+        count: (count as usize).max(1),
         body: at,
     })
 }
@@ -137,7 +146,7 @@ mod tests {
             let got = unframe(&f, ix.is_some()).unwrap();
             assert_eq!(got.schema_id, 4242);
             assert_eq!(got.body, b"body");
-            assert_eq!(got.indexes, ix.map(<[i64]>::to_vec).unwrap_or_default());
+            assert_eq!(got.indexes(), ix.unwrap_or_default());
         }
         for (payload, protobuf, says) in [
             (&b"\x00\x00\x01"[..], false, "shorter"),
