@@ -89,7 +89,7 @@ impl Decoder {
         Ok(match self.decode_any(payload, content_type)? {
             Decoded::One(w) => vec![w.borrowed().into_owned()],
             Decoded::Many(v) => v,
-            Decoded::Walked(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
+            Decoded::Found(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
         })
     }
 
@@ -112,7 +112,7 @@ impl Decoder {
                 }
                 Ok(v.len())
             }
-            Decoded::Walked(v) => {
+            Decoded::Found(v) => {
                 for (i, w) in v.iter().enumerate() {
                     f(i, w.borrowed())?;
                 }
@@ -182,7 +182,7 @@ impl Decoder {
                 // The request as encoders write it and within the bounds,
                 // read in one walk, its device ids borrowed; anything else
                 // is bounded, then decoded whole.
-                Some(walked) => return self.validate_walked(walked),
+                Some(walked) => return self.validate_found(walked),
                 None => self.otlp_readings(payload, format)?,
             },
             Format::OtlpJson => self.otlp_readings(payload, format)?,
@@ -205,8 +205,7 @@ impl Decoder {
     fn one_reading<'a>(&self, payload: &'a [u8]) -> Result<Decoded<'a>, Rejection> {
         if let Some(mut w) = wire::borrowed(payload) {
             self.check_count(1)?;
-            let raw = (Some(w.device_id), Some(w.stream), w.value, w.event_time_ms);
-            w.stream_index = self.validate_ref(0, raw, &w.labels)?.stream_index;
+            self.validate_one(0, &mut w)?;
             return Ok(Decoded::One(w));
         }
         let r = wire::WireReading::decode(payload)
@@ -215,18 +214,26 @@ impl Decoder {
         Ok(Decoded::Many(vec![self.validate(0, r.into())?]))
     }
 
-    /// An OTLP request's walked readings, counted and each validated
+    /// A walk's readings (an OTLP request's), counted and each validated
     /// before any is handed over.
-    fn validate_walked<'a>(
-        &self,
-        mut walked: Vec<otlp_walk::Walked<'a>>,
-    ) -> Result<Decoded<'a>, Rejection> {
-        self.check_count(walked.len())?;
-        for (i, w) in walked.iter_mut().enumerate() {
-            let parts = (Some(&*w.device), Some(w.stream), w.value, w.event_time_ms);
-            w.stream_index = self.validate_ref(i, parts, &w.labels)?.stream_index;
+    fn validate_found<'a>(&self, mut found: Vec<Found<'a>>) -> Result<Decoded<'a>, Rejection> {
+        self.check_count(found.len())?;
+        for (i, w) in found.iter_mut().enumerate() {
+            self.validate_one(i, w)?;
         }
-        Ok(Decoded::Walked(walked))
+        Ok(Decoded::Found(found))
+    }
+
+    /// Validate reading `i` as a walk found it, and note its stream's index.
+    fn validate_one(&self, i: usize, w: &mut Found<'_>) -> Result<(), Rejection> {
+        let parts = (
+            Some(&*w.device_id),
+            Some(w.stream),
+            w.value,
+            w.event_time_ms,
+        );
+        w.stream_index = self.validate_ref(i, parts, &w.labels)?.stream_index;
+        Ok(())
     }
 
     /// The payload inside its framing, the format it is read as (a
@@ -475,9 +482,9 @@ type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>)
 /// What a message decodes to, validated: one reading read in place,
 /// readings, or an OTLP request's readings as its walk found them.
 enum Decoded<'a> {
-    One(wire::BorrowedReading<'a>),
+    One(Found<'a>),
     Many(Vec<Reading>),
-    Walked(Vec<otlp_walk::Walked<'a>>),
+    Found(Vec<Found<'a>>),
 }
 
 /// Schemas from a Schema Registry, held by the decoder (the caller fetches

@@ -15,11 +15,8 @@ pub struct Labels {
 }
 
 impl Labels {
-    pub const fn new() -> Self {
-        Self {
-            text: String::new(),
-            spans: Vec::new(),
-        }
+    pub fn new() -> Self {
+        Self::default()
     }
 
     #[inline]

@@ -263,6 +263,35 @@ impl ReadingRef<'_> {
     }
 }
 
+/// A reading as a walk over its message found it (`wire.rs`,
+/// `otlp_walk.rs`): its strings borrowed from the message where they can
+/// be, its labels in one buffer; `stream_index` is set when the decoder
+/// validates it.
+#[derive(Debug, Default)]
+pub(crate) struct Found<'a> {
+    pub(crate) device_id: std::borrow::Cow<'a, str>,
+    pub(crate) stream: &'a str,
+    pub(crate) stream_index: usize,
+    pub(crate) value: Option<f64>,
+    pub(crate) event_time_ms: Option<i64>,
+    pub(crate) labels: Labels,
+}
+
+impl Found<'_> {
+    /// The reading, borrowed; only once validated (its value and event
+    /// time present, its stream's index set).
+    pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
+        ReadingRef {
+            device_id: &self.device_id,
+            stream: self.stream,
+            stream_index: self.stream_index,
+            value: self.value.expect("validated"),
+            event_time_ms: self.event_time_ms.expect("validated"),
+            labels: &self.labels,
+        }
+    }
+}
+
 /// Most labels one reading may carry.
 pub const MAX_LABELS: usize = 16;
 /// Longest label name or value (bytes).

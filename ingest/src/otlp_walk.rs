@@ -18,8 +18,7 @@ use crate::otlp::{OtlpMapping, ScalarRef, DELTA};
 use crate::otlp_scan::{
     MAX_OTLP_ATTRIBUTES, MAX_OTLP_METRICS, MAX_OTLP_POINTS, MAX_OTLP_RESOURCES, MAX_OTLP_SCOPES,
 };
-use crate::{ReadingRef, MAX_LABELS};
-use std::borrow::Cow;
+use crate::{Found, MAX_LABELS};
 
 /// One field's payload by wire type.
 #[derive(Clone, Copy)]
@@ -201,40 +200,15 @@ struct Walk<'m, 'a> {
     point: [Option<ScalarRef<'a>>; SLOTS],
     /// Resources, scopes, metrics and points so far.
     counts: [usize; 4],
-    out: Vec<Walked<'a>>,
+    out: Vec<Found<'a>>,
 }
 
-/// A reading as the walk finds it: its device id borrowed from the
-/// request when it is a string attribute, its stream's name from the
-/// mapping; `stream_index` is set when it is validated.
-#[derive(Debug)]
-pub(crate) struct Walked<'a> {
-    pub(crate) device: Cow<'a, str>,
-    pub(crate) stream: &'a str,
-    pub(crate) stream_index: usize,
-    pub(crate) value: Option<f64>,
-    pub(crate) event_time_ms: Option<i64>,
-    pub(crate) labels: Labels,
-}
-
-impl Walked<'_> {
-    /// The reading, borrowed; only once validated (its value and event
-    /// time present, its stream's index set).
-    pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
-        ReadingRef {
-            device_id: &self.device,
-            stream: self.stream,
-            stream_index: self.stream_index,
-            value: self.value.expect("validated"),
-            event_time_ms: self.event_time_ms.expect("validated"),
-            labels: &self.labels,
-        }
-    }
-
-    #[cfg(test)]
+/// The walk's readings as the full decoder's, to compare (tests).
+#[cfg(test)]
+impl Found<'_> {
     fn into_raw(self) -> crate::RawReading {
         crate::RawReading {
-            device_id: Some(self.device.into_owned()),
+            device_id: Some(self.device_id.into_owned()),
             stream: Some(self.stream.to_string()),
             value: self.value,
             event_time_ms: self.event_time_ms,
@@ -335,8 +309,8 @@ impl<'m, 'a> Walk<'m, 'a> {
         }
         labels.sort();
         let t = p.time_unix_nano;
-        self.out.push(Walked {
-            device,
+        self.out.push(Found {
+            device_id: device,
             stream,
             stream_index: 0,
             value: p.value,
@@ -349,7 +323,7 @@ impl<'m, 'a> Walk<'m, 'a> {
 
 /// The readings of an OTLP metrics request in Protobuf, in the full
 /// decoder's order; `None` where the full decoder must decide.
-pub(crate) fn walk<'a>(payload: &'a [u8], mapping: &'a OtlpMapping) -> Option<Vec<Walked<'a>>> {
+pub(crate) fn walk<'a>(payload: &'a [u8], mapping: &'a OtlpMapping) -> Option<Vec<Found<'a>>> {
     let mut keys = [&[][..]; SLOTS];
     let names =
         std::iter::once(&mapping.device_attribute).chain(mapping.labels.iter().map(|(_, k)| k));
@@ -377,7 +351,7 @@ pub(crate) fn walk<'a>(payload: &'a [u8], mapping: &'a OtlpMapping) -> Option<Ve
 /// [`walk`]'s readings, owned.
 #[cfg(test)]
 pub(crate) fn readings(payload: &[u8], mapping: &OtlpMapping) -> Option<Vec<crate::RawReading>> {
-    walk(payload, mapping).map(|w| w.into_iter().map(Walked::into_raw).collect())
+    walk(payload, mapping).map(|w| w.into_iter().map(Found::into_raw).collect())
 }
 
 #[cfg(test)]

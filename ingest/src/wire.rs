@@ -20,7 +20,7 @@
 //! requires the same verdicts and readings.
 
 use crate::labels::Labels;
-use crate::{RawReading, ReadingRef};
+use crate::{Found, RawReading};
 use prost::bytes::{Buf, BufMut};
 use prost::encoding::{self as enc, DecodeContext, WireType};
 use prost::DecodeError;
@@ -63,33 +63,6 @@ impl From<WireReading> for RawReading {
     }
 }
 
-/// A `DeviceReading` read in place by [`borrowed`]; `stream_index` is
-/// set when it is validated.
-#[derive(Debug, Default)]
-pub(crate) struct BorrowedReading<'p> {
-    pub(crate) device_id: &'p str,
-    pub(crate) stream: &'p str,
-    pub(crate) stream_index: usize,
-    pub(crate) value: Option<f64>,
-    pub(crate) event_time_ms: Option<i64>,
-    pub(crate) labels: Labels,
-}
-
-impl BorrowedReading<'_> {
-    /// The reading, borrowed; only once validated (its value and event
-    /// time present, its stream's index set).
-    pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
-        ReadingRef {
-            device_id: self.device_id,
-            stream: self.stream,
-            stream_index: self.stream_index,
-            value: self.value.expect("validated"),
-            event_time_ms: self.event_time_ms.expect("validated"),
-            labels: &self.labels,
-        }
-    }
-}
-
 /// A `DeviceReading` read in place: its strings are slices of the
 /// payload, its labels (if any) copied into one buffer. Only a message in
 /// the form encoders write is taken — single-byte keys of the five fields
@@ -100,8 +73,8 @@ impl BorrowedReading<'_> {
 /// `decode_varint`); anything else (unknown fields, a wrong wire type,
 /// another form of label entry, damage) is `None`, and the caller decodes
 /// it in full, which gives the verdict.
-pub(crate) fn borrowed(payload: &[u8]) -> Option<BorrowedReading<'_>> {
-    let mut r = BorrowedReading::default();
+pub(crate) fn borrowed(payload: &[u8]) -> Option<Found<'_>> {
+    let mut r = Found::default();
     let mut rest = payload;
     while let Some((&key, tail)) = rest.split_first() {
         rest = tail;
@@ -111,7 +84,7 @@ pub(crate) fn borrowed(payload: &[u8]) -> Option<BorrowedReading<'_>> {
                 let text = std::str::from_utf8(rest.get(..len)?).ok()?;
                 rest = &rest[len..];
                 if key == 0x0A {
-                    r.device_id = text;
+                    r.device_id = text.into();
                 } else {
                     r.stream = text;
                 }
