@@ -37,7 +37,6 @@
 
 use super::counts::{DeviceHorizon, HostedCount};
 use super::group_cap::Entry;
-use super::lane::lane_mut;
 use super::{FastMap, LaneGroup, Windower};
 
 /// No lane's counts in a slot.
@@ -205,7 +204,7 @@ impl Windower {
         if moved {
             self.evict_counts(h, dk, g.first, partition);
         }
-        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        let lane = self.lanes.get_or_make((stream, partition), self.layout);
         lane.tag = tag;
         if moved {
             h.lane = index;
@@ -228,7 +227,7 @@ impl Windower {
         }
         let stream = first + h.lane as usize;
         if h.has_counts {
-            if let Some(lane) = self.lanes.get_mut(&(stream, partition)) {
+            if let Some(lane) = self.lanes.get_mut((stream, partition)) {
                 if h.counts.horizon >= lane.swept_before {
                     lane.hosted.remove(h.counts.horizon);
                     lane.devices.put(dk, h.counts, lane.next_seq);

@@ -4,9 +4,9 @@
 //! due). The caps' decisions are `admit.rs`'s; the privacy argument is the
 //! parent module's.
 
-use super::counts::{DeviceCounts, DeviceHorizon, HostedCount, Layout};
+use super::counts::{DeviceCounts, DeviceHorizon, HostedCount};
 use super::group_cap::GroupTable;
-use super::{charge_records, ClosedWindow, FastMap, StreamRules};
+use super::{charge_records, ClosedWindow, StreamRules};
 
 #[derive(Debug, Default)]
 pub(super) struct Open {
@@ -94,18 +94,6 @@ impl RestoredLane {
         let w = self.live.entry(seq).or_insert((i64::MIN, records));
         w.0 = w.0.max(newest);
     }
-}
-
-/// The lane `key`, made if new.
-pub(super) fn lane_mut(
-    lanes: &mut FastMap<(usize, i32), Lane>,
-    key: (usize, i32),
-    layout: Layout,
-) -> &mut Lane {
-    lanes.entry(key).or_insert_with(|| Lane {
-        devices: DeviceCounts::with_layout(layout),
-        ..Lane::default()
-    })
 }
 
 pub(super) fn window_end(seq: u64, len: i64) -> i64 {

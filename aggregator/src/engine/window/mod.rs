@@ -32,7 +32,7 @@ impl Windower {
     /// Devices in a lane's table (tests).
     fn devices_in(&self, stream: usize, partition: i32) -> usize {
         self.lanes
-            .get(&(stream, partition))
+            .get((stream, partition))
             .map_or(0, |l| l.devices.len() + l.hosted.live())
     }
 }
@@ -41,6 +41,7 @@ mod counts;
 mod group_cap;
 mod hosted;
 mod lane;
+mod lanes;
 mod types;
 
 pub(crate) use admit::Offer;
@@ -51,8 +52,9 @@ pub use types::*;
 use counts::{DeviceCounts, DeviceHorizon, Layout};
 use group_cap::GroupTable;
 use hosted::{HostedParts, Tags};
-use lane::{close, close_count_window, first_open_window, lane_mut, window_end};
+use lane::{close, close_count_window, first_open_window, window_end};
 use lane::{Lane, Open};
+use lanes::Lanes;
 use std::collections::BTreeMap;
 
 /// All windows of one process.
@@ -63,7 +65,7 @@ pub struct Windower {
     lateness_ms: i64,
     /// The seq of the window the last accepted reading went to.
     last_accepted_seq: u64,
-    lanes: FastMap<(usize, i32), Lane>,
+    lanes: Lanes,
     /// Grouped streams: each device's groups, per (first group's stream
     /// index, partition).
     groups: FastMap<(usize, i32), GroupTable>,
@@ -94,7 +96,7 @@ impl Windower {
             horizon_ms,
             lateness_ms,
             last_accepted_seq: 0,
-            lanes: FastMap::default(),
+            lanes: Lanes::default(),
             groups: FastMap::default(),
             device_limit: usize::MAX,
             layout: Layout::DEFAULT,
@@ -119,7 +121,7 @@ impl Windower {
         if self.rules[stream].window_ms.is_none() {
             return;
         }
-        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        let lane = self.lanes.get_or_make((stream, partition), self.layout);
         if !lane.started {
             lane.started = true;
             lane.next_seq = first_seq;
@@ -138,13 +140,13 @@ impl Windower {
     pub fn lane_devices(&self) -> impl Iterator<Item = ((usize, i32), usize, usize)> + '_ {
         self.lanes
             .iter()
-            .map(|(k, l)| (*k, l.devices.len() + l.hosted.live(), l.devices.bytes()))
+            .map(|(k, l)| (k, l.devices.len() + l.hosted.live(), l.devices.bytes()))
     }
 
     /// Devices counted in the lane (stream, partition), if it exists.
     pub fn lane_device_count(&self, stream: usize, partition: i32) -> Option<usize> {
         self.lanes
-            .get(&(stream, partition))
+            .get((stream, partition))
             .map(|l| l.devices.len() + l.hosted.live())
     }
 
@@ -163,7 +165,7 @@ impl Windower {
             if self.bound_only.get(s) == Some(&true) {
                 continue;
             }
-            let lane = lane_mut(&mut self.lanes, (s, partition), self.layout);
+            let lane = self.lanes.get_or_make((s, partition), self.layout);
             if !lane.started {
                 lane.started = true;
                 lane.next_seq = first_open_window(now_ms, len, self.lateness_ms);
@@ -201,7 +203,7 @@ impl Windower {
             .lanes
             .iter()
             .filter(|((s, _), l)| l.started && self.rules[*s].window_ms.is_some())
-            .map(|(k, _)| *k)
+            .map(|(k, _)| k)
             .collect();
         keys.sort_unstable();
         // Per output partition: the moment up to which all its input is read.
@@ -216,7 +218,7 @@ impl Windower {
         for (s, p) in keys {
             let rules = &self.rules[s];
             let len = rules.window_ms.expect("time lanes");
-            let lane = self.lanes.get_mut(&(s, p)).expect("listed");
+            let lane = self.lanes.get_mut((s, p)).expect("listed");
             let read = read[&output_of(p)];
             let lane_before = closed.len();
             while closed.len() - lane_before < limit {
@@ -247,7 +249,7 @@ impl Windower {
 
     /// Continue a (stream, partition) after its last released window.
     pub fn resume(&mut self, stream: usize, partition: i32, r: Resume) {
-        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        let lane = self.lanes.get_or_make((stream, partition), self.layout);
         lane.next_seq = r.last_seq + 1;
         lane.resume_after = Some((r.last_offset, r.last_index));
         lane.reference_event_ms = Some(r.reference_event_ms);
@@ -298,7 +300,7 @@ impl Windower {
                 .or_default()
                 .merge(t);
         }
-        let lane = lane_mut(&mut self.lanes, (stream, partition), self.layout);
+        let lane = self.lanes.get_or_make((stream, partition), self.layout);
         lane.devices = r.devices;
         // Counts of horizons the lane already swept are left out, as its
         // sweep would have: no reading of them is admitted, and a lane's
@@ -316,7 +318,7 @@ impl Windower {
 
     /// Forget a partition's open windows (revoked; they rebuild by replay).
     pub fn drop_partition(&mut self, partition: i32) {
-        self.lanes.retain(|&(_, p), _| p != partition);
+        self.lanes.retain(|(_, p)| p != partition);
         self.groups.retain(|&(_, p), _| p != partition);
         // Replica slots holding its entries now hold nothing.
         self.tags.drop_partition(partition);
@@ -332,7 +334,7 @@ impl Windower {
         if self.rules[stream].window_ms.is_some() {
             return false;
         }
-        self.lanes.get(&(stream, partition)).is_some_and(|l| {
+        self.lanes.get((stream, partition)).is_some_and(|l| {
             l.resume_after.is_none_or(|(o, _)| offset > o)
                 && l.reference_event_ms
                     .is_some_and(|r| event_ms < r.saturating_sub(self.lateness_ms))
@@ -422,7 +424,7 @@ impl Windower {
             return;
         };
         let before = (g.first..g.first + g.count)
-            .filter_map(|s| self.lanes.get(&(s, partition)).map(|l| l.swept_before))
+            .filter_map(|s| self.lanes.get((s, partition)).map(|l| l.swept_before))
             .min()
             .unwrap_or(0);
         if let Some(t) = self.groups.get_mut(&(g.first, partition)) {
@@ -441,14 +443,14 @@ impl Windower {
         host: Option<&mut Hosted>,
     ) -> Admission {
         let id = o.lane();
-        let mut lane = lane_mut(&mut self.lanes, id, self.layout);
+        let mut lane = self.lanes.get_or_make(id, self.layout);
         // A slot that may keep this lane's entries gets them first (most
         // often it holds them already: one look at the lane's tag).
         let host = match (host, self.rules[o.stream].group) {
             (Some(h), Some(g)) if h.holds_lane(lane.tag, g.index) => Some(h),
             (Some(h), Some(g)) => {
                 let hosted = self.host(h, o.device, o.stream, o.partition, g);
-                lane = lane_mut(&mut self.lanes, id, self.layout);
+                lane = self.lanes.get_or_make(id, self.layout);
                 hosted.then_some(h)
             }
             _ => None,
@@ -531,7 +533,7 @@ impl Windower {
     /// group-by).
     #[inline]
     pub fn prefetch(&self, stream: usize, partition: i32, device: u64) {
-        if let Some(lane) = self.lanes.get(&(stream, partition)) {
+        if let Some(lane) = self.lanes.get((stream, partition)) {
             lane.devices.prefetch(device);
         }
         if let Some(g) = self.rules[stream].group {
