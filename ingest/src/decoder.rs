@@ -87,7 +87,13 @@ impl Decoder {
         content_type: Option<&str>,
     ) -> Result<Vec<Reading>, Rejection> {
         Ok(match self.decode_any(payload, content_type)? {
-            Decoded::One(w) => vec![w.borrowed().into_owned()],
+            Decoded::Plain(p) => {
+                let mut w = Found::default();
+                match self.one_reading(p, &mut w)? {
+                    None => vec![w.borrowed().into_owned()],
+                    Some(r) => vec![r],
+                }
+            }
             Decoded::Many(v) => v,
             Decoded::Found(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
         })
@@ -105,7 +111,14 @@ impl Decoder {
         mut f: impl FnMut(usize, ReadingRef<'_>) -> Result<(), Rejection>,
     ) -> Result<usize, Rejection> {
         match self.decode_any(payload, content_type)? {
-            Decoded::One(w) => f(0, w.borrowed()).map(|()| 1),
+            Decoded::Plain(p) => {
+                let mut w = Found::default();
+                match self.one_reading(p, &mut w)? {
+                    None => f(0, w.borrowed()),
+                    Some(r) => f(0, r.borrowed()),
+                }
+                .map(|()| 1)
+            }
             Decoded::Many(v) => {
                 for (i, r) in v.iter().enumerate() {
                     f(i, r.borrowed())?;
@@ -152,7 +165,7 @@ impl Decoder {
                 self.check_count(raw.len())?;
                 raw
             }
-            Format::Protobuf => return self.one_reading(payload),
+            Format::Protobuf => return Ok(Decoded::Plain(payload)),
             Format::ProtobufBatch => {
                 // Counted from the framing first: nothing is materialised
                 // for a batch over the limit.
@@ -202,16 +215,21 @@ impl Decoder {
 
     /// One `DeviceReading`, validated without a batch: the common case,
     /// read in place when it is in the form encoders write.
-    fn one_reading<'a>(&self, payload: &'a [u8]) -> Result<Decoded<'a>, Rejection> {
-        if let Some(mut w) = wire::borrowed(payload) {
+    /// Read into `w` where it can be (then `None`), else decoded in full.
+    fn one_reading<'a>(
+        &self,
+        payload: &'a [u8],
+        w: &mut Found<'a>,
+    ) -> Result<Option<Reading>, Rejection> {
+        if wire::borrowed(payload, w).is_some() {
             self.check_count(1)?;
-            self.validate_one(0, &mut w)?;
-            return Ok(Decoded::One(w));
+            self.validate_one(0, w)?;
+            return Ok(None);
         }
         let r = wire::WireReading::decode(payload)
             .map_err(|e| Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}")))?;
         self.check_count(1)?;
-        Ok(Decoded::Many(vec![self.validate(0, r.into())?]))
+        Ok(Some(self.validate(0, r.into())?))
     }
 
     /// A walk's readings (an OTLP request's), counted and each validated
@@ -479,10 +497,13 @@ impl Decoder {
 /// A reading's device id, stream, value and event time, as decoded.
 type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>);
 
-/// What a message decodes to, validated: one reading read in place,
-/// readings, or an OTLP request's readings as its walk found them.
+/// What a message decodes to: one plain reading still to be read (and
+/// validated), or validated readings, or an OTLP request's validated
+/// readings as its walk found them.
 enum Decoded<'a> {
-    One(Found<'a>),
+    /// One plain `DeviceReading`, not read yet: the caller reads it into a
+    /// [`Found`] of its own ([`Decoder::one_reading`]).
+    Plain(&'a [u8]),
     Many(Vec<Reading>),
     Found(Vec<Found<'a>>),
 }

@@ -92,11 +92,16 @@ impl Labels {
         self.spans.push([name[0], name[1], value[0], value[1]]);
     }
 
-    /// Sort by name, keeping the last label pushed of each name.
+    /// Sort by name, keeping the last label pushed of each name (inline:
+    /// most readings carry none, and then this is one comparison).
+    #[inline]
     pub(crate) fn sort(&mut self) {
-        if self.spans.len() < 2 {
-            return;
+        if self.spans.len() >= 2 {
+            self.sort_many();
         }
+    }
+
+    fn sort_many(&mut self) {
         let text = &self.text;
         let name = |s: &[u32; 4]| &text[s[0] as usize..s[1] as usize];
         // Stable: of equal names, the last pushed ends last; keep it (in

@@ -280,6 +280,7 @@ pub(crate) struct Found<'a> {
 impl Found<'_> {
     /// The reading, borrowed; only once validated (its value and event
     /// time present, its stream's index set).
+    #[inline]
     pub(crate) fn borrowed(&self) -> ReadingRef<'_> {
         ReadingRef {
             device_id: &self.device_id,
