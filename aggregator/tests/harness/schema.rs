@@ -1,7 +1,7 @@
 //! JSON Schema validation by Python's `jsonschema`, the reference
 //! implementation (tests/run.sh installs it into `.tools/venv`): a
-//! validator independent of FleetDP's code, and none to compile with the
-//! tests (the Rust one was the largest dev-dependency to build).
+//! validator independent of FleetDP's code, and nothing more to compile
+//! with the tests (docs/testing.md, "Running the suite").
 
 use std::io::Write;
 use std::process::{Command, Stdio};
