@@ -87,13 +87,7 @@ impl Decoder {
         content_type: Option<&str>,
     ) -> Result<Vec<Reading>, Rejection> {
         Ok(match self.decode_any(payload, content_type)? {
-            Decoded::Plain(p) => {
-                let mut w = Found::default();
-                match self.one_reading(p, &mut w)? {
-                    None => vec![w.borrowed().into_owned()],
-                    Some(r) => vec![r],
-                }
-            }
+            Decoded::Plain(p) => vec![self.visit_plain(p, |r| r.into_owned())?],
             Decoded::Many(v) => v,
             Decoded::Found(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
         })
@@ -111,14 +105,7 @@ impl Decoder {
         mut f: impl FnMut(usize, ReadingRef<'_>) -> Result<(), Rejection>,
     ) -> Result<usize, Rejection> {
         match self.decode_any(payload, content_type)? {
-            Decoded::Plain(p) => {
-                let mut w = Found::default();
-                match self.one_reading(p, &mut w)? {
-                    None => f(0, w.borrowed()),
-                    Some(r) => f(0, r.borrowed()),
-                }
-                .map(|()| 1)
-            }
+            Decoded::Plain(p) => self.visit_plain(p, |r| f(0, r))?.map(|()| 1),
             Decoded::Many(v) => {
                 for (i, r) in v.iter().enumerate() {
                     f(i, r.borrowed())?;
@@ -213,9 +200,22 @@ impl Decoder {
             .map(Decoded::Many)
     }
 
-    /// One `DeviceReading`, validated without a batch: the common case,
-    /// read in place when it is in the form encoders write.
-    /// Read into `w` where it can be (then `None`), else decoded in full.
+    /// One `DeviceReading` (the common case), validated without a batch
+    /// and handed to `f` borrowed.
+    fn visit_plain<T>(
+        &self,
+        payload: &[u8],
+        f: impl FnOnce(ReadingRef<'_>) -> T,
+    ) -> Result<T, Rejection> {
+        let mut w = Found::default();
+        Ok(match self.one_reading(payload, &mut w)? {
+            None => f(w.borrowed()),
+            Some(r) => f(r.borrowed()),
+        })
+    }
+
+    /// One `DeviceReading`, read into `w` in place when it is in the form
+    /// encoders write (then `None`), else decoded in full.
     fn one_reading<'a>(
         &self,
         payload: &'a [u8],
@@ -501,8 +501,8 @@ type RawParts<'a> = (Option<&'a str>, Option<&'a str>, Option<f64>, Option<i64>)
 /// validated), or validated readings, or an OTLP request's validated
 /// readings as its walk found them.
 enum Decoded<'a> {
-    /// One plain `DeviceReading`, not read yet: the caller reads it into a
-    /// [`Found`] of its own ([`Decoder::one_reading`]).
+    /// One plain `DeviceReading`, not read yet ([`Decoder::visit_plain`]
+    /// reads it into a [`Found`] of its own).
     Plain(&'a [u8]),
     Many(Vec<Reading>),
     Found(Vec<Found<'a>>),

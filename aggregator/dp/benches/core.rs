@@ -7,6 +7,10 @@
 //! printed as a `TARGET` line with this run's verdict: ≥ 5 M discrete
 //! Laplace samples/s at scale 100; window release ≤ 2 ms.
 
+// The service benches' `TARGET` line, shared.
+#[path = "../../benches/pipeline/target.rs"]
+mod target;
+
 use fleetdp_dp::accountant::Budget;
 use fleetdp_dp::mechanism::Measure;
 use fleetdp_dp::rational::exact;
@@ -33,12 +37,6 @@ fn best_of(mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::INFINITY, f64::min)
-}
-
-/// Print one performance target's verdict.
-fn target(what: &str, figure: &str, target: &str, met: bool) {
-    let verdict = if met { "met" } else { "MISSED" };
-    println!("TARGET {what}: {figure} (target {target}): {verdict}");
 }
 
 fn main() {
@@ -86,7 +84,7 @@ fn samplers() {
             rate / 1e6
         );
     }
-    target(
+    target::line(
         "discrete Laplace at scale 100",
         &format!("{:.2} M samples/s", at_100 / 1e6),
         "≥ 5 M samples/s",
@@ -160,7 +158,7 @@ fn window_release() {
         );
         worst = worst.max(release);
     }
-    target(
+    target::line(
         "window release, n = 10,000, slower measure",
         &format!("{:.2} ms", worst * 1e3),
         "≤ 2 ms",
