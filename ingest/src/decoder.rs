@@ -4,13 +4,14 @@
 //! formats it calls (`json`, `mapped`, `wire`, `avro`, `described`,
 //! `framing`) read bytes and know nothing of it.
 
+use crate::names::StreamNames;
 use crate::*;
 
 /// Decodes and validates messages against the declared streams.
 #[derive(Debug, Clone)]
 pub struct Decoder {
     /// Declared stream names and their positions.
-    streams: HashMap<String, usize, foldhash::fast::RandomState>,
+    streams: StreamNames,
     default_format: Format,
     limits: Limits,
     /// JSON payloads are the fleet's own documents, read by this mapping.
@@ -37,11 +38,7 @@ impl Decoder {
         limits: Limits,
     ) -> Self {
         Self {
-            streams: streams
-                .into_iter()
-                .enumerate()
-                .map(|(i, s)| (s, i))
-                .collect(),
+            streams: StreamNames::new(streams),
             default_format,
             limits,
             mapping: None,
@@ -472,7 +469,7 @@ impl Decoder {
                 format!("reading {i}: value is NaN or infinite"),
             ));
         }
-        let Some(&stream_index) = self.streams.get(stream) else {
+        let Some(stream_index) = self.streams.get(stream) else {
             // The stream name is operator metadata, not a private value.
             return Err(Rejection::new(
                 Reason::UnknownStream,

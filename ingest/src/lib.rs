@@ -20,6 +20,7 @@ mod framing;
 mod json;
 mod labels;
 mod mapped;
+mod names;
 mod otlp;
 mod otlp_json;
 mod otlp_scan;
