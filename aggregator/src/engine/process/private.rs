@@ -77,6 +77,10 @@ impl PrivateKeys {
     /// before anything routed by them is released: (declared stream name,
     /// partition, bindings).
     pub fn take_updates(&mut self, declared: &[Declared]) -> Vec<(String, i32, Bindings)> {
+        // No private keys (the common case): nothing to look at per message.
+        if self.tables.is_empty() {
+            return Vec::new();
+        }
         let mut out: Vec<(String, i32, Bindings)> = self
             .tables
             .iter_mut()
@@ -209,6 +213,9 @@ impl PrivateKeys {
     /// The message staged on `partition` is accepted whole: its private
     /// values count.
     pub fn count_accepted(&mut self, declared: &[Declared], partition: i32) {
+        if self.to_count.is_empty() {
+            return;
+        }
         for c in self.to_count.drain(..) {
             if let Some(t) = self.tables.get_mut(&(c.declared, partition)) {
                 if !t.count(c.device, &c.value, c.event_ms, c.msg_ms) {
