@@ -217,6 +217,21 @@ pub(crate) fn reader_config(base: &ClientConfig, group: &str) -> ClientConfig {
     c
 }
 
+/// The consumer's next message if one is ready now (never waits, sets no
+/// timer): the consuming loop receives this way while input keeps coming,
+/// and the pipeline bench's null consumer receives as the loop does.
+pub fn ready_now<C: rdkafka::consumer::ConsumerContext + 'static>(
+    consumer: &rdkafka::consumer::StreamConsumer<C>,
+) -> Option<rdkafka::error::KafkaResult<rdkafka::message::BorrowedMessage<'_>>> {
+    use std::future::Future as _;
+    let mut next = std::pin::pin!(consumer.recv());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match next.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(m) => Some(m),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Value of a header, if present and UTF-8.
 pub fn header<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
     let h = msg.headers()?;

@@ -122,7 +122,7 @@ impl<'a> Consuming<'a> {
                 break;
             }
             let msg = if !staged.is_empty() {
-                match ready_now(consumer) {
+                match kafka::ready_now(consumer) {
                     Some(m) => m,
                     None => {
                         let m = staged.pop_front().expect("staged");
@@ -450,7 +450,13 @@ impl<'a> Consuming<'a> {
     /// it is refused now, start the releases of the windows it closed, and
     /// mark it handled. Returns whether a window was released.
     async fn apply_staged(&mut self, msg: BorrowedMessage<'_>) -> Result<bool> {
-        if let Err(rejection) = self.processor.apply(&mut self.closed) {
+        let applied = self.processor.apply(&mut self.closed);
+        if applied.is_ok() && self.closed.is_empty() {
+            // Most messages: accepted, no window closed.
+            self.offsets.handled(msg.partition(), msg.offset());
+            return Ok(false);
+        }
+        if let Err(rejection) = applied {
             self.dead_letters
                 .send(&msg, &rejection, &mut self.offsets)
                 .await?;
@@ -548,18 +554,5 @@ fn stopped(r: Result<()>) -> Result<bool> {
             Ok(true)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// The consumer's next message if one is ready now (never waits).
-fn ready_now<'c>(
-    consumer: &'c InputConsumer,
-) -> Option<rdkafka::error::KafkaResult<BorrowedMessage<'c>>> {
-    use std::future::Future as _;
-    let mut next = std::pin::pin!(consumer.recv());
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match next.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(m) => Some(m),
-        std::task::Poll::Pending => None,
     }
 }
