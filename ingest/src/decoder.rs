@@ -6,6 +6,7 @@
 
 use crate::names::StreamNames;
 use crate::*;
+use serde_json::Value;
 
 /// Decodes and validates messages against the declared streams.
 #[derive(Debug, Clone)]
@@ -87,6 +88,10 @@ impl Decoder {
             Decoded::Plain(p) => vec![self.visit_plain(p, |r| r.into_owned())?],
             Decoded::Many(v) => v,
             Decoded::Found(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
+            Decoded::Docs(docs) => {
+                let found = self.mapped_found(&docs)?;
+                found.iter().map(|w| w.borrowed().into_owned()).collect()
+            }
         })
     }
 
@@ -115,6 +120,13 @@ impl Decoder {
                 }
                 Ok(v.len())
             }
+            Decoded::Docs(docs) => {
+                let found = self.mapped_found(&docs)?;
+                for (i, w) in found.iter().enumerate() {
+                    f(i, w.borrowed())?;
+                }
+                Ok(found.len())
+            }
         }
     }
 
@@ -138,16 +150,16 @@ impl Decoder {
         let (payload, format, fetched) = self.unframe(payload, format)?;
         let raw: Vec<RawReading> = match format {
             Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
-                let (d, m) = (
-                    self.described.as_ref().expect("matched"),
-                    self.mapping.as_ref(),
-                );
-                let m = m.ok_or_else(|| {
-                    Rejection::new(Reason::Undecodable, "a described message needs a mapping")
-                })?;
-                let raw = m.readings_of(&[d.to_json_for(payload, Some(&self.mapped_paths))?])?;
-                self.check_count(raw.len())?;
-                raw
+                let d = self.described.as_ref().expect("matched");
+                if self.mapping.is_none() {
+                    return Err(Rejection::new(
+                        Reason::Undecodable,
+                        "a described message needs a mapping",
+                    ));
+                }
+                return Ok(Decoded::Docs(vec![
+                    d.to_json_for(payload, Some(&self.mapped_paths))?
+                ]));
             }
             Format::Protobuf => return Ok(Decoded::Plain(payload)),
             Format::ProtobufBatch => {
@@ -164,15 +176,15 @@ impl Decoder {
                     .collect()
             }
             Format::Avro => {
-                let (Some(a), Some(m)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
+                let (Some(a), Some(_)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
                     return Err(Rejection::new(
                         Reason::Undecodable,
                         "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
-                let raw = m.readings_of(&[a.to_json_for(payload, Some(&self.mapped_paths))?])?;
-                self.check_count(raw.len())?;
-                raw
+                return Ok(Decoded::Docs(vec![
+                    a.to_json_for(payload, Some(&self.mapped_paths))?
+                ]));
             }
             Format::OtlpProto => match self.otlp.as_ref().and_then(|m| otlp_walk::walk(payload, m))
             {
@@ -184,8 +196,10 @@ impl Decoder {
             },
             Format::OtlpJson => self.otlp_readings(payload, format)?,
             Format::Json if self.mapping.is_some() => {
-                let m = self.mapping.as_ref().expect("matched");
-                m.readings(payload, self.limits.max_readings_per_message)?
+                return Ok(Decoded::Docs(mapped::parse_docs(
+                    payload,
+                    self.limits.max_readings_per_message,
+                )?));
             }
             Format::Json => self.json_readings(payload)?,
         };
@@ -227,6 +241,19 @@ impl Decoder {
             .map_err(|e| Rejection::new(Reason::Undecodable, format!("DeviceReading: {e}")))?;
         self.check_count(1)?;
         Ok(Some(self.validate(0, r.into())?))
+    }
+
+    /// Mapped documents' readings (module `mapped`), counted and each
+    /// validated before any is handed over.
+    fn mapped_found<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
+        let m = self
+            .mapping
+            .as_ref()
+            .expect("documents come with a mapping");
+        match self.validate_found(m.found_of(docs)?)? {
+            Decoded::Found(found) => Ok(found),
+            _ => unreachable!("validate_found gives Found"),
+        }
     }
 
     /// A walk's readings (an OTLP request's), counted and each validated
@@ -503,6 +530,8 @@ enum Decoded<'a> {
     Plain(&'a [u8]),
     Many(Vec<Reading>),
     Found(Vec<Found<'a>>),
+    /// Documents read through the mapping ([`Decoder::mapped_found`]).
+    Docs(Vec<Value>),
 }
 
 /// Schemas from a Schema Registry, held by the decoder (the caller fetches

@@ -13,9 +13,12 @@
 //! one too. Payloads are one document or an array of documents, bounded
 //! while parsing like the native JSON.
 
-use crate::{missing, Reason, Rejection};
+#[cfg(test)]
+use crate::RawReading as Raw;
+use crate::{missing, Found, Reason, Rejection};
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::fmt;
 
@@ -148,8 +151,6 @@ pub struct Mapping {
     pub labels: Vec<(String, Path)>,
 }
 
-use crate::RawReading as Raw;
-
 impl Mapping {
     /// Every path the mapping reads.
     pub(crate) fn paths(&self) -> Vec<Path> {
@@ -161,19 +162,34 @@ impl Mapping {
             .collect()
     }
 
-    /// The readings of a payload of documents (at most `max_docs`).
+    /// The readings of a payload of documents (at most `max_docs`), owned
+    /// (the tests' view of [`Mapping::found_of`]).
+    #[cfg(test)]
     pub(crate) fn readings(&self, payload: &[u8], max_docs: usize) -> Result<Vec<Raw>, Rejection> {
-        self.readings_of(&parse_docs(payload, max_docs)?)
+        let docs = parse_docs(payload, max_docs)?;
+        Ok(self
+            .found_of(&docs)?
+            .into_iter()
+            .map(|w| Raw {
+                device_id: Some(w.device_id.into_owned()),
+                stream: Some(w.stream.to_owned()),
+                value: w.value,
+                event_time_ms: w.event_time_ms,
+                labels: w.labels,
+            })
+            .collect())
     }
 
-    /// The readings of decoded documents.
-    pub(crate) fn readings_of(&self, docs: &[Value]) -> Result<Vec<Raw>, Rejection> {
+    /// The readings of decoded documents, their device ids and stream names
+    /// borrowed from the documents and the mapping (a document's readings
+    /// share them: nothing is copied per reading but its labels).
+    pub(crate) fn found_of<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
         let mut out = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
-            let device = match self.device_id.find(doc) {
-                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+            let device: Cow<'d, str> = match self.device_id.find(doc) {
+                Some(Value::String(s)) if !s.is_empty() => Cow::Borrowed(s),
                 // Numeric ids are common: their decimal text.
-                Some(Value::Number(n)) if n.is_u64() || n.is_i64() => n.to_string(),
+                Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Cow::Owned(n.to_string()),
                 None | Some(Value::Null) => return Err(missing(self.device_id.as_str(), i)),
                 Some(Value::String(_)) => return Err(missing(self.device_id.as_str(), i)),
                 Some(_) => return Err(bad(i, &self.device_id, "is not a string or an integer")),
@@ -204,9 +220,10 @@ impl Mapping {
                     Some(Value::String(s)) if crate::spelled_not_finite(s) => Some(f64::NAN),
                     Some(_) => return Err(bad(i, path, "is not a number")),
                 };
-                out.push(Raw {
-                    device_id: Some(device.clone()),
-                    stream: Some(stream.clone()),
+                out.push(Found {
+                    device_id: device.clone(),
+                    stream,
+                    stream_index: 0,
                     value,
                     event_time_ms: Some(time),
                     labels: labels.clone(),
