@@ -184,7 +184,8 @@ impl Mapping {
     /// borrowed from the documents and the mapping (a document's readings
     /// share them: nothing is copied per reading but its labels).
     pub(crate) fn found_of<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
-        let mut out = Vec::new();
+        // At most one reading per stream and document: one allocation.
+        let mut out = Vec::with_capacity(docs.len().saturating_mul(self.streams.len()));
         for (i, doc) in docs.iter().enumerate() {
             let device: Cow<'d, str> = match self.device_id.find(doc) {
                 Some(Value::String(s)) if !s.is_empty() => Cow::Borrowed(s),
