@@ -1,0 +1,60 @@
+//! The decoder's Schema Registry side: the writers' schemas of framed Avro
+//! messages, fetched by the caller (`aggregator/src/clients/schemas.rs`)
+//! and held by the decoder, and the fleet's own Avro schema when it is
+//! declared instead.
+
+use super::Decoder;
+use crate::AvroSchema;
+
+/// Schemas from a Schema Registry, held by the decoder (the caller fetches
+/// them: `aggregator/src/clients/schemas.rs`).
+impl Decoder {
+    /// Read framed Avro payloads against their writers' schemas, fetched
+    /// from a Schema Registry by the caller ([`Decoder::avro_schema_needed`],
+    /// [`Decoder::add_avro_schema`]).
+    pub fn with_avro_registry(mut self) -> Self {
+        self.registry = Some(std::collections::HashMap::new());
+        self
+    }
+
+    /// The schema id of a framed Avro payload whose writer's schema the
+    /// decoder does not hold yet (registry mode only); `None` when it holds
+    /// it, or the payload is not such a message (decoding will say why).
+    pub fn avro_schema_needed(&self, payload: &[u8], content_type: Option<&str>) -> Option<u32> {
+        let known = self.registry.as_ref()?;
+        let format = match content_type {
+            Some(ct) => crate::Format::from_content_type(ct)?,
+            None => self.default_format,
+        };
+        if format != crate::Format::Avro || self.framing != crate::Framing::Confluent {
+            return None;
+        }
+        let [0, a, b, c, d, ..] = payload else {
+            return None;
+        };
+        let id = u32::from_be_bytes([*a, *b, *c, *d]);
+        (!known.contains_key(&id)).then_some(id)
+    }
+
+    /// Schema ids held (fetched or refused).
+    pub fn avro_schemas_held(&self) -> usize {
+        self.registry
+            .as_ref()
+            .map_or(0, std::collections::HashMap::len)
+    }
+
+    /// Hold the writer's schema of `id`, or why it has none (messages with
+    /// that id are dead-lettered with the reason).
+    pub fn add_avro_schema(&mut self, id: u32, schema: Result<AvroSchema, String>) {
+        if let Some(r) = &mut self.registry {
+            r.insert(id, schema);
+        }
+    }
+
+    /// Read Avro payloads as the fleet's own record (its writer's schema),
+    /// through the mapping of `Decoder::with_mapping`.
+    pub fn with_avro(mut self, schema: AvroSchema) -> Self {
+        self.avro = Some(schema);
+        self
+    }
+}
