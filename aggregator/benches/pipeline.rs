@@ -5,8 +5,9 @@
 //!    bound → window → release, beside the same path with noise switched
 //!    off (exact aggregation): the DP overhead;
 //! 2. end to end through a broker: the pipeline beside a null consumer
-//!    (consume + decode with the pipeline's own decoder and content-type
-//!    setting, discard) on the same topic, both ways of reading the input.
+//!    (consume as the pipeline's loop does + decode with its own decoder
+//!    and content-type setting, discard) on the same topic, both ways of
+//!    reading the input.
 //!    CPU per reading (this process, all threads; the broker excluded) is
 //!    printed too: it is steadier than throughput on a shared machine.
 //!
