@@ -89,11 +89,8 @@ impl Decoder {
         Ok(match self.decode_any(payload, content_type)? {
             Decoded::Plain(p) => vec![self.visit_plain(p, |r| r.into_owned())?],
             Decoded::Many(v) => v,
-            Decoded::Found(v) => v.iter().map(|w| w.borrowed().into_owned()).collect(),
-            Decoded::Docs(docs) => {
-                let found = self.mapped_found(&docs)?;
-                found.iter().map(|w| w.borrowed().into_owned()).collect()
-            }
+            Decoded::Found(v) => owned(&v),
+            Decoded::Docs(docs) => owned(&self.mapped_found(&docs)?),
         })
     }
 
@@ -116,19 +113,8 @@ impl Decoder {
                 }
                 Ok(v.len())
             }
-            Decoded::Found(v) => {
-                for (i, w) in v.iter().enumerate() {
-                    f(i, w.borrowed())?;
-                }
-                Ok(v.len())
-            }
-            Decoded::Docs(docs) => {
-                let found = self.mapped_found(&docs)?;
-                for (i, w) in found.iter().enumerate() {
-                    f(i, w.borrowed())?;
-                }
-                Ok(found.len())
-            }
+            Decoded::Found(v) => hand_over(&v, f),
+            Decoded::Docs(docs) => hand_over(&self.mapped_found(&docs)?, f),
         }
     }
 
@@ -193,7 +179,7 @@ impl Decoder {
                 // The request as encoders write it and within the bounds,
                 // read in one walk, its device ids borrowed; anything else
                 // is bounded, then decoded whole.
-                Some(walked) => return self.validate_found(walked),
+                Some(walked) => return self.validated(walked).map(Decoded::Found),
                 None => self.otlp_readings(payload, format)?,
             },
             Format::OtlpJson => self.otlp_readings(payload, format)?,
@@ -252,20 +238,17 @@ impl Decoder {
             .mapping
             .as_ref()
             .expect("documents come with a mapping");
-        match self.validate_found(m.found_of(docs)?)? {
-            Decoded::Found(found) => Ok(found),
-            _ => unreachable!("validate_found gives Found"),
-        }
+        self.validated(m.found_of(docs)?)
     }
 
-    /// A walk's readings (an OTLP request's), counted and each validated
-    /// before any is handed over.
-    fn validate_found<'a>(&self, mut found: Vec<Found<'a>>) -> Result<Decoded<'a>, Rejection> {
+    /// A walk's readings (an OTLP request's, a mapped document's), counted
+    /// and each validated before any is handed over.
+    fn validated<'a>(&self, mut found: Vec<Found<'a>>) -> Result<Vec<Found<'a>>, Rejection> {
         self.check_count(found.len())?;
         for (i, w) in found.iter_mut().enumerate() {
             self.validate_one(i, w)?;
         }
-        Ok(Decoded::Found(found))
+        Ok(found)
     }
 
     /// Validate reading `i` as a walk found it, and note its stream's index.
@@ -534,6 +517,22 @@ enum Decoded<'a> {
     Found(Vec<Found<'a>>),
     /// Documents read through the mapping ([`Decoder::mapped_found`]).
     Docs(Vec<Value>),
+}
+
+/// Validated readings handed to `f` in order, borrowed; how many it took.
+fn hand_over(
+    found: &[Found<'_>],
+    mut f: impl FnMut(usize, ReadingRef<'_>) -> Result<(), Rejection>,
+) -> Result<usize, Rejection> {
+    for (i, w) in found.iter().enumerate() {
+        f(i, w.borrowed())?;
+    }
+    Ok(found.len())
+}
+
+/// Validated readings, owned.
+fn owned(found: &[Found<'_>]) -> Vec<Reading> {
+    found.iter().map(|w| w.borrowed().into_owned()).collect()
 }
 
 /// Bound a reading's labels and sort them by name (the rejection names the
