@@ -80,6 +80,11 @@ struct Run {
     holds: BTreeMap<(u64, i64), BTreeSet<WindowId>>,
 }
 
+/// The input partition device `d` is read on.
+fn partition_of(d: u8, partitions: i32) -> i32 {
+    i32::from(d) % partitions
+}
+
 fn device(d: u8) -> u64 {
     device_key(&format!("dev-{d}"))
 }
@@ -176,7 +181,7 @@ fn run(setup: Setup, p: &StreamPlan, stream: &[Reading]) -> Run {
     let mut holds: BTreeMap<(u64, i64), BTreeSet<WindowId>> = BTreeMap::new();
     for (offset, r) in stream.iter().enumerate() {
         let dk = device(r.device);
-        let partition = i32::from(r.device) % setup.partitions;
+        let partition = partition_of(r.device, setup.partitions);
         // Offsets rise within each partition (one count for all is enough).
         let a = win.admit(
             0,
@@ -247,12 +252,12 @@ fn check(
         // are counted in one place.
         for ((partition, seq), (_, _, charges)) in &run.windows {
             let strays: Vec<u8> = (0..=3u8)
-                .filter(|&d| i32::from(d) % setup.partitions != *partition)
+                .filter(|&d| partition_of(d, setup.partitions) != *partition)
                 .filter(|&d| charges.iter().any(|c| c.0 == device(d)))
                 .collect();
             if !strays.is_empty() {
                 return Err(format!(
-                    "window {seq} of partition {partition} is charged to devices {strays:?} of another partition"
+                    "(c) window {seq} of partition {partition} is charged to devices {strays:?} of another partition"
                 ));
             }
         }

@@ -90,7 +90,7 @@ impl Decoder {
             Decoded::Plain(p) => vec![self.visit_plain(p, |r| r.into_owned())?],
             Decoded::Many(v) => v,
             Decoded::Found(v) => owned(&v),
-            Decoded::Docs(docs) => owned(&self.mapped_found(&docs)?),
+            Decoded::Docs(m, docs) => owned(&self.mapped_found(m, &docs)?),
         })
     }
 
@@ -114,7 +114,7 @@ impl Decoder {
                 Ok(v.len())
             }
             Decoded::Found(v) => hand_over(&v, f),
-            Decoded::Docs(docs) => hand_over(&self.mapped_found(&docs)?, f),
+            Decoded::Docs(m, docs) => hand_over(&self.mapped_found(m, &docs)?, f),
         }
     }
 
@@ -139,15 +139,13 @@ impl Decoder {
         let raw: Vec<RawReading> = match format {
             Format::Protobuf | Format::ProtobufBatch if self.described.is_some() => {
                 let d = self.described.as_ref().expect("matched");
-                if self.mapping.is_none() {
-                    return Err(Rejection::new(
-                        Reason::Undecodable,
-                        "a described message needs a mapping",
-                    ));
-                }
-                return Ok(Decoded::Docs(vec![
-                    d.to_json_for(payload, Some(&self.mapped_paths))?
-                ]));
+                let m = self.mapping.as_ref().ok_or_else(|| {
+                    Rejection::new(Reason::Undecodable, "a described message needs a mapping")
+                })?;
+                return Ok(Decoded::Docs(
+                    m,
+                    vec![d.to_json_for(payload, Some(&self.mapped_paths))?],
+                ));
             }
             Format::Protobuf => return Ok(Decoded::Plain(payload)),
             Format::ProtobufBatch => {
@@ -164,15 +162,16 @@ impl Decoder {
                     .collect()
             }
             Format::Avro => {
-                let (Some(a), Some(_)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
+                let (Some(a), Some(m)) = (fetched.or(self.avro.as_ref()), &self.mapping) else {
                     return Err(Rejection::new(
                         Reason::Undecodable,
                         "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
-                return Ok(Decoded::Docs(vec![
-                    a.to_json_for(payload, Some(&self.mapped_paths))?
-                ]));
+                return Ok(Decoded::Docs(
+                    m,
+                    vec![a.to_json_for(payload, Some(&self.mapped_paths))?],
+                ));
             }
             Format::OtlpProto => match self.otlp.as_ref().and_then(|m| otlp_walk::walk(payload, m))
             {
@@ -184,10 +183,9 @@ impl Decoder {
             },
             Format::OtlpJson => self.otlp_readings(payload, format)?,
             Format::Json if self.mapping.is_some() => {
-                return Ok(Decoded::Docs(mapped::parse_docs(
-                    payload,
-                    self.limits.max_readings_per_message,
-                )?));
+                let m = self.mapping.as_ref().expect("matched");
+                let docs = mapped::parse_docs(payload, self.limits.max_readings_per_message)?;
+                return Ok(Decoded::Docs(m, docs));
             }
             Format::Json => self.json_readings(payload)?,
         };
@@ -233,11 +231,11 @@ impl Decoder {
 
     /// Mapped documents' readings (module `mapped`), counted and each
     /// validated before any is handed over.
-    fn mapped_found<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
-        let m = self
-            .mapping
-            .as_ref()
-            .expect("documents come with a mapping");
+    fn mapped_found<'d>(
+        &self,
+        m: &'d Mapping,
+        docs: &'d [Value],
+    ) -> Result<Vec<Found<'d>>, Rejection> {
         self.validated(m.found_of(docs)?)
     }
 
@@ -515,8 +513,9 @@ enum Decoded<'a> {
     Plain(&'a [u8]),
     Many(Vec<Reading>),
     Found(Vec<Found<'a>>),
-    /// Documents read through the mapping ([`Decoder::mapped_found`]).
-    Docs(Vec<Value>),
+    /// Documents, with the mapping they are read through
+    /// ([`Decoder::mapped_found`]).
+    Docs(&'a Mapping, Vec<Value>),
 }
 
 /// Validated readings handed to `f` in order, borrowed; how many it took.

@@ -184,9 +184,12 @@ impl Mapping {
     /// borrowed from the documents and the mapping (a document's readings
     /// share them: nothing is copied per reading but its labels).
     pub(crate) fn found_of<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
-        // At most one reading per stream and document: one allocation.
-        let mut out = Vec::with_capacity(docs.len().saturating_mul(self.streams.len()));
+        let mut out = Vec::new();
         for (i, doc) in docs.iter().enumerate() {
+            // At most one reading per stream: room for them, once per
+            // document (no more than a document can fill, however many
+            // documents a payload holds).
+            out.reserve(self.streams.len());
             let device: Cow<'d, str> = match self.device_id.find(doc) {
                 Some(Value::String(s)) if !s.is_empty() => Cow::Borrowed(s),
                 // Numeric ids are common: their decimal text.

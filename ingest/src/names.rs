@@ -11,12 +11,13 @@ use std::collections::HashMap;
 /// Names scanned in order rather than hashed.
 const SCAN_UP_TO: usize = 8;
 
+/// A few names in a list, scanned; more in a table, hashed.
 #[derive(Debug, Clone)]
-pub(crate) struct StreamNames {
+pub(crate) enum StreamNames {
     /// Every name with its index, in declaration order (unique names).
-    list: Vec<(Box<str>, usize)>,
-    /// The same, hashed; used past [`SCAN_UP_TO`] names.
-    table: HashMap<Box<str>, usize, foldhash::fast::RandomState>,
+    Scan(Vec<(Box<str>, usize)>),
+    /// Past [`SCAN_UP_TO`] names.
+    Table(HashMap<Box<str>, usize, foldhash::fast::RandomState>),
 }
 
 impl StreamNames {
@@ -27,22 +28,24 @@ impl StreamNames {
             .enumerate()
             .map(|(i, s)| (s.into_boxed_str(), i))
             .collect();
-        let mut list: Vec<(Box<str>, usize)> = table.iter().map(|(k, &i)| (k.clone(), i)).collect();
+        if table.len() > SCAN_UP_TO {
+            return Self::Table(table);
+        }
+        let mut list: Vec<(Box<str>, usize)> = table.into_iter().collect();
         list.sort_by_key(|&(_, i)| i);
-        Self { list, table }
+        Self::Scan(list)
     }
 
     /// The index of stream `name`, if declared.
     #[inline]
     pub(crate) fn get(&self, name: &str) -> Option<usize> {
-        if self.list.len() > SCAN_UP_TO {
-            return self.table.get(name).copied();
+        match self {
+            Self::Table(table) => table.get(name).copied(),
+            Self::Scan(list) => list
+                .iter()
+                .find(|(n, _)| same(n.as_bytes(), name.as_bytes()))
+                .map(|&(_, i)| i),
         }
-        let name = name.as_bytes();
-        self.list
-            .iter()
-            .find(|(n, _)| same(n.as_bytes(), name))
-            .map(|&(_, i)| i)
     }
 }
 
