@@ -5,13 +5,16 @@
 //! and maps as objects, unions as their branch, enums as their symbol,
 //! timestamps and dates as their numbers, bytes and fixed absent) and read
 //! by the same [`crate::Mapping`] as JSON documents, so paths, units and
-//! errors are the same for every format.
+//! errors are the same for every format. Where the schema allows, the
+//! mapping's paths are read straight from the bytes instead, with the same
+//! verdicts and no JSON built (`avro_reader/direct.rs`).
 //!
 //! With Schema Registry framing the frame's schema id can be pinned: a
 //! message written with another schema would be misread against this one,
 //! so it is dead-lettered naming both ids.
 
-use crate::avro_reader::Compiled;
+use crate::avro_reader::{Compiled, Projection};
+use crate::leaf::Leaf;
 use crate::mapped::Path;
 use crate::project::{float, MAX_DEPTH};
 use crate::{Reason, Rejection};
@@ -32,6 +35,9 @@ pub struct AvroSchema {
     scanner: Option<Arc<Compiled>>,
     /// The Schema Registry id every framed message must carry, if pinned.
     id: Option<u32>,
+    /// The mapping's paths, read straight into leaves when `compiled`
+    /// allows ([`AvroSchema::prepare`]).
+    projection: Option<Arc<Projection>>,
 }
 
 /// Largest allocation one message's decoding may ask for (a hostile length
@@ -64,6 +70,7 @@ impl AvroSchema {
             compiled,
             scanner,
             id,
+            projection: None,
         })
     }
 
@@ -105,6 +112,35 @@ impl AvroSchema {
                 self.to_json_reference(body)
             }
         }
+    }
+
+    /// Read the mapping's `paths` (`Mapping::paths`) straight from each
+    /// message when the schema allows ([`AvroSchema::leaves`]).
+    pub(crate) fn prepare(&mut self, paths: &[Path]) {
+        self.projection = self
+            .compiled
+            .as_ref()
+            .and_then(|c| Projection::new(c, paths))
+            .map(Arc::new);
+    }
+
+    /// Whether FleetDP reads `paths` straight from this schema's messages,
+    /// building no JSON value (else it builds the parts they read).
+    pub fn reads_directly(&self, paths: &[Path]) -> bool {
+        self.compiled
+            .as_ref()
+            .is_some_and(|c| Projection::new(c, paths).is_some())
+    }
+
+    /// The leaves of the paths given to [`AvroSchema::prepare`] in one
+    /// message, or `None` when they are read as JSON
+    /// ([`AvroSchema::to_json_for`]); the verdict is the same either way.
+    pub(crate) fn leaves<'a>(&'a self, body: &'a [u8]) -> Option<Result<Vec<Leaf<'a>>, Rejection>> {
+        let (p, c) = (self.projection.as_ref()?, self.compiled.as_ref()?);
+        Some(
+            p.read(c, body)
+                .map_err(|e| undecodable(format!("Avro {}: {e}", self.name()))),
+        )
     }
 
     /// Whether FleetDP's own reader decodes this schema (else apache-avro).

@@ -33,6 +33,9 @@ use apache_avro::Schema;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
+mod direct;
+pub(crate) use direct::Projection;
+
 /// Most array and map items built as JSON for one message.
 pub const MAX_AVRO_ITEMS: usize = 100_000;
 
@@ -229,11 +232,12 @@ struct Reader<'a> {
 
 const SHORT: &str = "the message ends inside the record";
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], String> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let bytes = self.bytes;
+        let end = self.at.checked_add(n).filter(|&e| e <= bytes.len());
         let end = end.ok_or(SHORT)?;
-        let s = &self.bytes[self.at..end];
+        let s = &bytes[self.at..end];
         self.at = end;
         Ok(s)
     }
@@ -278,9 +282,24 @@ impl Reader<'_> {
             .ok_or_else(|| format!("a length of {n} exceeds {MAX_AVRO_ALLOCATION}"))
     }
 
-    fn string(&mut self) -> Result<&str, String> {
+    fn string(&mut self) -> Result<&'a str, String> {
         let n = self.len(false)?;
         std::str::from_utf8(self.take(n)?).map_err(|_| "a string is not UTF-8".into())
+    }
+
+    /// An enum's symbol, by its index.
+    fn symbol<'s>(&mut self, symbols: &'s [String]) -> Result<&'s String, String> {
+        let i = self.int()?;
+        let s = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+        s.ok_or_else(|| format!("enum index {i} of {}", symbols.len()))
+    }
+
+    /// A union's branch (its node), by its index.
+    fn branch(&mut self, branches: &[usize]) -> Result<usize, String> {
+        let i = self.long()?;
+        let b = usize::try_from(i).ok().and_then(|i| branches.get(i));
+        b.copied()
+            .ok_or_else(|| format!("union index {i} of {}", branches.len()))
     }
 
     /// Count `n` built items against the message's bound.
@@ -337,15 +356,11 @@ impl Reader<'_> {
                 Value::Null
             }
             Node::Enum(symbols) => {
-                let i = self.int()?;
-                let s = usize::try_from(i).ok().and_then(|i| symbols.get(i));
-                let s = s.ok_or_else(|| format!("enum index {i} of {}", symbols.len()))?;
+                let s = self.symbol(symbols)?;
                 Value::String(if build { s.clone() } else { String::new() })
             }
             Node::Union(branches) => {
-                let i = self.long()?;
-                let b = usize::try_from(i).ok().and_then(|i| branches.get(i));
-                let &b = b.ok_or_else(|| format!("union index {i} of {}", branches.len()))?;
+                let b = self.branch(branches)?;
                 return self.value(nodes, b, depth + 1, tok, want);
             }
             Node::Record(fields) => {

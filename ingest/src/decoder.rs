@@ -77,6 +77,14 @@ impl Decoder {
     pub fn with_mapping(mut self, mapping: Mapping) -> Self {
         self.mapped_paths = mapping.paths();
         self.mapping = Some(mapping);
+        let paths = &self.mapped_paths;
+        let fetched = self
+            .registry
+            .iter_mut()
+            .flat_map(|r| r.values_mut().flatten());
+        for a in self.avro.iter_mut().chain(fetched) {
+            a.prepare(paths);
+        }
         self
     }
 
@@ -91,6 +99,7 @@ impl Decoder {
             Decoded::Many(v) => v,
             Decoded::Found(v) => owned(&v),
             Decoded::Docs(m, docs) => owned(&self.mapped_found(m, &docs)?),
+            Decoded::Leaves(m, leaves) => owned(&self.validated(m.found_in(&leaves)?)?),
         })
     }
 
@@ -115,6 +124,7 @@ impl Decoder {
             }
             Decoded::Found(v) => hand_over(&v, f),
             Decoded::Docs(m, docs) => hand_over(&self.mapped_found(m, &docs)?, f),
+            Decoded::Leaves(m, leaves) => hand_over(&self.validated(m.found_in(&leaves)?)?, f),
         }
     }
 
@@ -168,10 +178,12 @@ impl Decoder {
                         "an Avro message needs its schema (input.avro_schema or a registry, framed) and an [input] mapping",
                     ));
                 };
-                return Ok(Decoded::Docs(
-                    m,
-                    vec![a.to_json_for(payload, Some(&self.mapped_paths))?],
-                ));
+                return Ok(match a.leaves(payload) {
+                    Some(leaves) => Decoded::Leaves(m, leaves?),
+                    None => {
+                        Decoded::Docs(m, vec![a.to_json_for(payload, Some(&self.mapped_paths))?])
+                    }
+                });
             }
             Format::OtlpProto => match self.otlp.as_ref().and_then(|m| otlp_walk::walk(payload, m))
             {
@@ -516,6 +528,9 @@ enum Decoded<'a> {
     /// Documents, with the mapping they are read through
     /// ([`Decoder::mapped_found`]).
     Docs(&'a Mapping, Vec<Value>),
+    /// One document's leaves, read straight from its bytes by a projection
+    /// (`AvroSchema::leaves`), with the mapping they are read through.
+    Leaves(&'a Mapping, Vec<crate::leaf::Leaf<'a>>),
 }
 
 /// Validated readings handed to `f` in order, borrowed; how many it took.

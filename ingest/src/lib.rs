@@ -19,6 +19,7 @@ mod described_reader;
 mod framing;
 mod json;
 mod labels;
+mod leaf;
 mod mapped;
 mod names;
 mod otlp;

@@ -13,6 +13,7 @@
 //! one too. Payloads are one document or an array of documents, bounded
 //! while parsing like the native JSON.
 
+use crate::leaf::Leaf;
 #[cfg(test)]
 use crate::RawReading as Raw;
 use crate::{missing, Found, Reason, Rejection};
@@ -113,28 +114,28 @@ impl TimeUnit {
 
     /// Milliseconds since the epoch, if `v` is a time in this unit that
     /// fits (seconds may have a fraction; the rest are integers).
-    fn to_ms(self, v: &Value) -> Option<i64> {
+    fn to_ms(self, v: Leaf<'_>) -> Option<i64> {
         const MS_RANGE: f64 = 9.2e18;
         match (self, v) {
-            (TimeUnit::Rfc3339, Value::String(s)) => {
+            (TimeUnit::Rfc3339, Leaf::Str(s)) => {
                 let t =
                     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
                         .ok()?;
                 i64::try_from(t.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
             }
-            (TimeUnit::Seconds, Value::Number(n)) => {
-                let ms = n.as_f64()? * 1e3;
+            (TimeUnit::Rfc3339, _) => None,
+            (TimeUnit::Seconds, v) => {
+                let ms = v.as_f64()? * 1e3;
                 (ms.is_finite() && ms.abs() < MS_RANGE).then(|| ms.floor() as i64)
             }
-            (unit, Value::Number(n)) if unit != TimeUnit::Rfc3339 => {
-                let x = n.as_i64()?;
+            (unit, v) => {
+                let x = v.as_i64()?;
                 Some(match unit {
                     TimeUnit::Milliseconds => x,
                     TimeUnit::Microseconds => x.div_euclid(1_000),
                     _ => x.div_euclid(1_000_000),
                 })
             }
-            _ => None,
         }
     }
 }
@@ -184,45 +185,69 @@ impl Mapping {
     /// borrowed from the documents and the mapping (a document's readings
     /// share them: nothing is copied per reading but its labels).
     pub(crate) fn found_of<'d>(&'d self, docs: &'d [Value]) -> Result<Vec<Found<'d>>, Rejection> {
+        self.found_by(docs.len(), |i, _, path| Leaf::of(path.find(&docs[i])))
+    }
+
+    /// The readings of one document read by a projection: `leaves` holds
+    /// the leaf of each path, in the order of [`Mapping::paths`].
+    pub(crate) fn found_in<'d>(&'d self, leaves: &[Leaf<'d>]) -> Result<Vec<Found<'d>>, Rejection> {
+        self.found_by(1, |_, k, _| leaves[k])
+    }
+
+    /// The readings of `docs` documents; `at(i, k, path)` is document
+    /// `i`'s leaf of the `k`-th path of [`Mapping::paths`].
+    fn found_by<'d>(
+        &'d self,
+        docs: usize,
+        at: impl Fn(usize, usize, &'d Path) -> Leaf<'d>,
+    ) -> Result<Vec<Found<'d>>, Rejection> {
         let mut out = Vec::new();
-        for (i, doc) in docs.iter().enumerate() {
+        let labels_from = 2 + self.streams.len();
+        for i in 0..docs {
             // At most one reading per stream: room for them, once per
             // document (no more than a document can fill, however many
             // documents a payload holds).
             out.reserve(self.streams.len());
-            let device: Cow<'d, str> = match self.device_id.find(doc) {
-                Some(Value::String(s)) if !s.is_empty() => Cow::Borrowed(s),
+            let device: Cow<'d, str> = match at(i, 0, &self.device_id) {
+                Leaf::Str(s) if !s.is_empty() => Cow::Borrowed(s),
+                Leaf::Null | Leaf::Str(_) => return Err(missing(self.device_id.as_str(), i)),
                 // Numeric ids are common: their decimal text.
-                Some(Value::Number(n)) if n.is_u64() || n.is_i64() => Cow::Owned(n.to_string()),
-                None | Some(Value::Null) => return Err(missing(self.device_id.as_str(), i)),
-                Some(Value::String(_)) => return Err(missing(self.device_id.as_str(), i)),
-                Some(_) => return Err(bad(i, &self.device_id, "is not a string or an integer")),
+                other => Cow::Owned(
+                    other
+                        .integer_text()
+                        .ok_or_else(|| bad(i, &self.device_id, "is not a string or an integer"))?,
+                ),
             };
-            let time = match self.event_time.find(doc) {
-                None | Some(Value::Null) => return Err(missing(self.event_time.as_str(), i)),
-                Some(v) => self
+            let time = match at(i, 1, &self.event_time) {
+                Leaf::Null => return Err(missing(self.event_time.as_str(), i)),
+                v => self
                     .unit
                     .to_ms(v)
                     .ok_or_else(|| bad(i, &self.event_time, self.unit_hint()))?,
             };
             let mut labels = crate::Labels::new();
-            for (name, path) in &self.labels {
-                match path.find(doc) {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(s)) => labels.insert(name, s),
-                    Some(Value::Number(n)) if n.is_u64() || n.is_i64() => {
-                        labels.insert(name, &n.to_string())
-                    }
-                    Some(_) => return Err(bad(i, path, "is not a string or an integer")),
+            for (k, (name, path)) in self.labels.iter().enumerate() {
+                match at(i, labels_from + k, path) {
+                    Leaf::Null => {}
+                    Leaf::Str(s) => labels.insert(name, s),
+                    other => labels.insert(
+                        name,
+                        &other
+                            .integer_text()
+                            .ok_or_else(|| bad(i, path, "is not a string or an integer"))?,
+                    ),
                 }
             }
             let before = out.len();
-            for (stream, path) in &self.streams {
-                let value = match path.find(doc) {
-                    None | Some(Value::Null) => continue,
-                    Some(Value::Number(n)) => n.as_f64(),
-                    Some(Value::String(s)) if crate::spelled_not_finite(s) => Some(f64::NAN),
-                    Some(_) => return Err(bad(i, path, "is not a number")),
+            for (k, (stream, path)) in self.streams.iter().enumerate() {
+                let value = match at(i, 2 + k, path) {
+                    Leaf::Null => continue,
+                    Leaf::Str(s) if crate::spelled_not_finite(s) => Some(f64::NAN),
+                    other => Some(
+                        other
+                            .as_f64()
+                            .ok_or_else(|| bad(i, path, "is not a number"))?,
+                    ),
                 };
                 out.push(Found {
                     device_id: device.clone(),
@@ -426,29 +451,34 @@ mod tests {
 
     #[test]
     fn time_units_convert_to_milliseconds() {
-        let v = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        // A leaf borrows its value: the test's few values live for the run.
+        let v = |s: &str| -> Leaf<'static> {
+            Leaf::of(Some(Box::leak(Box::new(
+                serde_json::from_str::<Value>(s).unwrap(),
+            ))))
+        };
         assert_eq!(
-            TimeUnit::Seconds.to_ms(&v("1700000000.5")),
+            TimeUnit::Seconds.to_ms(v("1700000000.5")),
             Some(1_700_000_000_500)
         );
         assert_eq!(
-            TimeUnit::Seconds.to_ms(&v("1700000000")),
+            TimeUnit::Seconds.to_ms(v("1700000000")),
             Some(1_700_000_000_000)
         );
         assert_eq!(
-            TimeUnit::Microseconds.to_ms(&v("1700000000123456")),
+            TimeUnit::Microseconds.to_ms(v("1700000000123456")),
             Some(1_700_000_000_123)
         );
         assert_eq!(
-            TimeUnit::Nanoseconds.to_ms(&v("1700000000123456789")),
+            TimeUnit::Nanoseconds.to_ms(v("1700000000123456789")),
             Some(1_700_000_000_123)
         );
-        assert_eq!(TimeUnit::Milliseconds.to_ms(&v("1.5")), None);
-        assert_eq!(TimeUnit::Seconds.to_ms(&v("1e300")), None);
-        assert_eq!(TimeUnit::Rfc3339.to_ms(&v("\"yesterday\"")), None);
-        assert_eq!(TimeUnit::Rfc3339.to_ms(&v("1700000000")), None);
+        assert_eq!(TimeUnit::Milliseconds.to_ms(v("1.5")), None);
+        assert_eq!(TimeUnit::Seconds.to_ms(v("1e300")), None);
+        assert_eq!(TimeUnit::Rfc3339.to_ms(v("\"yesterday\"")), None);
+        assert_eq!(TimeUnit::Rfc3339.to_ms(v("1700000000")), None);
         assert_eq!(
-            TimeUnit::Rfc3339.to_ms(&v("\"1970-01-01T00:00:01Z\"")),
+            TimeUnit::Rfc3339.to_ms(v("\"1970-01-01T00:00:01Z\"")),
             Some(1000)
         );
     }

@@ -7,11 +7,14 @@
 //! FleetDP's bound on built array and map items — and the mapping's view
 //! (only what its paths read) must find exactly what the full value has
 //! (what the reference has, where only that bound refused the full value).
+//! Where the mapping's paths are read straight from the bytes (no JSON
+//! built), the decoder's verdict on every message — readings or the
+//! rejection's words — is the one the JSON route gives.
 //! CI runs 2·10⁴ cases; `PROPTEST_CASES` for more.
 
 use apache_avro::types::Value as Av;
 use apache_avro::Schema;
-use fleetdp_ingest::{AvroSchema, Path};
+use fleetdp_ingest::{AvroSchema, Decoder, Format, Limits, Mapping, Path, TimeUnit};
 use proptest::prelude::*;
 
 mod common;
@@ -180,6 +183,136 @@ proptest! {
             Some("array and map items"),
         )?;
     }
+}
+
+/// Paths a mapping may read from [`SCHEMA`]'s values: every scalar kind,
+/// through the recursive union, a record's end, absent ones and through a
+/// scalar; the last ones lead into arrays and maps (the JSON route).
+const POOL: [&str; 22] = [
+    "s",
+    "/l",
+    "i",
+    "b",
+    "f",
+    "d",
+    "e",
+    "by",
+    "fx",
+    "ts",
+    "dec",
+    "du",
+    "n",
+    "n.x",
+    "n.next.x",
+    "n.next.next.x",
+    "s.x",
+    "nope",
+    "fe",
+    "a.1",
+    "m.ab",
+    "z",
+];
+
+/// Of the pool, the paths read straight from the bytes.
+const DIRECT: usize = 19;
+
+fn pooled(i: usize) -> Path {
+    Path::parse(POOL[i]).unwrap()
+}
+
+prop_compose! {
+    /// A mapping of pooled paths (mostly ones read straight from the bytes).
+    fn mapping()(
+        device in 0..POOL.len(),
+        time in 0..POOL.len(),
+        unit in prop::sample::select(vec![
+            TimeUnit::Milliseconds, TimeUnit::Seconds, TimeUnit::Microseconds,
+            TimeUnit::Nanoseconds, TimeUnit::Rfc3339,
+        ]),
+        streams in prop::collection::vec(0..POOL.len(), 1..4),
+        labels in prop::collection::vec(0..POOL.len(), 0..3),
+        direct in any::<bool>(),
+    ) -> Mapping {
+        // Half the mappings keep to the direct pool.
+        let pick = |i: usize| pooled(if direct { i % DIRECT } else { i });
+        Mapping {
+            device_id: pick(device),
+            event_time: pick(time),
+            unit,
+            streams: streams.iter().enumerate().map(|(k, &i)| (format!("v{k}"), pick(i))).collect(),
+            labels: labels.iter().enumerate().map(|(k, &i)| (format!("g{k}"), pick(i))).collect(),
+        }
+    }
+}
+
+/// The verdict of reading `bytes` through `m` as the decoder does, and as
+/// the JSON route does: the parts the paths read built as JSON
+/// ([`AvroSchema::to_json_for`]), then read as a mapped JSON document.
+fn verdicts(schema: &AvroSchema, m: &Mapping, bytes: &[u8]) -> (String, String) {
+    let names = || (0..3).map(|k| format!("v{k}"));
+    let decoder = |f| Decoder::new(names(), f, Limits::default()).with_mapping(m.clone());
+    let direct = decoder(Format::Avro)
+        .with_avro(schema.clone())
+        .decode(bytes, None);
+    let paths: Vec<Path> = [&m.device_id, &m.event_time]
+        .into_iter()
+        .chain(m.streams.iter().chain(&m.labels).map(|(_, p)| p))
+        .cloned()
+        .collect();
+    let json = schema
+        .to_json_for(bytes, Some(&paths))
+        .and_then(|v| decoder(Format::Json).decode(&serde_json::to_vec(&v).unwrap(), None));
+    (format!("{direct:?}"), format!("{json:?}"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 2, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn paths_read_straight_from_the_bytes_give_the_json_routes_verdict(
+        v in datum(), damage in damage(), m in mapping(),
+    ) {
+        let (raw, schema) = schema();
+        let mut bytes = apache_avro::to_avro_datum(raw, v).unwrap();
+        match damage {
+            Damage::None => {}
+            Damage::Set(i, b) => {
+                let i = i.index(bytes.len());
+                bytes[i] = b;
+            }
+            Damage::Cut(i) => bytes.truncate(i.index(bytes.len())),
+            Damage::Append(b) => bytes.push(b),
+        }
+        let (direct, json) = verdicts(schema, &m, &bytes);
+        prop_assert_eq!(direct, json);
+    }
+}
+
+/// Which mappings are read straight from the bytes: paths through records
+/// and unions to any value without arrays or maps; not a path into an
+/// array or a map, nor one ending on a value that may hold one.
+#[test]
+fn paths_into_arrays_and_maps_are_read_as_json() {
+    let (_, schema) = schema();
+    let direct: Vec<Path> = POOL[..DIRECT]
+        .iter()
+        .map(|p| Path::parse(p).unwrap())
+        .collect();
+    assert!(schema.reads_directly(&direct));
+    for p in &POOL[DIRECT..] {
+        let mut paths = direct.clone();
+        paths.push(Path::parse(p).unwrap());
+        assert!(!schema.reads_directly(&paths), "{p}");
+    }
+    // The whole record holds arrays: a path ending on it is read as JSON.
+    let whole = r#"{"type": "record", "name": "W", "fields": [
+        {"name": "r", "type": {"type": "record", "name": "In", "fields": [
+            {"name": "xs", "type": {"type": "array", "items": "int"}}]}},
+        {"name": "v", "type": "double"}]}"#;
+    let w = AvroSchema::new(whole, None).unwrap();
+    assert!(w.reads_directly(&[Path::parse("v").unwrap()]));
+    assert!(!w.reads_directly(&[Path::parse("r").unwrap()]));
+    assert!(w.reads_directly(&[Path::parse("r.v").unwrap()]));
 }
 
 /// Messages that only claim a lot: nulls that take no bytes are not walked

@@ -45,7 +45,10 @@ impl Decoder {
 
     /// Hold the writer's schema of `id`, or why it has none (messages with
     /// that id are dead-lettered with the reason).
-    pub fn add_avro_schema(&mut self, id: u32, schema: Result<AvroSchema, String>) {
+    pub fn add_avro_schema(&mut self, id: u32, mut schema: Result<AvroSchema, String>) {
+        if let (Ok(a), Some(_)) = (&mut schema, &self.mapping) {
+            a.prepare(&self.mapped_paths);
+        }
         if let Some(r) = &mut self.registry {
             r.insert(id, schema);
         }
@@ -53,7 +56,10 @@ impl Decoder {
 
     /// Read Avro payloads as the fleet's own record (its writer's schema),
     /// through the mapping of `Decoder::with_mapping`.
-    pub fn with_avro(mut self, schema: AvroSchema) -> Self {
+    pub fn with_avro(mut self, mut schema: AvroSchema) -> Self {
+        if self.mapping.is_some() {
+            schema.prepare(&self.mapped_paths);
+        }
         self.avro = Some(schema);
         self
     }
