@@ -21,6 +21,29 @@ pub struct Described {
     /// The message compiled for FleetDP's own reader (`None`: it has
     /// groups or extensions, left to prost-reflect).
     compiled: Option<Arc<Compiled>>,
+    /// Its message-index path in its file (Schema Registry framing).
+    indexes: Vec<i64>,
+}
+
+/// `message`'s path of indexes from its file: its place among the file's
+/// top-level messages, then among each enclosing message's nested ones.
+fn index_path(message: &MessageDescriptor) -> Vec<i64> {
+    let mut path = Vec::new();
+    let mut m = message.clone();
+    loop {
+        let parent = m.parent_message();
+        let place = match &parent {
+            Some(p) => p.child_messages().position(|c| c == m),
+            None => m.parent_file().messages().position(|c| c == m),
+        };
+        path.push(place.expect("a message is among its parent's") as i64);
+        match parent {
+            Some(p) => m = p,
+            None => break,
+        }
+    }
+    path.reverse();
+    path
 }
 
 /// The first 20 of `names`, for an error that says what there is.
@@ -41,7 +64,12 @@ impl Described {
             format!("no message {name:?} in the descriptor set (it has: {known})")
         })?;
         let compiled = Compiled::new(&message).map(Arc::new);
-        Ok(Described { message, compiled })
+        let indexes = index_path(&message);
+        Ok(Described {
+            message,
+            compiled,
+            indexes,
+        })
     }
 
     /// The message's full name.
@@ -107,29 +135,18 @@ impl Described {
     /// message: the indexes name a message of the declared message's file
     /// (`[0]`: its first top-level message; nested ones by further indexes).
     pub fn check_indexes(&self, indexes: &[i64]) -> Result<(), Rejection> {
-        let file = self.message.parent_file();
-        let mut found: Option<MessageDescriptor> = None;
-        for (depth, &i) in indexes.iter().enumerate() {
-            let Ok(i) = usize::try_from(i) else {
-                found = None;
-                break;
-            };
-            found = if depth == 0 {
-                file.messages().nth(i)
-            } else {
-                found.and_then(|m| m.child_messages().nth(i))
-            };
+        // A message's path from its file is unique: the indexes name it
+        // exactly when they are its path.
+        if indexes == self.indexes.as_slice() {
+            return Ok(());
         }
-        match found {
-            Some(m) if m == self.message => Ok(()),
-            _ => Err(Rejection::new(
-                Reason::Undecodable,
-                format!(
-                    "Schema Registry framing: message index {indexes:?} is not {} of the declared descriptor set",
-                    self.message.full_name()
-                ),
-            )),
-        }
+        Err(Rejection::new(
+            Reason::Undecodable,
+            format!(
+                "Schema Registry framing: message index {indexes:?} is not {} of the declared descriptor set",
+                self.message.full_name()
+            ),
+        ))
     }
 
     /// Decode one message into a JSON value.
@@ -326,6 +343,62 @@ pub fn example_report(
 mod tests {
     use super::*;
     use crate::{Decoder, Format, Limits, Mapping, Path, TimeUnit};
+
+    /// A framing's message indexes name the declared message exactly when
+    /// following them from its file (top-level messages, then nested ones)
+    /// reaches it: every message of a file with nested messages, against
+    /// every index path of up to 3 indexes in -1..4.
+    #[test]
+    fn message_indexes_name_the_declared_message_exactly() {
+        use prost_types::{DescriptorProto as M, FileDescriptorProto, FileDescriptorSet};
+        let msg = |name: &str, nested: Vec<M>| M {
+            name: Some(name.into()),
+            nested_type: nested,
+            ..M::default()
+        };
+        let file = FileDescriptorProto {
+            name: Some("n.proto".into()),
+            package: Some("n".into()),
+            message_type: vec![
+                msg(
+                    "A",
+                    vec![msg("B", vec![msg("C", vec![])]), msg("E", vec![])],
+                ),
+                msg("D", vec![msg("F", vec![])]),
+            ],
+            ..FileDescriptorProto::default()
+        };
+        let set = FileDescriptorSet { file: vec![file] }.encode_to_vec();
+        let mut paths: Vec<Vec<i64>> = vec![vec![]];
+        for len in 1..=3u32 {
+            for k in 0..5i64.pow(len) {
+                paths.push((0..len).map(|d| (k / 5i64.pow(d)) % 5 - 1).collect());
+            }
+        }
+        for name in ["n.A", "n.A.B", "n.A.B.C", "n.A.E", "n.D", "n.D.F"] {
+            let d = Described::new(&set, name).unwrap();
+            let mut named = 0;
+            for p in &paths {
+                // The reference: walk the indexes through the descriptors.
+                let file = d.message.parent_file();
+                let mut found: Option<MessageDescriptor> = None;
+                for (depth, &i) in p.iter().enumerate() {
+                    let Ok(i) = usize::try_from(i) else {
+                        found = None;
+                        break;
+                    };
+                    found = match depth {
+                        0 => file.messages().nth(i),
+                        _ => found.and_then(|m| m.child_messages().nth(i)),
+                    };
+                }
+                let expected = found.as_ref() == Some(&d.message);
+                named += usize::from(expected);
+                assert_eq!(d.check_indexes(p).is_ok(), expected, "{name} {p:?}");
+            }
+            assert_eq!(named, 1, "{name}");
+        }
+    }
 
     /// Issue: `plan` accepted paths to missing fields (every message then
     /// dead-lettered as missing the value) and to bytes fields (never read).
