@@ -62,7 +62,10 @@ impl Decoder {
 
     /// Read Protobuf payloads as the fleet's own message (its descriptor),
     /// through the mapping of [`Decoder::with_mapping`].
-    pub fn with_described(mut self, described: Described) -> Self {
+    pub fn with_described(mut self, mut described: Described) -> Self {
+        if self.mapping.is_some() {
+            described.prepare(&self.mapped_paths);
+        }
         self.described = Some(described);
         self
     }
@@ -84,6 +87,9 @@ impl Decoder {
             .flat_map(|r| r.values_mut().flatten());
         for a in self.avro.iter_mut().chain(fetched) {
             a.prepare(paths);
+        }
+        if let Some(d) = &mut self.described {
+            d.prepare(paths);
         }
         self
     }
@@ -152,10 +158,12 @@ impl Decoder {
                 let m = self.mapping.as_ref().ok_or_else(|| {
                     Rejection::new(Reason::Undecodable, "a described message needs a mapping")
                 })?;
-                return Ok(Decoded::Docs(
-                    m,
-                    vec![d.to_json_for(payload, Some(&self.mapped_paths))?],
-                ));
+                return Ok(match d.leaves(payload) {
+                    Some(leaves) => Decoded::Leaves(m, leaves?),
+                    None => {
+                        Decoded::Docs(m, vec![d.to_json_for(payload, Some(&self.mapped_paths))?])
+                    }
+                });
             }
             Format::Protobuf => return Ok(Decoded::Plain(payload)),
             Format::ProtobufBatch => {
@@ -529,7 +537,8 @@ enum Decoded<'a> {
     /// ([`Decoder::mapped_found`]).
     Docs(&'a Mapping, Vec<Value>),
     /// One document's leaves, read straight from its bytes by a projection
-    /// (`AvroSchema::leaves`), with the mapping they are read through.
+    /// (`AvroSchema::leaves`, `Described::leaves`), with the mapping they
+    /// are read through.
     Leaves(&'a Mapping, Vec<crate::leaf::Leaf<'a>>),
 }
 

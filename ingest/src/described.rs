@@ -5,7 +5,8 @@
 //! the same [`crate::Mapping`] as JSON documents, so paths, units and
 //! errors are the same for both.
 
-use crate::described_reader::Compiled;
+use crate::described_reader::{Compiled, Projection};
+use crate::leaf::Leaf;
 use crate::mapped::Path;
 use crate::project::{float, MAX_DEPTH};
 use crate::{Reason, Rejection};
@@ -23,6 +24,9 @@ pub struct Described {
     compiled: Option<Arc<Compiled>>,
     /// Its message-index path in its file (Schema Registry framing).
     indexes: Vec<i64>,
+    /// The mapping's paths, read straight into leaves when `compiled`
+    /// allows ([`Described::prepare`]).
+    projection: Option<Arc<Projection>>,
 }
 
 /// `message`'s path of indexes from its file: its place among the file's
@@ -69,6 +73,7 @@ impl Described {
             message,
             compiled,
             indexes,
+            projection: None,
         })
     }
 
@@ -166,6 +171,37 @@ impl Described {
             }),
             None => self.to_json_reference(body),
         }
+    }
+
+    /// Read the mapping's `paths` (`Mapping::paths`) straight from each
+    /// message when the message type allows ([`Described::leaves`]).
+    pub(crate) fn prepare(&mut self, paths: &[Path]) {
+        self.projection = self
+            .compiled
+            .as_ref()
+            .and_then(|c| Projection::new(c, paths))
+            .map(Arc::new);
+    }
+
+    /// Whether FleetDP reads `paths` straight from this type's messages,
+    /// building no JSON value (else it builds the parts they read).
+    pub fn reads_directly(&self, paths: &[Path]) -> bool {
+        self.compiled
+            .as_ref()
+            .is_some_and(|c| Projection::new(c, paths).is_some())
+    }
+
+    /// The leaves of the paths given to [`Described::prepare`] in one
+    /// message, or `None` when they are read as JSON
+    /// ([`Described::to_json_for`]); the verdict is the same either way.
+    pub(crate) fn leaves<'a>(&'a self, body: &'a [u8]) -> Option<Result<Vec<Leaf<'a>>, Rejection>> {
+        let (p, c) = (self.projection.as_ref()?, self.compiled.as_ref()?);
+        Some(p.read(c, body).map_err(|e| {
+            Rejection::new(
+                Reason::Undecodable,
+                format!("{}: {e}", self.message.full_name()),
+            )
+        }))
     }
 
     /// Whether FleetDP's own reader decodes this message (else prost-reflect).

@@ -27,6 +27,9 @@ use prost_reflect::{Kind, MessageDescriptor};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
+mod direct;
+pub(crate) use direct::Projection;
+
 /// A compiled descriptor: messages by index, the declared one first.
 #[derive(Debug)]
 pub(crate) struct Compiled {

@@ -14,7 +14,7 @@
 
 use apache_avro::types::Value as Av;
 use apache_avro::Schema;
-use fleetdp_ingest::{AvroSchema, Decoder, Format, Limits, Mapping, Path, TimeUnit};
+use fleetdp_ingest::{AvroSchema, Format, Mapping, Path};
 use proptest::prelude::*;
 
 mod common;
@@ -216,53 +216,14 @@ const POOL: [&str; 22] = [
 /// Of the pool, the paths read straight from the bytes.
 const DIRECT: usize = 19;
 
-fn pooled(i: usize) -> Path {
-    Path::parse(POOL[i]).unwrap()
-}
-
-prop_compose! {
-    /// A mapping of pooled paths (mostly ones read straight from the bytes).
-    fn mapping()(
-        device in 0..POOL.len(),
-        time in 0..POOL.len(),
-        unit in prop::sample::select(vec![
-            TimeUnit::Milliseconds, TimeUnit::Seconds, TimeUnit::Microseconds,
-            TimeUnit::Nanoseconds, TimeUnit::Rfc3339,
-        ]),
-        streams in prop::collection::vec(0..POOL.len(), 1..4),
-        labels in prop::collection::vec(0..POOL.len(), 0..3),
-        direct in any::<bool>(),
-    ) -> Mapping {
-        // Half the mappings keep to the direct pool.
-        let pick = |i: usize| pooled(if direct { i % DIRECT } else { i });
-        Mapping {
-            device_id: pick(device),
-            event_time: pick(time),
-            unit,
-            streams: streams.iter().enumerate().map(|(k, &i)| (format!("v{k}"), pick(i))).collect(),
-            labels: labels.iter().enumerate().map(|(k, &i)| (format!("g{k}"), pick(i))).collect(),
-        }
-    }
-}
-
-/// The verdict of reading `bytes` through `m` as the decoder does, and as
-/// the JSON route does: the parts the paths read built as JSON
-/// ([`AvroSchema::to_json_for`]), then read as a mapped JSON document.
+/// The decoder's verdict on `bytes` through `m`, and the JSON route's.
 fn verdicts(schema: &AvroSchema, m: &Mapping, bytes: &[u8]) -> (String, String) {
-    let names = || (0..3).map(|k| format!("v{k}"));
-    let decoder = |f| Decoder::new(names(), f, Limits::default()).with_mapping(m.clone());
-    let direct = decoder(Format::Avro)
-        .with_avro(schema.clone())
-        .decode(bytes, None);
-    let paths: Vec<Path> = [&m.device_id, &m.event_time]
-        .into_iter()
-        .chain(m.streams.iter().chain(&m.labels).map(|(_, p)| p))
-        .cloned()
-        .collect();
-    let json = schema
-        .to_json_for(bytes, Some(&paths))
-        .and_then(|v| decoder(Format::Json).decode(&serde_json::to_vec(&v).unwrap(), None));
-    (format!("{direct:?}"), format!("{json:?}"))
+    let d = common::mapped_decoder(Format::Avro, m).with_avro(schema.clone());
+    let built = schema.to_json_for(bytes, Some(&common::paths_of(m)));
+    (
+        format!("{:?}", d.decode(bytes, None)),
+        common::json_verdict(m, built),
+    )
 }
 
 proptest! {
@@ -270,7 +231,7 @@ proptest! {
 
     #[test]
     fn paths_read_straight_from_the_bytes_give_the_json_routes_verdict(
-        v in datum(), damage in damage(), m in mapping(),
+        v in datum(), damage in damage(), m in common::mapping(&POOL, DIRECT),
     ) {
         let (raw, schema) = schema();
         let mut bytes = apache_avro::to_avro_datum(raw, v).unwrap();

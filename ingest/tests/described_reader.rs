@@ -5,9 +5,12 @@
 //! sometimes with a wrong wire type, a wrong length or a stray group), then
 //! damaged. Both must accept the same messages with the same JSON, and the
 //! mapping's view (only what its paths read) must find exactly what the
-//! full value has. CI runs 2·10⁴ cases; `PROPTEST_CASES` for more.
+//! full value has. Where the mapping's paths are read straight from the
+//! bytes (no JSON built), the decoder's verdict on every message — readings
+//! or the rejection's words — is the one the JSON route gives. CI runs
+//! 2·10⁴ cases; `PROPTEST_CASES` for more.
 
-use fleetdp_ingest::{Described, Path};
+use fleetdp_ingest::{Described, Format, Mapping, Path};
 use proptest::prelude::*;
 
 mod common;
@@ -346,6 +349,102 @@ proptest! {
             &paths,
             None,
         )?;
+    }
+}
+
+/// Paths a mapping may read from `t.M`: every scalar kind, a nested
+/// message and through it, list items (packed or not, strings too), a
+/// proto3 `optional`, absent ones and through a scalar; the last ones are
+/// read as JSON (a oneof's members, a list of messages, maps, a whole list).
+const POOL: [&str; 36] = [
+    "s",
+    "i64",
+    "i32",
+    "u32",
+    "u64",
+    "s32",
+    "s64",
+    "f32",
+    "f64",
+    "sf32",
+    "sf64",
+    "fl",
+    "d",
+    "e",
+    "by",
+    "b",
+    "child",
+    "child.d",
+    "child.child.s",
+    "child.child",
+    "child.rd.0",
+    "rd.1",
+    "rd.0",
+    "rs.0",
+    "rs.2",
+    "rd.x",
+    "nope",
+    "s.x",
+    "opt",
+    "/rd/01",
+    "os",
+    "om.b",
+    "oi",
+    "rm.0.i32",
+    "md.a",
+    "rd",
+];
+
+/// Of the pool, the paths read straight from the bytes.
+const DIRECT: usize = 30;
+
+/// The decoder's verdict on `bytes` through `m`, and the JSON route's.
+fn verdicts(m: &Mapping, bytes: &[u8]) -> (String, String) {
+    let d = described();
+    let decoder = common::mapped_decoder(Format::Protobuf, m).with_described(d.clone());
+    let built = d.to_json_for(bytes, Some(&common::paths_of(m)));
+    (
+        format!("{:?}", decoder.decode(bytes, None)),
+        common::json_verdict(m, built),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases() / 2, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn paths_read_straight_from_the_bytes_give_the_json_routes_verdict(
+        seed in 1u64.., cut in any::<prop::sample::Index>(), damage in 0u8..4,
+        m in common::mapping(&POOL, DIRECT),
+    ) {
+        let mut g = Gen(seed);
+        let mut bytes = g.message(12, 3);
+        match damage {
+            0 if !bytes.is_empty() => bytes.truncate(cut.index(bytes.len())),
+            1 if !bytes.is_empty() => {
+                let i = cut.index(bytes.len());
+                bytes[i] = g.next() as u8;
+            }
+            _ => {}
+        }
+        let (direct, json) = verdicts(&m, &bytes);
+        prop_assert_eq!(direct, json);
+    }
+}
+
+/// Which mappings are read straight from the bytes: paths through single
+/// message fields to scalars, messages and scalar list items; not a oneof's
+/// member, a list of messages, a map or a whole list.
+#[test]
+fn paths_into_oneofs_maps_and_message_lists_are_read_as_json() {
+    let d = described();
+    let parse = |p: &&str| Path::parse(p).unwrap();
+    let direct: Vec<Path> = POOL[..DIRECT].iter().map(parse).collect();
+    assert!(d.reads_directly(&direct));
+    for p in &POOL[DIRECT..] {
+        let mut paths = direct.clone();
+        paths.push(parse(p));
+        assert!(!d.reads_directly(&paths), "{p}");
     }
 }
 
