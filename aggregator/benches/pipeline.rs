@@ -488,12 +488,19 @@ fn main() {
         "in process, 5 streams, OTLP protobuf (4 devices × 5 gauges/request): {ot:>12.0} readings/s ({:.2}× protobuf; target ≥ 0.8×)",
         ot / p
     );
-    target::line(
-        "in process, OTLP against protobuf readings",
-        &format!("{:.2}×", ot / p),
-        "≥ 0.8×",
-        ot / p >= 0.8,
-    );
+    for (what, ratio, floor) in [
+        ("mapped JSON", m / p, 0.5),
+        ("framed Avro", a / p, 0.8),
+        ("framed own Protobuf", o / p, 0.8),
+        ("OTLP", ot / p, 0.8),
+    ] {
+        target::line(
+            &format!("in process, {what} against protobuf readings"),
+            &format!("{ratio:.2}×"),
+            &format!("≥ {floor}×"),
+            ratio >= floor,
+        );
+    }
 
     if std::env::var("FLEETDP_BENCH_SHAPES_ONLY").is_err() {
         end_to_end();
