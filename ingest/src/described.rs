@@ -8,7 +8,7 @@
 use crate::described_reader::{Compiled, Projection};
 use crate::leaf::Leaf;
 use crate::mapped::Path;
-use crate::project::{float, MAX_DEPTH};
+use crate::project::{self, float, MAX_DEPTH};
 use crate::{Reason, Rejection};
 use prost::Message as _;
 use prost_reflect::{DescriptorPool, DynamicMessage, MapKey, MessageDescriptor, Value as Pv};
@@ -176,27 +176,21 @@ impl Described {
     /// Read the mapping's `paths` (`Mapping::paths`) straight from each
     /// message when the message type allows ([`Described::leaves`]).
     pub(crate) fn prepare(&mut self, paths: &[Path]) {
-        self.projection = self
-            .compiled
-            .as_ref()
-            .and_then(|c| Projection::new(c, paths))
-            .map(Arc::new);
+        self.projection = project::plan(self.compiled.as_ref(), paths);
     }
 
     /// Whether FleetDP reads `paths` straight from this type's messages,
     /// building no JSON value (else it builds the parts they read).
     pub fn reads_directly(&self, paths: &[Path]) -> bool {
-        self.compiled
-            .as_ref()
-            .is_some_and(|c| Projection::new(c, paths).is_some())
+        project::plan::<_, Projection>(self.compiled.as_ref(), paths).is_some()
     }
 
     /// The leaves of the paths given to [`Described::prepare`] in one
     /// message, or `None` when they are read as JSON
     /// ([`Described::to_json_for`]); the verdict is the same either way.
     pub(crate) fn leaves<'a>(&'a self, body: &'a [u8]) -> Option<Result<Vec<Leaf<'a>>, Rejection>> {
-        let (p, c) = (self.projection.as_ref()?, self.compiled.as_ref()?);
-        Some(p.read(c, body).map_err(|e| {
+        let read = project::read(self.projection.as_ref(), self.compiled.as_ref(), body)?;
+        Some(read.map_err(|e| {
             Rejection::new(
                 Reason::Undecodable,
                 format!("{}: {e}", self.message.full_name()),

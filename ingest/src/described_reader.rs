@@ -79,6 +79,14 @@ enum K {
 }
 
 impl Compiled {
+    /// Field `number` of message `msg` and its index there (`None`: a
+    /// field the message does not declare, skipped).
+    fn field(&self, msg: usize, number: u32) -> Option<(usize, &Field)> {
+        let fields = &self.messages[msg];
+        let i = fields.binary_search_by_key(&number, |f| f.number).ok()?;
+        Some((i, &fields[i]))
+    }
+
     /// Compile `message`; `None` when it uses what is left to prost-reflect.
     pub(crate) fn new(message: &MessageDescriptor) -> Option<Compiled> {
         let mut c = Compiled {
@@ -248,31 +256,7 @@ impl Walk<'_> {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(Value, bool), DecodeError> {
-        macro_rules! scalar {
-            ($m:ident, $t:ty, $json:expr) => {{
-                let mut v: $t = Default::default();
-                enc::$m::merge(wire_type, &mut v, buf, ctx)?;
-                let default = v == <$t>::default();
-                #[allow(clippy::redundant_closure_call)]
-                (($json)(v), default)
-            }};
-        }
         Ok(match k {
-            K::Double => scalar!(double, f64, float),
-            K::Float => scalar!(float, f32, |x: f32| float(x as f64)),
-            K::Int32 => scalar!(int32, i32, Value::from),
-            K::Enum(_) => scalar!(int32, i32, Value::from),
-            K::Sint32 => scalar!(sint32, i32, Value::from),
-            K::Sfixed32 => scalar!(sfixed32, i32, Value::from),
-            K::Int64 => scalar!(int64, i64, Value::from),
-            K::Sint64 => scalar!(sint64, i64, Value::from),
-            K::Sfixed64 => scalar!(sfixed64, i64, Value::from),
-            K::Uint32 => scalar!(uint32, u32, Value::from),
-            K::Fixed32 => scalar!(fixed32, u32, Value::from),
-            K::Uint64 => scalar!(uint64, u64, Value::from),
-            K::Fixed64 => scalar!(fixed64, u64, Value::from),
-            K::Bool => scalar!(bool, bool, Value::Bool),
-            K::Bytes => scalar!(bytes, Vec<u8>, |_| Value::Null),
             K::String if want == Want::Nothing => {
                 // Checked (UTF-8), not kept.
                 let mut s = String::new();
@@ -280,7 +264,12 @@ impl Walk<'_> {
                 let default = s.is_empty();
                 (Value::Null, default)
             }
-            K::String => scalar!(string, String, Value::String),
+            K::String => {
+                let mut s = String::new();
+                enc::string::merge(wire_type, &mut s, buf, ctx)?;
+                let default = s.is_empty();
+                (Value::String(s), default)
+            }
             K::Message(m) => {
                 let into = match prev {
                     Some(Value::Object(o)) => o,
@@ -289,8 +278,74 @@ impl Walk<'_> {
                 let out = self.message(m, (levels, want), into, wire_type, buf, ctx)?;
                 (Value::Object(out), false)
             }
+            k => scalar::<Value>(k, wire_type, buf, ctx)?,
         })
     }
+}
+
+/// What a scalar value becomes: a JSON value (this module's route) or a
+/// leaf (`direct.rs`).
+trait Scalar: Sized {
+    fn float(f: f64) -> Self;
+    fn int(i: i64) -> Self;
+    fn uint(u: u64) -> Self;
+    fn boolean(b: bool) -> Self;
+    /// Bytes, which are never read: absent.
+    fn bytes() -> Self;
+}
+
+impl Scalar for Value {
+    fn float(f: f64) -> Self {
+        float(f)
+    }
+    fn int(i: i64) -> Self {
+        Value::from(i)
+    }
+    fn uint(u: u64) -> Self {
+        Value::from(u)
+    }
+    fn boolean(b: bool) -> Self {
+        Value::Bool(b)
+    }
+    fn bytes() -> Self {
+        Value::Null
+    }
+}
+
+/// One value of scalar kind `k` (neither a string nor a message) with
+/// prost's checks, and whether it is the kind's default.
+fn scalar<S: Scalar>(
+    k: K,
+    wire_type: WireType,
+    buf: &mut impl Buf,
+    ctx: DecodeContext,
+) -> Result<(S, bool), DecodeError> {
+    macro_rules! read {
+        ($m:ident, $t:ty, $to:expr) => {{
+            let mut v: $t = Default::default();
+            enc::$m::merge(wire_type, &mut v, buf, ctx)?;
+            let default = v == <$t>::default();
+            #[allow(clippy::redundant_closure_call)]
+            (($to)(v), default)
+        }};
+    }
+    Ok(match k {
+        K::Double => read!(double, f64, S::float),
+        K::Float => read!(float, f32, |x: f32| S::float(x as f64)),
+        K::Int32 | K::Enum(_) => read!(int32, i32, |x: i32| S::int(x.into())),
+        K::Sint32 => read!(sint32, i32, |x: i32| S::int(x.into())),
+        K::Sfixed32 => read!(sfixed32, i32, |x: i32| S::int(x.into())),
+        K::Int64 => read!(int64, i64, S::int),
+        K::Sint64 => read!(sint64, i64, S::int),
+        K::Sfixed64 => read!(sfixed64, i64, S::int),
+        K::Uint32 => read!(uint32, u32, |x: u32| S::uint(x.into())),
+        K::Fixed32 => read!(fixed32, u32, |x: u32| S::uint(x.into())),
+        K::Uint64 => read!(uint64, u64, S::uint),
+        K::Fixed64 => read!(fixed64, u64, S::uint),
+        K::Bool => read!(bool, bool, S::boolean),
+        K::Bytes => read!(bytes, Vec<u8>, |_| S::bytes()),
+        K::String | K::Message(_) => unreachable!("strings and messages are read by the caller"),
+    })
 }
 
 /// A map key's text, as `crate::described` spells it.
@@ -398,11 +453,9 @@ impl prost::Message for Walk<'_> {
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
         let c: &Compiled = self.c;
-        let fields = &c.messages[self.msg];
-        let Ok(i) = fields.binary_search_by_key(&number, |f| f.number) else {
+        let Some((_, f)) = c.field(self.msg, number) else {
             return enc::skip_field(wire_type, number, buf, ctx);
         };
-        let f = &fields[i];
         let (kind, shape, name) = (f.kind, f.shape, f.name.as_str());
         let want = project::field(self.paths, self.want, self.tok, name);
         let build = want != Want::Nothing;

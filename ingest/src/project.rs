@@ -3,10 +3,13 @@
 //! build only what the mapping's paths read — the values along a path,
 //! everything under its end — and check the rest without building it.
 //! `mask` holds the paths (by index, at most 63) still matching at a
-//! message's current level.
+//! message's current level. Where a schema lets them, the readers build
+//! nothing and read the paths straight into leaves ([`DirectPlan`]).
 
+use crate::leaf::Leaf;
 use crate::mapped::Path;
 use serde_json::{Number, Value};
+use std::sync::Arc;
 
 /// Deepest nesting a reader converts (deeper values are refused as
 /// undecodable).
@@ -77,4 +80,31 @@ pub(crate) fn field(paths: &[Path], want: Want, tok: usize, name: &str) -> Want 
         }
         w => w,
     }
+}
+
+/// A plan for reading the mapping's paths straight from a message's bytes
+/// into leaves, compiled once against a reader's compiled schema `C`.
+pub(crate) trait DirectPlan<C>: Sized {
+    /// The plan of `paths`, or `None` when the schema makes them read as
+    /// JSON.
+    fn new(compiled: &C, paths: &[Path]) -> Option<Self>;
+    /// One message's leaves, in the order of the paths.
+    fn read<'a>(&'a self, compiled: &'a C, body: &'a [u8]) -> Result<Vec<Leaf<'a>>, String>;
+}
+
+/// The plan of `paths` on `compiled` (none without a compiled schema).
+pub(crate) fn plan<C, P: DirectPlan<C>>(
+    compiled: Option<&Arc<C>>,
+    paths: &[Path],
+) -> Option<Arc<P>> {
+    compiled.and_then(|c| P::new(c, paths)).map(Arc::new)
+}
+
+/// One message's leaves by `plan` (`None`: no plan, it is read as JSON).
+pub(crate) fn read<'a, C, P: DirectPlan<C>>(
+    plan: Option<&'a Arc<P>>,
+    compiled: Option<&'a Arc<C>>,
+    body: &'a [u8],
+) -> Option<Result<Vec<Leaf<'a>>, String>> {
+    Some(plan?.read(compiled?, body))
 }

@@ -122,6 +122,22 @@ enum Damage {
     Append(u8),
 }
 
+impl Damage {
+    /// `bytes` so damaged.
+    fn done_to(self, mut bytes: Vec<u8>) -> Vec<u8> {
+        match self {
+            Damage::None => {}
+            Damage::Set(i, b) => {
+                let i = i.index(bytes.len());
+                bytes[i] = b;
+            }
+            Damage::Cut(i) => bytes.truncate(i.index(bytes.len())),
+            Damage::Append(b) => bytes.push(b),
+        }
+        bytes
+    }
+}
+
 fn damage() -> impl Strategy<Value = Damage> {
     prop_oneof![
         Just(Damage::None),
@@ -164,16 +180,7 @@ proptest! {
     #[test]
     fn fleetdp_reads_avro_as_apache_avro_does(v in datum(), damage in damage()) {
         let (raw, schema) = schema();
-        let mut bytes = apache_avro::to_avro_datum(raw, v).unwrap();
-        match damage {
-            Damage::None => {}
-            Damage::Set(i, b) => {
-                let i = i.index(bytes.len());
-                bytes[i] = b;
-            }
-            Damage::Cut(i) => bytes.truncate(i.index(bytes.len())),
-            Damage::Append(b) => bytes.push(b),
-        }
+        let bytes = damage.done_to(apache_avro::to_avro_datum(raw, v).unwrap());
         let paths = paths();
         common::agree(
             &schema.to_json(&bytes),
@@ -234,16 +241,7 @@ proptest! {
         v in datum(), damage in damage(), m in common::mapping(&POOL, DIRECT),
     ) {
         let (raw, schema) = schema();
-        let mut bytes = apache_avro::to_avro_datum(raw, v).unwrap();
-        match damage {
-            Damage::None => {}
-            Damage::Set(i, b) => {
-                let i = i.index(bytes.len());
-                bytes[i] = b;
-            }
-            Damage::Cut(i) => bytes.truncate(i.index(bytes.len())),
-            Damage::Append(b) => bytes.push(b),
-        }
+        let bytes = damage.done_to(apache_avro::to_avro_datum(raw, v).unwrap());
         let (direct, json) = verdicts(schema, &m, &bytes);
         prop_assert_eq!(direct, json);
     }

@@ -300,6 +300,22 @@ impl Gen {
     }
 }
 
+/// A random message of seed `seed`, cut short (`damage` 0) or with a byte
+/// changed (1) at `cut`, or whole.
+fn damaged(seed: u64, cut: prop::sample::Index, damage: u8) -> Vec<u8> {
+    let mut g = Gen(seed);
+    let mut bytes = g.message(12, 3);
+    match damage {
+        0 if !bytes.is_empty() => bytes.truncate(cut.index(bytes.len())),
+        1 if !bytes.is_empty() => {
+            let i = cut.index(bytes.len());
+            bytes[i] = g.next() as u8;
+        }
+        _ => {}
+    }
+    bytes
+}
+
 fn paths() -> Vec<Path> {
     [
         "s",
@@ -330,16 +346,7 @@ proptest! {
 
     #[test]
     fn fleetdp_reads_protobuf_as_prost_reflect_does(seed in 1u64.., cut in any::<prop::sample::Index>(), damage in 0u8..4) {
-        let mut g = Gen(seed);
-        let mut bytes = g.message(12, 3);
-        match damage {
-            0 if !bytes.is_empty() => bytes.truncate(cut.index(bytes.len())),
-            1 if !bytes.is_empty() => {
-                let i = cut.index(bytes.len());
-                bytes[i] = g.next() as u8;
-            }
-            _ => {}
-        }
+        let bytes = damaged(seed, cut, damage);
         let d = described();
         let paths = paths();
         common::agree(
@@ -417,16 +424,7 @@ proptest! {
         seed in 1u64.., cut in any::<prop::sample::Index>(), damage in 0u8..4,
         m in common::mapping(&POOL, DIRECT),
     ) {
-        let mut g = Gen(seed);
-        let mut bytes = g.message(12, 3);
-        match damage {
-            0 if !bytes.is_empty() => bytes.truncate(cut.index(bytes.len())),
-            1 if !bytes.is_empty() => {
-                let i = cut.index(bytes.len());
-                bytes[i] = g.next() as u8;
-            }
-            _ => {}
-        }
+        let bytes = damaged(seed, cut, damage);
         let (direct, json) = verdicts(&m, &bytes);
         prop_assert_eq!(direct, json);
     }

@@ -10,13 +10,13 @@
 //! JSON route does that a projection does not is build arrays and maps
 //! and count their items against `MAX_AVRO_ITEMS`; so a schema where a
 //! path leads into an array or a map, or ends on a value holding one, gets
-//! no plan ([`Projection::new`] returns `None`) and is read as JSON.
+//! no plan (`Projection::new` returns `None`) and is read as JSON.
 //! `ingest/tests/avro_reader.rs` checks the two routes agree.
 
 use super::{Compiled, Node, Reader, MAX_DEPTH};
 use crate::leaf::Leaf;
 use crate::mapped::Path;
-use crate::project::{bits, Want};
+use crate::project::{bits, DirectPlan, Want};
 
 /// The mapping's paths compiled against one schema.
 #[derive(Debug)]
@@ -41,11 +41,11 @@ struct Planner<'c> {
     paths: &'c [Path],
 }
 
-impl Projection {
+impl DirectPlan<Compiled> for Projection {
     /// The plan of `paths` in `compiled`'s schema; `None` when a path leads
     /// into an array or a map, ends on a value holding one, or names a field
     /// a record declares twice (such schemas are read as JSON).
-    pub(crate) fn new(compiled: &Compiled, paths: &[Path]) -> Option<Projection> {
+    fn new(compiled: &Compiled, paths: &[Path]) -> Option<Projection> {
         if paths.is_empty() || paths.len() >= 64 {
             return None;
         }
@@ -62,11 +62,7 @@ impl Projection {
 
     /// Read one datum's leaves, in the order of the paths; every byte must
     /// belong to it.
-    pub(crate) fn read<'a>(
-        &self,
-        compiled: &'a Compiled,
-        body: &'a [u8],
-    ) -> Result<Vec<Leaf<'a>>, String> {
+    fn read<'a>(&'a self, compiled: &'a Compiled, body: &'a [u8]) -> Result<Vec<Leaf<'a>>, String> {
         let mut r = Reader {
             bytes: body,
             at: 0,

@@ -10,15 +10,15 @@
 //! the JSON value at the path, with the JSON route's merge rules: the last
 //! value of a field wins, a field without presence holding its default is
 //! absent, a message seen twice merges, a list's items accumulate over its
-//! occurrences. A plan is not made ([`Projection::new`] returns `None`, the
+//! occurrences. A plan is not made (`Projection::new` returns `None`, the
 //! message is read as JSON) when a path names a member of a oneof (setting
 //! a sibling clears it), a map, a whole list, or a list of messages.
 //! `ingest/tests/described_reader.rs` checks the two routes agree.
 
-use super::{Compiled, Shape, Walk, K, MAX_DEPTH};
+use super::{Compiled, Scalar, Shape, Walk, K, MAX_DEPTH};
 use crate::leaf::Leaf;
 use crate::mapped::Path;
-use crate::project::{bits, Want};
+use crate::project::{bits, DirectPlan, Want};
 use prost::bytes::Buf;
 use prost::encoding::{self as enc, DecodeContext, WireType};
 use prost::DecodeError;
@@ -53,6 +53,24 @@ enum Step {
     Items { list: usize, at: Vec<(usize, u64)> },
 }
 
+impl Scalar for Leaf<'_> {
+    fn float(f: f64) -> Self {
+        Leaf::float(f)
+    }
+    fn int(i: i64) -> Self {
+        Leaf::Int(i)
+    }
+    fn uint(u: u64) -> Self {
+        i64::try_from(u).map_or(Leaf::Big(u), Leaf::Int)
+    }
+    fn boolean(_: bool) -> Self {
+        Leaf::Other
+    }
+    fn bytes() -> Self {
+        Leaf::Null
+    }
+}
+
 /// What a walk writes, moved down into each nested message and back.
 #[derive(Debug, Default)]
 struct State<'a> {
@@ -64,10 +82,10 @@ struct State<'a> {
     text: String,
 }
 
-impl Projection {
+impl DirectPlan<Compiled> for Projection {
     /// The plan of `paths` in `compiled`'s message; `None` when it is read
     /// as JSON (module docs).
-    pub(crate) fn new(compiled: &Compiled, paths: &[Path]) -> Option<Projection> {
+    fn new(compiled: &Compiled, paths: &[Path]) -> Option<Projection> {
         if paths.is_empty() || paths.len() >= 64 {
             return None;
         }
@@ -86,11 +104,7 @@ impl Projection {
     }
 
     /// Read one message's leaves, in the order of the paths.
-    pub(crate) fn read<'a>(
-        &'a self,
-        c: &'a Compiled,
-        body: &'a [u8],
-    ) -> Result<Vec<Leaf<'a>>, String> {
+    fn read<'a>(&'a self, c: &'a Compiled, body: &'a [u8]) -> Result<Vec<Leaf<'a>>, String> {
         let mut d = Direct {
             c,
             body,
@@ -189,34 +203,7 @@ impl<'a> Direct<'a> {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(Leaf<'a>, bool), DecodeError> {
-        macro_rules! read {
-            ($m:ident, $t:ty, $leaf:expr) => {{
-                let mut v: $t = Default::default();
-                enc::$m::merge(wire_type, &mut v, buf, ctx)?;
-                let default = v == <$t>::default();
-                #[allow(clippy::redundant_closure_call)]
-                (($leaf)(v), default)
-            }};
-        }
-        let int = |v: i64| Leaf::Int(v);
         Ok(match k {
-            K::Double => read!(double, f64, Leaf::float),
-            K::Float => read!(float, f32, |x: f32| Leaf::float(x as f64)),
-            K::Int32 | K::Enum(_) => read!(int32, i32, |x: i32| int(x.into())),
-            K::Sint32 => read!(sint32, i32, |x: i32| int(x.into())),
-            K::Sfixed32 => read!(sfixed32, i32, |x: i32| int(x.into())),
-            K::Int64 => read!(int64, i64, int),
-            K::Sint64 => read!(sint64, i64, int),
-            K::Sfixed64 => read!(sfixed64, i64, int),
-            K::Uint32 => read!(uint32, u32, |x: u32| int(x.into())),
-            K::Fixed32 => read!(fixed32, u32, |x: u32| int(x.into())),
-            K::Uint64 => read!(uint64, u64, |x: u64| i64::try_from(x)
-                .map_or(Leaf::Big(x), int)),
-            K::Fixed64 => read!(fixed64, u64, |x: u64| i64::try_from(x)
-                .map_or(Leaf::Big(x), int)),
-            K::Bool => read!(bool, bool, |_| Leaf::Other),
-            // As JSON: bytes are absent.
-            K::Bytes => read!(bytes, Vec<u8>, |_| Leaf::Null),
             K::String => {
                 enc::string::merge(wire_type, &mut self.st.text, buf, ctx)?;
                 // The string's bytes are the last ones read.
@@ -226,6 +213,7 @@ impl<'a> Direct<'a> {
                 (Leaf::Str(s), s.is_empty())
             }
             K::Message(_) => unreachable!("planned as a message"),
+            k => super::scalar::<Leaf<'a>>(k, wire_type, buf, ctx)?,
         })
     }
 
@@ -321,11 +309,10 @@ impl prost::Message for Direct<'_> {
         buf: &mut impl Buf,
         ctx: DecodeContext,
     ) -> Result<(), DecodeError> {
-        let fields = &self.c.messages[self.msg];
-        let Ok(i) = fields.binary_search_by_key(&number, |f| f.number) else {
+        let Some((i, f)) = self.c.field(self.msg, number) else {
             return enc::skip_field(wire_type, number, buf, ctx);
         };
-        let (f, plan) = (&fields[i], self.plan);
+        let plan = self.plan;
         match (&plan.fields[i], f.shape, f.kind) {
             (Step::Skip, ..) => self.skip(number, wire_type, buf, ctx)?,
             (Step::Items { list, at }, Shape::List { packable }, k) => {
