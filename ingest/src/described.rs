@@ -179,6 +179,12 @@ impl Described {
         self.projection = project::plan(self.compiled.as_ref(), paths);
     }
 
+    /// Whether [`Self::prepare`] found a plan for the mapping's paths.
+    #[cfg(test)]
+    pub(crate) fn is_prepared(&self) -> bool {
+        self.projection.is_some()
+    }
+
     /// Whether FleetDP reads `paths` straight from this type's messages,
     /// building no JSON value (else it builds the parts they read).
     pub fn reads_directly(&self, paths: &[Path]) -> bool {

@@ -64,3 +64,63 @@ impl Decoder {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::*;
+
+    fn mapping(temp: &str) -> Mapping {
+        Mapping {
+            device_id: Path::parse("vin").unwrap(),
+            event_time: Path::parse("ts").unwrap(),
+            unit: TimeUnit::Milliseconds,
+            streams: vec![("temp".into(), Path::parse(temp).unwrap())],
+            labels: vec![],
+        }
+    }
+
+    fn decoder(format: Format) -> Decoder {
+        Decoder::new(["temp".to_string()], format, Limits::default())
+    }
+
+    /// Every schema and message type the decoder holds reads the mapping's
+    /// paths straight from the bytes, whichever was given first and however
+    /// a schema came (declared, or fetched from a registry before or after
+    /// the mapping); without a mapping none is prepared.
+    #[test]
+    fn every_schema_held_is_prepared_for_the_mapping() {
+        let avro = || AvroSchema::new(EXAMPLE_AVRO_SCHEMA, None).unwrap();
+        let m = || mapping("cabin.temp_c");
+        let prepared = |d: &Decoder| d.avro.as_ref().is_some_and(AvroSchema::is_prepared);
+        assert!(prepared(
+            &decoder(Format::Avro).with_avro(avro()).with_mapping(m())
+        ));
+        assert!(prepared(
+            &decoder(Format::Avro).with_mapping(m()).with_avro(avro())
+        ));
+        assert!(!prepared(&decoder(Format::Avro).with_avro(avro())));
+        let fetched = |d: &Decoder| matches!(d.registry.as_ref().unwrap().get(&3), Some(Ok(a)) if a.is_prepared());
+        let mut after = decoder(Format::Avro).with_avro_registry().with_mapping(m());
+        after.add_avro_schema(3, Ok(avro()));
+        assert!(fetched(&after));
+        let mut before = decoder(Format::Avro).with_avro_registry();
+        before.add_avro_schema(3, Ok(avro()));
+        assert!(!fetched(&before));
+        assert!(fetched(&before.with_mapping(m())));
+
+        let own = || Described::new(&example_descriptor_set(), "acme.v1.Telemetry").unwrap();
+        let m = || mapping("cabin.temp");
+        let prepared = |d: &Decoder| d.described.as_ref().is_some_and(Described::is_prepared);
+        assert!(prepared(
+            &decoder(Format::Protobuf)
+                .with_described(own())
+                .with_mapping(m())
+        ));
+        assert!(prepared(
+            &decoder(Format::Protobuf)
+                .with_mapping(m())
+                .with_described(own())
+        ));
+        assert!(!prepared(&decoder(Format::Protobuf).with_described(own())));
+    }
+}
