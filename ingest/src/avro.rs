@@ -5,9 +5,9 @@
 //! and maps as objects, unions as their branch, enums as their symbol,
 //! timestamps and dates as their numbers, bytes and fixed absent) and read
 //! by the same [`crate::Mapping`] as JSON documents, so paths, units and
-//! errors are the same for every format. Where the schema allows, the
-//! mapping's paths are read straight from the bytes instead, with the same
-//! verdicts and no JSON built (`avro_reader/direct.rs`).
+//! errors are the same for every format. FleetDP's own reader reads the
+//! mapping's paths straight from the bytes instead, with the same verdicts
+//! and no JSON built (`avro_reader/direct.rs`).
 //!
 //! With Schema Registry framing the frame's schema id can be pinned: a
 //! message written with another schema would be misread against this one,

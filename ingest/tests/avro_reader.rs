@@ -193,9 +193,10 @@ proptest! {
 }
 
 /// Paths a mapping may read from [`SCHEMA`]'s values: every scalar kind,
-/// through the recursive union, a record's end, absent ones and through a
-/// scalar; the last ones lead into arrays and maps (the JSON route).
-const POOL: [&str; 22] = [
+/// through the recursive union, a record's end, absent ones, through a
+/// scalar, and array items, map values and whole arrays and maps (which
+/// count their items against the bound as the JSON route does).
+const POOL: [&str; 28] = [
     "s",
     "/l",
     "i",
@@ -216,12 +217,18 @@ const POOL: [&str; 22] = [
     "nope",
     "fe",
     "a.1",
+    "a.0",
+    "/a/01",
+    "a.x",
     "m.ab",
+    "m.a",
     "z",
+    "a",
+    "m",
 ];
 
-/// Of the pool, the paths read straight from the bytes.
-const DIRECT: usize = 19;
+/// Of the pool, the paths read straight from the bytes: all of them.
+const DIRECT: usize = POOL.len();
 
 /// The decoder's verdict on `bytes` through `m`, and the JSON route's.
 fn verdicts(schema: &AvroSchema, m: &Mapping, bytes: &[u8]) -> (String, String) {
@@ -247,31 +254,124 @@ proptest! {
     }
 }
 
-/// Which mappings are read straight from the bytes: paths through records
-/// and unions to any value without arrays or maps; not a path into an
-/// array or a map, nor one ending on a value that may hold one.
+/// Every mapping of a compiled schema is read straight from the bytes,
+/// up to 63 paths.
 #[test]
-fn paths_into_arrays_and_maps_are_read_as_json() {
+fn mappings_of_up_to_63_paths_are_read_straight_from_the_bytes() {
     let (_, schema) = schema();
-    let direct: Vec<Path> = POOL[..DIRECT]
-        .iter()
-        .map(|p| Path::parse(p).unwrap())
-        .collect();
-    assert!(schema.reads_directly(&direct));
-    for p in &POOL[DIRECT..] {
-        let mut paths = direct.clone();
-        paths.push(Path::parse(p).unwrap());
-        assert!(!schema.reads_directly(&paths), "{p}");
+    let all: Vec<Path> = POOL.iter().map(|p| Path::parse(p).unwrap()).collect();
+    assert!(schema.reads_directly(&all));
+    let many: Vec<Path> = (0..64).map(|i| all[i % all.len()].clone()).collect();
+    assert!(schema.reads_directly(&many[..63]));
+    assert!(!schema.reads_directly(&many));
+}
+
+/// A message whose arrays hold more items than the bound: the decoder
+/// refuses it exactly when the JSON route would build them (a path reads
+/// or passes through the array, or ends on the value holding it), with
+/// the JSON route's words, and reads it otherwise.
+#[test]
+fn items_a_path_reaches_count_against_the_bound_as_the_json_route_counts_them() {
+    let (_, schema) = schema();
+    let bytes = example(fleetdp_ingest::MAX_AVRO_ITEMS + 1);
+    let m = |streams: &[&str]| Mapping {
+        device_id: Path::parse("s").unwrap(),
+        event_time: Path::parse("ts").unwrap(),
+        unit: fleetdp_ingest::TimeUnit::Milliseconds,
+        streams: streams
+            .iter()
+            .enumerate()
+            .map(|(k, p)| (format!("v{k}"), Path::parse(p).unwrap()))
+            .collect(),
+        labels: vec![],
+    };
+    for (streams, refused) in [
+        (&["d"][..], false),
+        (&["n.x", "d"][..], false),
+        (&["z", "d"][..], true),
+        (&["z.0", "d"][..], true),
+        (&["z.x", "d"][..], true),
+        (&["a.0", "d"][..], false),
+    ] {
+        let m = m(streams);
+        let (direct, json) = verdicts(schema, &m, &bytes);
+        assert_eq!(direct, json, "{streams:?}");
+        assert_eq!(
+            direct.contains("array and map items"),
+            refused,
+            "{streams:?}: {direct}"
+        );
     }
-    // The whole record holds arrays: a path ending on it is read as JSON.
-    let whole = r#"{"type": "record", "name": "W", "fields": [
-        {"name": "r", "type": {"type": "record", "name": "In", "fields": [
-            {"name": "xs", "type": {"type": "array", "items": "int"}}]}},
-        {"name": "v", "type": "double"}]}"#;
-    let w = AvroSchema::new(whole, None).unwrap();
-    assert!(w.reads_directly(&[Path::parse("v").unwrap()]));
-    assert!(!w.reads_directly(&[Path::parse("r").unwrap()]));
-    assert!(w.reads_directly(&[Path::parse("r.v").unwrap()]));
+}
+
+/// A datum of [`SCHEMA`] whose array `z` holds `z` nulls.
+fn example(z: usize) -> Vec<u8> {
+    let (raw, _) = schema();
+    let mut v = Av::Record(Vec::new());
+    if let Av::Record(fields) = &mut v {
+        fields.extend([
+            ("b".into(), Av::Boolean(true)),
+            ("i".into(), Av::Int(1)),
+            ("l".into(), Av::Long(-7)),
+            ("f".into(), Av::Float(1.5)),
+            ("d".into(), Av::Double(2.5)),
+            ("s".into(), Av::String("x".into())),
+            ("by".into(), Av::Bytes(vec![])),
+            ("fx".into(), Av::Fixed(3, vec![1, 2, 3])),
+            ("e".into(), Av::Enum(1, "B".into())),
+            ("a".into(), Av::Array(vec![])),
+            ("m".into(), Av::Map(Default::default())),
+            ("n".into(), chain(&[4, 5, 6])),
+            ("z".into(), Av::Array(vec![Av::Null; z])),
+            ("dec".into(), Av::Decimal(vec![0u8].into())),
+            ("du".into(), Av::Duration([1u8; 12].into())),
+            ("ts".into(), Av::TimestampMillis(9)),
+            ("fe".into(), Av::Fixed(3, vec![1, 2, 3])),
+        ]);
+    }
+    apache_avro::to_avro_datum(raw, v).unwrap()
+}
+
+/// A map whose key comes twice: the later value replaces the earlier
+/// whole, as in the JSON route, even where it holds nothing a path reads
+/// (a `null` after a record).
+#[test]
+fn a_map_key_met_again_replaces_what_its_earlier_value_gave() {
+    let schema = AvroSchema::new(
+        r#"{"type": "record", "name": "D", "fields": [
+            {"name": "s", "type": "string"}, {"name": "ts", "type": "long"},
+            {"name": "m", "type": {"type": "map", "values": ["null",
+                {"type": "record", "name": "X", "fields": [{"name": "x", "type": "double"}]}]}}]}"#,
+        None,
+    )
+    .unwrap();
+    let m = Mapping {
+        device_id: Path::parse("s").unwrap(),
+        event_time: Path::parse("ts").unwrap(),
+        unit: fleetdp_ingest::TimeUnit::Milliseconds,
+        streams: vec![("v0".into(), Path::parse("m.a.x").unwrap())],
+        labels: vec![],
+    };
+    let record = [&[2u8][..], &1.5f64.to_le_bytes()].concat();
+    // s = "d", ts = 5, then one block of two entries "a", closed by 0.
+    let message = |first: &[u8], second: &[u8]| {
+        [
+            &[2, b'd', 10, 4, 2, b'a'][..],
+            first,
+            &[2, b'a'],
+            second,
+            &[0],
+        ]
+        .concat()
+    };
+    for (bytes, read) in [
+        (message(&record, &[0]), false),
+        (message(&[0], &record), true),
+    ] {
+        let (direct, json) = verdicts(&schema, &m, &bytes);
+        assert_eq!(direct, json);
+        assert_eq!(direct.starts_with("Ok"), read, "{direct}");
+    }
 }
 
 /// Messages that only claim a lot: nulls that take no bytes are not walked
@@ -314,32 +414,8 @@ fn claimed_counts_cost_nothing() {
 /// the mapping's view to refuse it too).
 #[test]
 fn only_built_items_count_against_the_bound() {
-    let (raw, schema) = schema();
-    let datum = |z: usize| {
-        let mut v = Av::Record(Vec::new());
-        if let Av::Record(fields) = &mut v {
-            fields.extend([
-                ("b".into(), Av::Boolean(true)),
-                ("i".into(), Av::Int(1)),
-                ("l".into(), Av::Long(-7)),
-                ("f".into(), Av::Float(1.5)),
-                ("d".into(), Av::Double(2.5)),
-                ("s".into(), Av::String("x".into())),
-                ("by".into(), Av::Bytes(vec![])),
-                ("fx".into(), Av::Fixed(3, vec![1, 2, 3])),
-                ("e".into(), Av::Enum(1, "B".into())),
-                ("a".into(), Av::Array(vec![])),
-                ("m".into(), Av::Map(Default::default())),
-                ("n".into(), chain(&[4, 5, 6])),
-                ("z".into(), Av::Array(vec![Av::Null; z])),
-                ("dec".into(), Av::Decimal(vec![0u8].into())),
-                ("du".into(), Av::Duration([1u8; 12].into())),
-                ("ts".into(), Av::TimestampMillis(9)),
-                ("fe".into(), Av::Fixed(3, vec![1, 2, 3])),
-            ]);
-        }
-        apache_avro::to_avro_datum(raw, v).unwrap()
-    };
+    let (_, schema) = schema();
+    let datum = example;
     let paths = paths();
     for z in [3, fleetdp_ingest::MAX_AVRO_ITEMS + 1] {
         let bytes = datum(z);

@@ -6,11 +6,15 @@
 //! The walk is the reader's own (`Reader::value`): the same bytes read in
 //! the same order with the same checks, so a message is refused exactly
 //! when, and with the words that, the JSON route refuses it, and each leaf
-//! is what [`Leaf::of`] makes of the JSON value at the path. One thing the
-//! JSON route does that a projection does not is build arrays and maps
-//! and count their items against `MAX_AVRO_ITEMS`; so a schema where a
-//! path leads into an array or a map, or ends on a value holding one, gets
-//! no plan (`Projection::new` returns `None`) and is read as JSON.
+//! is what [`Leaf::of`] makes of the JSON value at the path. Where the JSON
+//! route builds arrays and maps — one a path reads or passes through, or
+//! any inside a value a path ends on — it counts their items against
+//! `MAX_AVRO_ITEMS`; the walk counts the same items there, building none.
+//! An array's item is named by its decimal index, a map's value by its
+//! key; a key met again replaces what its earlier value gave, as a JSON
+//! object's would. A schema gets no plan (`Projection::new` returns
+//! `None`, it is read as JSON) only with 64 paths or more, or a path naming
+//! a field its record declares twice.
 //! `ingest/tests/avro_reader.rs` checks the two routes agree.
 
 use super::{Compiled, Node, Reader, MAX_DEPTH};
@@ -33,6 +37,20 @@ pub(crate) struct Projection {
 struct Plan {
     ends: u64,
     records: Vec<(usize, Vec<Option<Plan>>)>,
+    /// For each array or map the place may hold: the plans of its items
+    /// the paths name (by index, or by key with the bits of the paths
+    /// below it).
+    lists: Vec<(usize, Vec<Named>)>,
+}
+
+/// An item the paths name, the bits of the paths below it, and its plan.
+type Named = (Key, u64, Plan);
+
+/// An item a path names: an array's by index, a map's by key.
+#[derive(Debug, PartialEq)]
+enum Key {
+    At(usize),
+    Named(String),
 }
 
 /// The paths, nodes and schema a plan is compiled from.
@@ -42,9 +60,9 @@ struct Planner<'c> {
 }
 
 impl DirectPlan<Compiled> for Projection {
-    /// The plan of `paths` in `compiled`'s schema; `None` when a path leads
-    /// into an array or a map, ends on a value holding one, or names a field
-    /// a record declares twice (such schemas are read as JSON).
+    /// The plan of `paths` in `compiled`'s schema; `None` for 64 paths or
+    /// more, or a path naming a field its record declares twice (read as
+    /// JSON).
     fn new(compiled: &Compiled, paths: &[Path]) -> Option<Projection> {
         if paths.is_empty() || paths.len() >= 64 {
             return None;
@@ -90,11 +108,9 @@ impl Planner<'_> {
         let mut plan = Plan {
             ends,
             records: Vec::new(),
+            lists: Vec::new(),
         };
         for c in self.held(n) {
-            if ends != 0 && self.holds_items(c, &mut vec![false; self.nodes.len()]) {
-                return None;
-            }
             match &self.nodes[c] {
                 Node::Record(fields) if on != 0 => {
                     let mut subs = Vec::with_capacity(fields.len());
@@ -112,7 +128,31 @@ impl Planner<'_> {
                     }
                     plan.records.push((c, subs));
                 }
-                Node::Array(_) | Node::Map(_) if on != 0 => return None,
+                Node::Array(item) | Node::Map(item) if on != 0 => {
+                    let map = matches!(self.nodes[c], Node::Map(_));
+                    let mut keys: Vec<(Key, u64)> = Vec::new();
+                    for i in bits(on) {
+                        let t = &self.paths[i].tokens()[tok];
+                        // As `Path::find`: an array's item by its decimal
+                        // index (any other token finds nothing).
+                        let key = match map {
+                            true => Key::Named(t.clone()),
+                            false => match t.parse() {
+                                Ok(at) => Key::At(at),
+                                Err(_) => continue,
+                            },
+                        };
+                        match keys.iter_mut().find(|(k, _)| *k == key) {
+                            Some((_, m)) => *m |= 1 << i,
+                            None => keys.push((key, 1 << i)),
+                        }
+                    }
+                    let mut subs = Vec::with_capacity(keys.len());
+                    for (key, here) in keys {
+                        subs.push((key, here, self.plan(*item, tok + 1, here)?));
+                    }
+                    plan.lists.push((c, subs));
+                }
                 // Avro allows no union directly in a union; none is planned.
                 Node::Union(_) => return None,
                 _ => {}
@@ -128,24 +168,11 @@ impl Planner<'_> {
             _ => vec![n],
         }
     }
-
-    /// Whether a value of node `n` may hold an array or a map.
-    fn holds_items(&self, n: usize, seen: &mut Vec<bool>) -> bool {
-        if std::mem::replace(&mut seen[n], true) {
-            return false;
-        }
-        match &self.nodes[n] {
-            Node::Array(_) | Node::Map(_) => true,
-            Node::Union(branches) => branches.iter().any(|&b| self.holds_items(b, seen)),
-            Node::Record(fields) => fields.iter().any(|(_, f)| self.holds_items(*f, seen)),
-            _ => false,
-        }
-    }
 }
 
 impl<'a> Reader<'a> {
     /// Read node `n`'s value at nesting `depth`, at `plan`'s place: the
-    /// leaves of the paths that end there are written, the fields no path
+    /// leaves of the paths that end there are written, the values no path
     /// reaches are checked and skipped (as `value` does with `Want::Nothing`).
     fn project(
         &mut self,
@@ -158,11 +185,33 @@ impl<'a> Reader<'a> {
         if depth > MAX_DEPTH {
             return Err(format!("value nested deeper than {MAX_DEPTH}"));
         }
-        let leaf = match &nodes[n] {
-            Node::Union(branches) => {
-                let b = self.branch(branches)?;
-                return self.project(nodes, b, depth + 1, plan, leaves);
-            }
+        if let Node::Union(branches) = &nodes[n] {
+            let b = self.branch(branches)?;
+            return self.project(nodes, b, depth + 1, plan, leaves);
+        }
+        // Where a path ends, the JSON route builds the whole value, whose
+        // array and map items count against the bound: so do they here.
+        let counting = self.count_all;
+        self.count_all |= plan.ends != 0;
+        let leaf = self.leaf(nodes, n, depth, plan, leaves);
+        self.count_all = counting;
+        let leaf = leaf?;
+        for i in bits(plan.ends) {
+            leaves[i] = leaf;
+        }
+        Ok(())
+    }
+
+    /// Node `n`'s value (not a union) as a leaf, its planned parts read.
+    fn leaf(
+        &mut self,
+        nodes: &'a [Node],
+        n: usize,
+        depth: usize,
+        plan: &Plan,
+        leaves: &mut [Leaf<'a>],
+    ) -> Result<Leaf<'a>, String> {
+        Ok(match &nodes[n] {
             Node::Record(fields) => {
                 if let Some((_, subs)) = plan.records.iter().find(|(r, _)| *r == n) {
                     for ((_, f), sub) in fields.iter().zip(subs) {
@@ -173,6 +222,16 @@ impl<'a> Reader<'a> {
                     }
                 } else {
                     self.skip(nodes, n, depth)?;
+                }
+                Leaf::Other
+            }
+            Node::Array(item) | Node::Map(item) => {
+                let map = matches!(nodes[n], Node::Map(_));
+                match plan.lists.iter().find(|(l, _)| *l == n) {
+                    Some((_, keys)) => {
+                        self.planned_items(nodes, (*item, map, keys), depth, leaves)?
+                    }
+                    None => self.skip(nodes, n, depth)?,
                 }
                 Leaf::Other
             }
@@ -187,15 +246,54 @@ impl<'a> Reader<'a> {
                 self.skip(nodes, n, depth)?;
                 Leaf::Null
             }
-            Node::Boolean | Node::Array(_) | Node::Map(_) => {
+            Node::Boolean | Node::Union(_) => {
                 self.skip(nodes, n, depth)?;
                 Leaf::Other
             }
-        };
-        for i in bits(plan.ends) {
-            leaves[i] = leaf;
-        }
-        Ok(())
+        })
+    }
+
+    /// An array's or a map's blocks of items, as the JSON route builds them
+    /// (each block counted against the bound, every item below counted
+    /// too): the items `keys` name read at their plans, the rest checked.
+    /// A map's key met again replaces what its earlier value gave.
+    fn planned_items(
+        &mut self,
+        nodes: &'a [Node],
+        (item, map, keys): (usize, bool, &[Named]),
+        depth: usize,
+        leaves: &mut [Leaf<'a>],
+    ) -> Result<(), String> {
+        let counting = std::mem::replace(&mut self.count_all, true);
+        let mut at = 0;
+        let r = (|| loop {
+            let count = self.len(true)?;
+            if count == 0 {
+                return Ok(());
+            }
+            self.built(count)?;
+            for _ in 0..count {
+                let found = if map {
+                    let name = self.string()?;
+                    keys.iter()
+                        .find(|(k, ..)| matches!(k, Key::Named(s) if s == name))
+                } else {
+                    keys.iter().find(|(k, ..)| *k == Key::At(at))
+                };
+                at += 1;
+                match found {
+                    Some((_, under, p)) => {
+                        for i in bits(*under) {
+                            leaves[i] = Leaf::Null;
+                        }
+                        self.project(nodes, item, depth + 1, p, leaves)?;
+                    }
+                    None => self.skip(nodes, item, depth + 1)?,
+                }
+            }
+        })();
+        self.count_all = counting;
+        r
     }
 
     /// Check node `n`'s value and move past it, building nothing.
