@@ -287,6 +287,11 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(self.take(n)?).map_err(|_| "a string is not UTF-8".into())
     }
 
+    /// `N` bytes, as an array (a float's or a double's).
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
+
     /// An enum's symbol, by its index.
     fn symbol<'s>(&mut self, symbols: &'s [String]) -> Result<&'s String, String> {
         let i = self.int()?;
@@ -333,14 +338,8 @@ impl<'a> Reader<'a> {
             },
             Node::Int => Value::from(self.int()?),
             Node::Long => Value::from(self.long()?),
-            Node::Float => {
-                let b = self.take(4)?;
-                float(f32::from_le_bytes(b.try_into().expect("4 bytes")) as f64)
-            }
-            Node::Double => {
-                let b = self.take(8)?;
-                float(f64::from_le_bytes(b.try_into().expect("8 bytes")))
-            }
+            Node::Float => float(f32::from_le_bytes(self.fixed()?) as f64),
+            Node::Double => float(f64::from_le_bytes(self.fixed()?)),
             Node::String if build => Value::String(self.string()?.to_string()),
             Node::String => {
                 self.string()?;

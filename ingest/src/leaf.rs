@@ -45,15 +45,7 @@ impl<'a> Leaf<'a> {
     /// A float as a reader converts it to JSON (`project::float`): NaN and
     /// ±∞ are spelled as strings, so the mapping refuses them as values.
     pub(crate) fn float(f: f64) -> Leaf<'static> {
-        if f.is_finite() {
-            Leaf::Float(f)
-        } else if f.is_nan() {
-            Leaf::Str("nan")
-        } else if f > 0.0 {
-            Leaf::Str("inf")
-        } else {
-            Leaf::Str("-inf")
-        }
+        crate::project::spelled(f).map_or(Leaf::Float(f), Leaf::Str)
     }
 
     /// An integer's decimal text (device ids and labels may be numbers).

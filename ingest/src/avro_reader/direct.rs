@@ -300,9 +300,4 @@ impl<'a> Reader<'a> {
     fn skip(&mut self, nodes: &[Node], n: usize, depth: usize) -> Result<(), String> {
         self.value(nodes, n, depth, 0, Want::Nothing).map(drop)
     }
-
-    /// `N` bytes, as an array (a float's or a double's).
-    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        Ok(self.take(N)?.try_into().expect("N bytes"))
-    }
 }
