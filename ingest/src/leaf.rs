@@ -45,7 +45,7 @@ impl<'a> Leaf<'a> {
     /// A float as a reader converts it to JSON (`project::float`): NaN and
     /// ±∞ are spelled as strings, so the mapping refuses them as values.
     pub(crate) fn float(f: f64) -> Leaf<'static> {
-        crate::project::spelled(f).map_or(Leaf::Float(f), Leaf::Str)
+        spelled(f).map_or(Leaf::Float(f), Leaf::Str)
     }
 
     /// An integer's decimal text (device ids and labels may be numbers).
@@ -73,6 +73,16 @@ impl<'a> Leaf<'a> {
             Leaf::Int(i) => Some(i),
             _ => None,
         }
+    }
+}
+
+/// How a float JSON cannot write is spelled (`None`: a finite one).
+pub(crate) fn spelled(f: f64) -> Option<&'static str> {
+    match f {
+        _ if f.is_finite() => None,
+        _ if f.is_nan() => Some("nan"),
+        _ if f > 0.0 => Some("inf"),
+        _ => Some("-inf"),
     }
 }
 

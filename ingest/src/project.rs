@@ -18,19 +18,9 @@ pub(crate) const MAX_DEPTH: usize = 32;
 /// A float as JSON; NaN and ±∞ spelled as strings, so the mapping refuses
 /// them as not finite (JSON has no literal for them).
 pub(crate) fn float(f: f64) -> Value {
-    match (Number::from_f64(f), spelled(f)) {
+    match (Number::from_f64(f), crate::leaf::spelled(f)) {
         (Some(n), _) => Value::Number(n),
         (None, s) => Value::String(s.unwrap_or("nan").into()),
-    }
-}
-
-/// How a float JSON cannot write is spelled (`None`: a finite one).
-pub(crate) fn spelled(f: f64) -> Option<&'static str> {
-    match f {
-        _ if f.is_finite() => None,
-        _ if f.is_nan() => Some("nan"),
-        _ if f > 0.0 => Some("inf"),
-        _ => Some("-inf"),
     }
 }
 
