@@ -63,11 +63,7 @@ impl StreamPlan {
         let sorted = taken
             .iter()
             .any(|m| m.measurement.candidates().is_some())
-            .then(|| {
-                let mut s = values.to_vec();
-                s.sort_unstable();
-                s
-            });
+            .then(|| stats::sorted(values));
         let mut out = Vec::with_capacity(taken.len());
         for mp in taken {
             let m = match &mp.measurement {
@@ -351,8 +347,7 @@ impl StreamPlan {
     /// stream-level privacy check compares between neighbouring streams.
     /// Never publish these.
     pub fn exact_measurements(&self, values: &[i64]) -> Vec<Vec<i128>> {
-        let mut sorted = values.to_vec();
-        sorted.sort_unstable();
+        let sorted = stats::sorted(values);
         self.measurements
             .iter()
             .map(|mp| match &mp.measurement {
