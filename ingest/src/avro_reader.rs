@@ -284,7 +284,7 @@ impl<'a> Reader<'a> {
 
     fn string(&mut self) -> Result<&'a str, String> {
         let n = self.len(false)?;
-        std::str::from_utf8(self.take(n)?).map_err(|_| "a string is not UTF-8".into())
+        crate::wire::utf8(self.take(n)?).ok_or_else(|| "a string is not UTF-8".into())
     }
 
     /// `N` bytes, as an array (a float's or a double's).

@@ -174,7 +174,7 @@ impl<'a> ScalarRef<'a> {
     /// [`ScalarRef::text`], a string borrowed.
     pub(crate) fn text_ref(self) -> Option<std::borrow::Cow<'a, str>> {
         Some(match self {
-            ScalarRef::Str(s) => std::str::from_utf8(s).ok()?.into(),
+            ScalarRef::Str(s) => crate::wire::utf8(s)?.into(),
             ScalarRef::Bool(b) => b.to_string().into(),
             ScalarRef::Int(i) => i.to_string().into(),
             ScalarRef::Double(d) => d.to_string().into(),
