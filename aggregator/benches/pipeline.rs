@@ -174,7 +174,7 @@ fn in_process_shaped(
     let mut windows = 0u64;
     let mut sink = 0.0f64;
     let t = Instant::now();
-    // As the service's loop steps (runtime/pipeline/consume.rs): each
+    // As the service's loop steps (runtime/pipeline/consume/): each
     // message prepared up to PREPARE_AHEAD messages before it is applied,
     // so its devices' slots load meanwhile; counters flushed every 64
     // messages while busy, and once at the end.

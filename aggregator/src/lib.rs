@@ -20,8 +20,8 @@
 //! Thirteen files, in the order a reading meets them (two returns: to the
 //! processor to apply it, to the loop to commit it):
 //!
-//! 1. `runtime/pipeline/consume.rs`: the loop receives a Kafka message and
-//!    prepares it, two messages before applying it;
+//! 1. `runtime/pipeline/consume/mod.rs`: the loop receives a Kafka message
+//!    and prepares it (`consume/step.rs`), two messages before applying it;
 //! 2. `engine/process/mod.rs` ([`Processor::prepare`]): decodes it,
 //!    top-codes each reading to its stream's universe ([`dp::universe`]),
 //!    checks the device's partition and stages the readings;
@@ -42,7 +42,7 @@
 //! 12. `aggregator/dp/src/release/window.rs`: noise and statistics
 //!     ([`dp::release`]);
 //! 13. `state/mod.rs`: the writes in their order (charges, release, ledger);
-//! 14. back in `runtime/pipeline/consume.rs`, `runtime/pipeline/offsets.rs`:
+//! 14. back in `runtime/pipeline/consume/`, `runtime/pipeline/offsets.rs`:
 //!     the input offset is committed once everything before it is
 //!     acknowledged (rejected messages are dead-lettered first);
 //!

@@ -308,7 +308,7 @@ fn no_function_is_over_the_limit() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
-/// The service module a source file belongs to (`runtime/pipeline/consume.rs` →
+/// The service module a source file belongs to (`runtime/pipeline/offsets.rs` →
 /// `runtime`); `None` for the crate roots.
 fn module_of(src: &Path, p: &Path) -> Option<String> {
     let rel = p.strip_prefix(src).unwrap();
@@ -477,9 +477,13 @@ fn file_graphs(dir: &str) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>
             let deps = graph.entry(n.clone()).or_default();
             for f in files {
                 let code = code(&f);
-                // Within a subfolder `super::` is the subfolder's own root.
-                let named = if f.parent() == Some(folder) {
+                // Within a subfolder `super::` is the subfolder's own root,
+                // but in that root (`mod.rs`) it is this folder.
+                let root_of_sub = f.parent() == Some(p.as_path()) && name(&f) == "mod";
+                let named = if f.parent() == Some(folder) || root_of_sub {
                     names_after(&code, "super::")
+                } else if f.parent() == Some(p.as_path()) {
+                    names_after(&code, "super::super::")
                 } else {
                     BTreeSet::new()
                 };

@@ -324,6 +324,12 @@ impl Processor {
         self.router.take_key_updates()
     }
 
+    /// Whether [`Processor::take_key_updates`] may find bindings (none
+    /// without private keys): most messages need not ask.
+    pub fn may_update_keys(&self) -> bool {
+        self.router.may_update_keys()
+    }
+
     /// Continue a private-key table from persisted bindings.
     pub fn restore_keys(&mut self, stream: &str, partition: i32, b: Bindings) {
         self.router

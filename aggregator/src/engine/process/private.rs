@@ -73,6 +73,12 @@ impl PrivateKeys {
         self.slot_values.retain(|&(_, p, _), _| p != partition);
     }
 
+    /// Whether any key table is kept (none without private keys): only
+    /// then can [`PrivateKeys::take_updates`] find bindings to persist.
+    pub fn any(&self) -> bool {
+        !self.tables.is_empty()
+    }
+
     /// Key tables whose bindings changed since the last call, to persist
     /// before anything routed by them is released: (declared stream name,
     /// partition, bindings).

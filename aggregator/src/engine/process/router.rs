@@ -93,6 +93,12 @@ impl Router {
         self.keys.drop_partition(partition);
     }
 
+    /// Whether [`Router::take_key_updates`] may find bindings (a private
+    /// key table is kept).
+    pub(super) fn may_update_keys(&self) -> bool {
+        self.keys.any()
+    }
+
     /// Private-key bindings changed since the last call (declared stream
     /// name, partition, bindings).
     pub(super) fn take_key_updates(&mut self) -> Vec<(String, i32, Bindings)> {

@@ -6,15 +6,15 @@
 //! topic with its original bytes and a reason header before its offset can
 //! be committed. Logs carry counts, offsets and latencies, never values.
 //!
-//! Files by role: this one sets up the clients; `consume` is the
-//! consuming loop; `offsets` the commit rule; `rebalance` the ordered
-//! rebalance events and `assign` acting on them (restoring lanes);
-//! `release` the release owner (stepping a window's lane, building,
-//! encoding and publishing its release through [`crate::state`]'s write
-//! protocol); `dead_letter` the dead-letter owner; `poisoned` the way
-//! past an undecodable record batch; `topic_check` the topics' creation
-//! and settings at start. Only `consume` and
-//! `assign` see the loop's state; the owners are handed what they need.
+//! Files by role: this one sets up the clients; `consume` is the consuming
+//! loop (`consume/step.rs`: one message's steps); `offsets` the commit
+//! rule; `rebalance` the ordered rebalance events and `assign` acting on
+//! them (restoring lanes); `release` the release owner (stepping a window's
+//! lane, building, encoding and publishing its release through
+//! [`crate::state`]'s write protocol); `dead_letter` the dead-letter owner;
+//! `poisoned` the way past an undecodable record batch; `topic_check` the
+//! topics' creation and settings at start. Only `consume` and `assign` see
+//! the loop's state; the owners are handed what they need.
 
 mod alarm;
 mod assign;

@@ -4,6 +4,8 @@
 //! committed by the rule in [`super::offsets`]; rebalances are acted on
 //! before the next message of a partition is handled.
 
+mod step;
+
 use super::assign::Restoring;
 use super::dead_letter::DeadLetters;
 use super::offsets::Offsets;
@@ -12,16 +14,15 @@ use super::rebalance::{self, Events};
 use super::release::{Closing, Releases};
 use super::{now_ms, Options, Pipeline};
 use crate::clients::kafka::Producer;
-use crate::clients::kafka::{self, Stopped, CONTENT_TYPE};
+use crate::clients::kafka::{self, Stopped};
 use crate::config::Undecodable;
 use crate::engine::process::{Processor, PREPARE_AHEAD};
 use crate::engine::window::ClosedWindow;
 use crate::faults::{crash_point, CrashPoint};
-use crate::state;
 use crate::telemetry;
 use anyhow::{Context as _, Result};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::util::Timeout;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::{BTreeMap, VecDeque};
@@ -106,8 +107,7 @@ impl<'a> Consuming<'a> {
     ) -> Result<()> {
         let read_content_type = self.p.v.config.kafka.read_content_type;
         let mut handled = 0u64;
-        let mut idle = tokio::time::interval(Duration::from_secs(1));
-        idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut idle = idle_tick();
         // Messages prepared (decoded, their devices' slots being fetched)
         // but not yet applied, oldest first: the oldest is applied once
         // `PREPARE_AHEAD` later ones are prepared, or as soon as no next
@@ -126,40 +126,20 @@ impl<'a> Consuming<'a> {
                     Some(m) => m,
                     None => {
                         let m = staged.pop_front().expect("staged");
-                        if self.apply_staged(m).await? {
-                            self.commit(consumer, CommitMode::Async);
+                        // Most messages: applied without a step that waits.
+                        if let Some(applied) = self.apply_quietly(&m) {
+                            if self.applied_aloud(m, applied).await? {
+                                self.commit(consumer, CommitMode::Async);
+                            }
                         }
                         continue;
                     }
                 }
             } else {
-                // About to wait for input: counts are exact while idle, and
-                // waiting is alive (the idle tick comes back every second).
-                self.p.board.beat(now_ms());
-                self.processor.flush_counters();
-                tokio::select! {
-                    biased;
-                    Some(done) = self.releases.next(), if !self.releases.is_empty() => {
-                        self.releases.done(done, &mut self.offsets)?;
-                        continue;
-                    }
-                    Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => {
-                        self.dead_letters.done(done, &mut self.offsets)?;
-                        continue;
-                    }
-                    m = consumer.recv() => m,
-                    _ = shutdown.changed() => break,
-                    // Idle input: apply a rebalance that came without a
-                    // message, release time windows that are due, commit
-                    // what was acknowledged and report positions.
-                    _ = idle.tick() => {
-                        if stopped(self.apply_rebalance().await)? {
-                            break;
-                        }
-                        self.close_due().await?;
-                        self.commit(consumer, CommitMode::Async);
-                        continue;
-                    }
+                match self.wait(consumer, &mut shutdown, &mut idle).await? {
+                    Waited::Message(m) => m,
+                    Waited::Again => continue,
+                    Waited::Stop => break,
                 }
             };
             let msg = match msg {
@@ -172,17 +152,40 @@ impl<'a> Consuming<'a> {
             // A rebalance may have just happened inside recv(): act on it
             // (after the message received before it) before processing a
             // message of a newly assigned partition.
-            if self.events.pending() {
-                self.apply_all(&mut staged).await?;
-                if stopped(self.apply_rebalance().await)? {
-                    break;
-                }
-            }
-            let Some(prepared) = self.prepare(&msg, read_content_type).await? else {
+            if self.events.pending() && self.rebalance_now(&mut staged).await? {
                 break;
+            }
+            // Most messages are prepared and handled without a step that
+            // waits: the loop enters no future of its own for them.
+            let prepared = match self.p.v.schema_registry {
+                None => self.prepare_now(&msg, read_content_type),
+                Some(_) => match self.prepare(&msg, read_content_type).await? {
+                    Some(prepared) => prepared,
+                    None => break,
+                },
             };
+            // The private keys it selected, written before anything they
+            // route can be released.
+            if self.processor.may_update_keys() {
+                self.write_key_updates().await?;
+            }
             // An earlier message is applied while this one's device slots load.
-            let released_any = self.handle(msg, prepared, &mut staged).await?;
+            let released_any = match prepared {
+                Ok(()) if staged.len() < PREPARE_AHEAD => {
+                    staged.push_back(msg);
+                    false
+                }
+                Ok(()) => {
+                    let m = staged.pop_front().expect("staged");
+                    let released_any = match self.apply_quietly(&m) {
+                        None => false,
+                        Some(applied) => self.applied_aloud(m, applied).await?,
+                    };
+                    staged.push_back(msg);
+                    released_any
+                }
+                Err(rejection) => self.refused(msg, rejection, &mut staged).await?,
+            };
             handled += 1;
             // Reading the clock per message is measurable; every 256 is enough.
             if released_any
@@ -194,6 +197,50 @@ impl<'a> Consuming<'a> {
         }
         self.apply_all(&mut staged).await?;
         self.finish(consumer).await
+    }
+
+    /// Wait for input, the loop's one wait: counts are flushed first (exact
+    /// while idle), and waiting is alive (the idle tick comes back every
+    /// second). Meanwhile finished publishes are reaped; on the idle tick a
+    /// rebalance that came without a message is applied, time windows due
+    /// are released and what was acknowledged is committed.
+    async fn wait<'c>(
+        &mut self,
+        consumer: &'c InputConsumer,
+        shutdown: &mut watch::Receiver<bool>,
+        idle: &mut tokio::time::Interval,
+    ) -> Result<Waited<'c>> {
+        self.p.board.beat(now_ms());
+        self.processor.flush_counters();
+        tokio::select! {
+            biased;
+            Some(done) = self.releases.next(), if !self.releases.is_empty() => {
+                self.releases.done(done, &mut self.offsets)?;
+                Ok(Waited::Again)
+            }
+            Some(done) = self.dead_letters.next(), if !self.dead_letters.is_empty() => {
+                self.dead_letters.done(done, &mut self.offsets)?;
+                Ok(Waited::Again)
+            }
+            m = consumer.recv() => Ok(Waited::Message(m)),
+            _ = shutdown.changed() => Ok(Waited::Stop),
+            _ = idle.tick() => {
+                if stopped(self.apply_rebalance().await)? {
+                    return Ok(Waited::Stop);
+                }
+                self.close_due().await?;
+                self.commit(consumer, CommitMode::Async);
+                Ok(Waited::Again)
+            }
+        }
+    }
+
+    /// A rebalance that happened inside `recv()`, acted on after every
+    /// message received before it is applied. Returns whether the service
+    /// is stopping.
+    async fn rebalance_now(&mut self, staged: &mut VecDeque<BorrowedMessage<'_>>) -> Result<bool> {
+        self.apply_all(staged).await?;
+        stopped(self.apply_rebalance().await)
     }
 
     /// A consumer error: counted by kind, logged once per kind and
@@ -224,89 +271,6 @@ impl<'a> Consuming<'a> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         Ok(())
-    }
-
-    /// Prepare a received message ([`Processor::prepare`]): its writer's
-    /// schema fetched first if it is framed Avro (`None`: the service
-    /// stopped while fetching), the private keys it selected written
-    /// before anything they route can be released, its broker timestamp
-    /// noted for time windows.
-    async fn prepare(
-        &mut self,
-        msg: &BorrowedMessage<'_>,
-        read_content_type: bool,
-    ) -> Result<Option<Result<(), ingest::Rejection>>> {
-        let content_type = if read_content_type {
-            kafka::header(msg, CONTENT_TYPE)
-        } else {
-            None
-        };
-        // A framed Avro message's writer's schema, fetched once.
-        if let Some(registry) = &self.p.v.schema_registry {
-            let payload = msg.payload().unwrap_or(&[]);
-            let decoder = self.processor.decoder_mut();
-            if !registry
-                .ensure(decoder, payload, content_type, &mut self.stop.clone())
-                .await
-            {
-                return Ok(None);
-            }
-        }
-        let prepared = self.processor.prepare(
-            msg.partition(),
-            msg.offset(),
-            msg.payload().unwrap_or(&[]),
-            content_type,
-            msg.timestamp().to_millis(),
-        );
-        for (stream, partition, bindings) in self.processor.take_key_updates() {
-            let record = state::KeysRecord {
-                stream,
-                partition,
-                bindings,
-            };
-            let topic = self.p.v.config.kafka.state_topic();
-            state::write_keys(&self.producer, &topic, &record, &mut self.stop.clone()).await?;
-        }
-        if self.timed {
-            // Only the broker's clock orders timestamps like offsets;
-            // a producer's (CreateTime) may run behind its neighbours'.
-            if let rdkafka::Timestamp::LogAppendTime(t) = msg.timestamp() {
-                self.appended_until.insert(msg.partition(), t);
-            }
-        }
-        Ok(Some(prepared))
-    }
-
-    /// After a message is prepared: an earlier one is applied while its
-    /// device slots load, and it waits its turn; a refused one is
-    /// dead-lettered after every message prepared before it is applied.
-    /// Returns whether a window was released.
-    async fn handle<'m>(
-        &mut self,
-        msg: BorrowedMessage<'m>,
-        prepared: Result<(), ingest::Rejection>,
-        staged: &mut VecDeque<BorrowedMessage<'m>>,
-    ) -> Result<bool> {
-        match prepared {
-            Ok(()) => {
-                let mut released_any = false;
-                if staged.len() >= PREPARE_AHEAD {
-                    let m = staged.pop_front().expect("staged");
-                    released_any = self.apply_staged(m).await?;
-                }
-                staged.push_back(msg);
-                Ok(released_any)
-            }
-            Err(rejection) => {
-                let released_any = self.apply_all(staged).await?;
-                self.dead_letters
-                    .send(&msg, &rejection, &mut self.offsets)
-                    .await?;
-                self.offsets.handled(msg.partition(), msg.offset());
-                Ok(released_any)
-            }
-        }
     }
 
     /// Stopping: finish the releases and dead letters in flight, commit
@@ -446,26 +410,6 @@ impl<'a> Consuming<'a> {
         Ok(released_any)
     }
 
-    /// Apply a prepared message ([`Processor::apply`]): dead-letter it if
-    /// it is refused now, start the releases of the windows it closed, and
-    /// mark it handled. Returns whether a window was released.
-    async fn apply_staged(&mut self, msg: BorrowedMessage<'_>) -> Result<bool> {
-        let applied = self.processor.apply(&mut self.closed);
-        if applied.is_ok() && self.closed.is_empty() {
-            // Most messages: accepted, no window closed.
-            self.offsets.handled(msg.partition(), msg.offset());
-            return Ok(false);
-        }
-        if let Err(rejection) = applied {
-            self.dead_letters
-                .send(&msg, &rejection, &mut self.offsets)
-                .await?;
-        }
-        let released_any = self.release_closed().await?;
-        self.offsets.handled(msg.partition(), msg.offset());
-        Ok(released_any)
-    }
-
     /// Time windows close on the clock, not on a reading: release those due.
     async fn close_due(&mut self) -> Result<()> {
         if !self.timed {
@@ -541,6 +485,21 @@ impl<'a> Consuming<'a> {
             self.offsets.commit_failed();
         }
     }
+}
+
+/// The idle tick of [`Consuming::wait`]: every second while input is idle.
+fn idle_tick() -> tokio::time::Interval {
+    let mut idle = tokio::time::interval(Duration::from_secs(1));
+    idle.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    idle
+}
+
+/// What waiting for input ([`Consuming::wait`]) came back with.
+enum Waited<'c> {
+    Message(rdkafka::error::KafkaResult<BorrowedMessage<'c>>),
+    /// Something else was done: look again.
+    Again,
+    Stop,
 }
 
 /// Whether a step gave up because the service is stopping (an error otherwise).
