@@ -343,7 +343,7 @@ mod tests {
             expected.sort_unstable();
             assert_eq!(sorted(&d), expected, "{d:?}");
         }
-        // Both ways were taken.
+        // A constant window (counted) and an empty one.
         assert_eq!(sorted(&[3; 100]), vec![3; 100]);
         assert_eq!(sorted(&[]), Vec::<i64>::new());
     }

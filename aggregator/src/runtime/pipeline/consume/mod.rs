@@ -116,8 +116,8 @@ impl<'a> Consuming<'a> {
         // after every one prepared before it is applied.
         let mut staged: VecDeque<BorrowedMessage<'_>> = VecDeque::with_capacity(PREPARE_AHEAD);
         loop {
-            // While messages keep coming the select! below is skipped: look
-            // at the stop switch and reap finished publishes every 64.
+            // While messages keep coming the wait for input is skipped:
+            // look at the stop switch and reap finished publishes every 64.
             if handled.is_multiple_of(64) && self.busy_tick(&shutdown)? {
                 break;
             }
@@ -126,11 +126,8 @@ impl<'a> Consuming<'a> {
                     Some(m) => m,
                     None => {
                         let m = staged.pop_front().expect("staged");
-                        // Most messages: applied without a step that waits.
-                        if let Some(applied) = self.apply_quietly(&m) {
-                            if self.applied_aloud(m, applied).await? {
-                                self.commit(consumer, CommitMode::Async);
-                            }
+                        if self.apply_staged(m).await? {
+                            self.commit(consumer, CommitMode::Async);
                         }
                         continue;
                     }

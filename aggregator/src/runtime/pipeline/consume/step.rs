@@ -36,10 +36,11 @@ impl Consuming<'_> {
         Ok(Some(self.prepare_now(msg, read_content_type)))
     }
 
-    /// Prepare a received message ([`crate::engine::process::Processor::prepare`]) and note its
-    /// broker timestamp for time windows. The private keys it selected are
-    /// then written ([`Consuming::write_key_updates`]) before anything
-    /// they route can be released.
+    /// Prepare a received message
+    /// ([`crate::engine::process::Processor::prepare`]) and note its broker
+    /// timestamp for time windows. The private keys it selected are then
+    /// written ([`Consuming::write_key_updates`]) before anything they
+    /// route can be released.
     pub(super) fn prepare_now(
         &mut self,
         msg: &BorrowedMessage<'_>,
@@ -97,8 +98,9 @@ impl Consuming<'_> {
         Ok(released_any)
     }
 
-    /// Apply a prepared message ([`crate::engine::process::Processor::apply`]): dead-letter it if
-    /// it is refused now, start the releases of the windows it closed, and
+    /// Apply a prepared message
+    /// ([`crate::engine::process::Processor::apply`]): dead-letter it if it
+    /// is refused now, start the releases of the windows it closed, and
     /// mark it handled. Returns whether a window was released.
     pub(super) async fn apply_staged(&mut self, msg: BorrowedMessage<'_>) -> Result<bool> {
         match self.apply_quietly(&msg) {
