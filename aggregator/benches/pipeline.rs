@@ -9,7 +9,11 @@
 //!    and content-type setting, discard) on the same topic, both ways of
 //!    reading the input.
 //!    CPU per reading (this process, all threads; the broker excluded) is
-//!    printed too: it is steadier than throughput on a shared machine.
+//!    printed too: it is steadier than throughput on a shared machine. So
+//!    is the whole machine's CPU per reading, and the readings/s it allows
+//!    FleetDP on the machine's cores however its work were spread
+//!    (`pipeline/machine.rs`): a ratio can be held by the machine, not by
+//!    one busy thread.
 //!
 //! Run: `cargo bench -p fleetdp --bench pipeline` (FLEETDP_BENCH_E2E_ONLY=1
 //! skips the in-process part, FLEETDP_BENCH_IN_PROCESS_ONLY=1 runs only
@@ -33,6 +37,8 @@
 //! `other`, G = 2, the rows on a registry topic), beside the single-group
 //! pipeline of the same round.
 
+#[path = "pipeline/machine.rs"]
+mod machine;
 #[path = "pipeline/security.rs"]
 mod security;
 #[path = "pipeline/target.rs"]
@@ -45,6 +51,7 @@ use fleetdp::pipeline::{Options, Pipeline};
 use fleetdp::sim::{Fleet, FleetSpec, Signal};
 use fleetdp::telemetry::Counters;
 use fleetdp::{Processor, PREPARE_AHEAD};
+use machine::{Measured, Span};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use std::sync::atomic::Ordering;
@@ -602,29 +609,26 @@ fn end_to_end() {
                     config(&brokers, &input, output, group, read_content_type)
                 };
                 let group = format!("null-{suffix}-{round}-{read_content_type}");
-                let Some((r, cpu)) = null_consumer(&base, &v("unused", &group), n, &group).await
-                else {
+                let Some(m) = null_consumer(&base, &v("unused", &group), n, &group).await else {
                     return;
                 };
                 println!(
-                    "null consumer (consume + decode), read_content_type = {:<5}: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading",
-                    read_content_type
+                    "null consumer (consume + decode), read_content_type = {:<5}: {:>9.0} readings/s, {:.2} µs CPU per reading, machine {:.2}",
+                    read_content_type, m.rate, m.cpu, m.machine
                 );
                 let f = &mut figures[usize::from(read_content_type)];
-                f.0.push(r);
-                f.2.push(cpu);
+                f.0.push(m);
                 let output = format!("bench-out-{suffix}-{round}-{read_content_type}");
                 create(vec![(output.clone(), parts), (format!("{output}.state"), parts)]).await;
                 let group = format!("fleetdp-{suffix}-{round}-{read_content_type}");
-                let Some((r, cpu, windows, _)) = pipeline(v(&output, &group), n).await else {
+                let Some((m, windows, _)) = pipeline(v(&output, &group), n).await else {
                     return;
                 };
                 println!(
-                    "FleetDP pipeline,                 read_content_type = {:<5}: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading ({windows} windows released)",
-                    read_content_type
+                    "FleetDP pipeline,                 read_content_type = {:<5}: {:>9.0} readings/s, {:.2} µs CPU per reading, machine {:.2} ({windows} windows released)",
+                    read_content_type, m.rate, m.cpu, m.machine
                 );
-                f.1.push(r);
-                f.3.push(cpu);
+                f.1.push(m);
                 if read_content_type != ways[0] || plain_only() {
                     continue;
                 }
@@ -637,9 +641,10 @@ fn end_to_end() {
                     create(vec![(output.clone(), parts), (format!("{output}.state"), parts)]).await;
                     let group = format!("fleetdp-g-{suffix}-{round}-{grouped_run}");
                     let v = grouped_config(&brokers, &input, &output, &group, &registry, grouped_run);
-                    let Some((r, cpu, windows, accepted)) = pipeline(v, n).await else {
+                    let Some((m, windows, accepted)) = pipeline(v, n).await else {
                         return;
                     };
+                    let (r, cpu) = (m.rate, m.cpu);
                     println!(
                         "FleetDP pipeline, {:<21} read_content_type = false: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading ({windows} windows of 200 released, {accepted} of {n} readings accepted)",
                         if grouped_run { "48 groups (registry)," } else { "1 group, windows 200," }
@@ -652,7 +657,12 @@ fn end_to_end() {
         let least = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
         for &read_content_type in &ways {
             let f = &figures[usize::from(read_content_type)];
-            let (speed, cpu) = (best(&f.1) / best(&f.0), least(&f.3) / least(&f.2));
+            let of = |v: &[Measured], x: fn(&Measured) -> f64| v.iter().map(x).collect::<Vec<_>>();
+            let (null_rate, rate) = (best(&of(&f.0, |m| m.rate)), best(&of(&f.1, |m| m.rate)));
+            let (speed, cpu) = (
+                rate / null_rate,
+                least(&of(&f.1, |m| m.cpu)) / least(&of(&f.0, |m| m.cpu)),
+            );
             println!(
                 "end to end / null consumer, read_content_type = {:<5}: {speed:.3} (best of {ROUNDS} each); \
                  CPU per reading in this process: pipeline / null consumer {cpu:.2} (least of each)",
@@ -671,6 +681,21 @@ fn end_to_end() {
                 "≤ 1.10×",
                 cpu <= 1.10,
             );
+            // What the machine allows: FleetDP's least cost of the
+            // machine's CPU per reading spread over all its cores.
+            let cheapest = f.1.iter().min_by(|a, b| a.machine.total_cmp(&b.machine));
+            if let Some(m) = cheapest {
+                let most = machine::ceiling(m);
+                println!(
+                    "machine, {way}: CPU per reading of every process on this machine (the broker's too when it runs here): \
+                     null consumer {:.2} µs, FleetDP {:.2} µs (least of each); on {:.1} cores that cost allows FleetDP at most \
+                     {most:.0} readings/s, {:.2}× the null consumer's best, however its work were spread over threads",
+                    least(&of(&f.0, |m| m.machine)),
+                    m.machine,
+                    m.cores,
+                    most / null_rate,
+                );
+            }
         }
         if plain_only() {
             return;
@@ -706,38 +731,22 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Per way of reading the input: null consumer and pipeline readings/s,
-/// then their µs of CPU per reading, one entry per round.
-type Figures = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+/// Per way of reading the input: the null consumer's and the pipeline's
+/// figures, one entry per round.
+type Figures = (Vec<Measured>, Vec<Measured>);
 
 /// Alternating rounds of null consumer and pipeline in the end-to-end run.
 const ROUNDS: usize = 4;
 
-/// CPU time (user + system) this process has used so far, in seconds.
-fn process_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesised command name, from the state (field
-    // 3 of proc(5)); utime and stime (14 and 15) are in clock ticks, 100
-    // per second on Linux.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    f.get(11)
-        .zip(f.get(12))
-        .map_or(0.0, |(u, s)| (u + s) / 100.0)
-}
-
 /// Null consumer: consume and decode each message exactly as the pipeline
-/// does (its decoder and content-type setting), then discard. Readings/s
-/// and µs of this process's CPU per reading, or None if stalled.
+/// does (its decoder and content-type setting), then discard. Its figures,
+/// or None if stalled.
 async fn null_consumer(
     base: &rdkafka::ClientConfig,
     v: &Validated,
     n: usize,
     group: &str,
-) -> Option<(f64, f64)> {
+) -> Option<Measured> {
     let mut cc = base.clone();
     cc.set("group.id", group)
         .set("auto.offset.reset", "earliest")
@@ -752,7 +761,7 @@ async fn null_consumer(
     let decoder = fleetdp::decoder(v);
     let read_content_type = v.config.kafka.read_content_type;
     let mut seen = 0usize;
-    let mut first: Option<(Instant, f64)> = None;
+    let mut first: Option<Span> = None;
     let mut sink = 0.0;
     while seen < n {
         // Received as the pipeline's loop receives: a message ready now is
@@ -773,7 +782,7 @@ async fn null_consumer(
             }
         };
         let m = m.unwrap();
-        first.get_or_insert_with(|| (Instant::now(), process_cpu_seconds()));
+        first.get_or_insert_with(Span::start);
         let ct = if read_content_type {
             fleetdp::kafka::header(&m, fleetdp::kafka::CONTENT_TYPE)
         } else {
@@ -790,24 +799,22 @@ async fn null_consumer(
         seen += 1;
     }
     std::hint::black_box(sink);
-    let (t, cpu) = first.unwrap();
-    let per_reading = (process_cpu_seconds() - cpu) * 1e6 / (n - 1) as f64;
-    Some(((n - 1) as f64 / t.elapsed().as_secs_f64(), per_reading))
+    Some(first?.finish(n - 1))
 }
 
-/// The pipeline over the whole input: readings/s, µs of this process's CPU
-/// per reading, windows released and readings accepted, or None if stalled.
-async fn pipeline(v: Validated, n: usize) -> Option<(f64, f64, u64, u64)> {
+/// The pipeline over the whole input: its figures, windows released and
+/// readings accepted, or None if stalled.
+async fn pipeline(v: Validated, n: usize) -> Option<(Measured, u64, u64)> {
     let p = Pipeline::new(v, ReleaseKey::from_bytes([2; 32]));
     let c = p.counters.clone();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let h = tokio::spawn(async move { p.run(rx, Options::default()).await });
-    let mut first: Option<(Instant, f64)> = None;
+    let mut first: Option<Span> = None;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let m = c.messages.load(Ordering::Relaxed);
         if m > 0 {
-            first.get_or_insert_with(|| (Instant::now(), process_cpu_seconds()));
+            first.get_or_insert_with(Span::start);
         }
         if m as usize >= n {
             break;
@@ -818,14 +825,11 @@ async fn pipeline(v: Validated, n: usize) -> Option<(f64, f64, u64, u64)> {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let (t, cpu) = first.unwrap();
-    let rate = (n - 1) as f64 / t.elapsed().as_secs_f64();
-    let per_reading = (process_cpu_seconds() - cpu) * 1e6 / (n - 1) as f64;
+    let measured = first?.finish(n - 1);
     stop.send(true).unwrap();
     h.await.unwrap().unwrap();
     Some((
-        rate,
-        per_reading,
+        measured,
         c.windows_released.load(Ordering::Relaxed),
         c.readings_accepted.load(Ordering::Relaxed),
     ))

@@ -189,9 +189,10 @@ pub(super) fn run(rt: &tokio::runtime::Runtime) {
                 let output = format!("sec-out-{round}-{i}");
                 let group = format!("sec-{round}-{i}");
                 let v = config(&brokers, input, &output, &group, if secure { &tls } else { "" });
-                let Some((r, cpu, windows, _)) = pipeline(v, N).await else {
+                let Some((m, windows, _)) = pipeline(v, N).await else {
                     return;
                 };
+                let (r, cpu) = (m.rate, m.cpu);
                 println!(
                     "FleetDP pipeline, {name:<10}: {r:>9.0} readings/s, {cpu:.2} µs CPU per reading ({windows} windows released)"
                 );
