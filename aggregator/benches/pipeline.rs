@@ -683,9 +683,10 @@ fn end_to_end() {
             );
             // What the machine allows: FleetDP's least cost of the
             // machine's CPU per reading spread over all its cores.
+            // (None without /proc/stat: no line.)
             let cheapest = f.1.iter().min_by(|a, b| a.machine.total_cmp(&b.machine));
-            if let Some(m) = cheapest {
-                let most = machine::ceiling(m);
+            let bound = cheapest.map(|m| (m, machine::ceiling(m)));
+            if let Some((m, most)) = bound.filter(|b| b.1.is_finite()) {
                 println!(
                     "machine, {way}: CPU per reading of every process on this machine (the broker's too when it runs here): \
                      null consumer {:.2} µs, FleetDP {:.2} µs (least of each); on {:.1} cores that cost allows FleetDP at most \
