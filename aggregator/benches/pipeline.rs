@@ -683,10 +683,9 @@ fn end_to_end() {
             );
             // What the machine allows: FleetDP's least cost of the
             // machine's CPU per reading spread over all its cores.
-            // (None without /proc/stat: no line.)
+            // (No line without /proc/stat.)
             let cheapest = f.1.iter().min_by(|a, b| a.machine.total_cmp(&b.machine));
-            let bound = cheapest.map(|m| (m, machine::ceiling(m)));
-            if let Some((m, most)) = bound.filter(|b| b.1.is_finite()) {
+            if let Some((m, most)) = cheapest.and_then(|m| Some((m, machine::ceiling(m)?))) {
                 println!(
                     "machine, {way}: CPU per reading of every process on this machine (the broker's too when it runs here): \
                      null consumer {:.2} µs, FleetDP {:.2} µs (least of each); on {:.1} cores that cost allows FleetDP at most \

@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 /// One contender's run over the input.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy)]
 pub struct Measured {
     /// Readings a second.
     pub rate: f64,
@@ -52,13 +52,10 @@ impl Span {
     }
 }
 
-/// The most readings/s `m`'s machine cost allows on its cores.
-pub fn ceiling(m: &Measured) -> f64 {
-    if m.machine > 0.0 {
-        m.cores * 1e6 / m.machine
-    } else {
-        f64::INFINITY
-    }
+/// The most readings/s `m`'s machine cost allows on its cores (None when
+/// the machine's CPU could not be read).
+pub fn ceiling(m: &Measured) -> Option<f64> {
+    (m.machine > 0.0).then(|| m.cores * 1e6 / m.machine)
 }
 
 /// CPU seconds all CPUs spent busy and could have spent, so far.

@@ -285,8 +285,8 @@ pub fn quantile_utilities(sorted: &[i64], candidates: &[i64], q: QuantileLevel) 
 
 /// How many leading values of `s` meet `below` (true, then false along
 /// `s`): doubling steps until one fails, then a binary search within the
-/// last step, `O(log k)` for an answer of `k`: a window's values between
-/// two neighbouring candidates, which it walked one by one before.
+/// last step, `O(log k)` for an answer of `k` (the window's values
+/// between two neighbouring candidates).
 fn leading(s: &[i64], below: impl Fn(i64) -> bool) -> usize {
     let mut step = 1;
     while step <= s.len() && below(s[step - 1]) {
